@@ -1,0 +1,22 @@
+//! The reconfiguration protocol of sandboxfs 0.2, as spoken by actionfs.
+//!
+//! A daemon mounts a file system and reads requests on its standard input;
+//! each request creates or destroys one sandbox, a top-level directory of the
+//! mount. It answers each request with one line on its standard output. See
+//! `SPEC.md` beside this crate for the full wire format.
+//!
+//! Read the modules in this order:
+//! - [`types`]: the messages, field by field;
+//! - [`codec`]: how a byte stream becomes requests and responses;
+//! - [`resolve`]: how prefixes and mapping paths become absolute paths;
+//! - [`client`]: driving a daemon from Rust.
+
+pub mod client;
+pub mod codec;
+pub mod resolve;
+pub mod types;
+
+pub use client::{Client, ClientError};
+pub use codec::{Decoded, FatalError, RequestReader, ResponseWriter};
+pub use resolve::{validate_sandbox_id, PrefixTable, ResolveError, ResolvedMapping};
+pub use types::{CreateSandbox, Mapping, PrefixId, Request, Response};

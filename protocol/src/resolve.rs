@@ -1,0 +1,254 @@
+//! Turning wire mappings into absolute, validated paths.
+//!
+//! A mapping names its paths relative to registered prefixes. Prefixes are
+//! state of the whole daemon, not of one sandbox: Bazel registers each prefix
+//! once and refers to it in every later request, even after a request that
+//! failed. So a request's prefixes are registered as a unit (all or none),
+//! independently of whether its sandbox is then created.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::types::{Mapping, PrefixId};
+
+/// A problem with one request's prefixes or mappings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolveError(pub String);
+
+impl fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ResolveError {}
+
+/// A mapping with both sides resolved to absolute paths.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedMapping {
+    /// Path inside the sandbox: `/` or `/a/b`, with no empty, `.` or `..`
+    /// component.
+    pub path: String,
+    /// Absolute path of the underlying object.
+    pub underlying: PathBuf,
+    pub writable: bool,
+}
+
+impl ResolvedMapping {
+    /// The components of `path`; none for the sandbox root.
+    pub fn components(&self) -> impl Iterator<Item = &str> {
+        self.path.split('/').filter(|c| !c.is_empty())
+    }
+}
+
+/// The prefixes registered so far.
+#[derive(Debug, Default)]
+pub struct PrefixTable {
+    prefixes: HashMap<PrefixId, String>,
+}
+
+impl PrefixTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `new` as a unit: if any entry is invalid, none is kept.
+    /// Registering a prefix again with the same path is allowed.
+    pub fn register(&mut self, new: &BTreeMap<PrefixId, String>) -> Result<(), ResolveError> {
+        for (&id, path) in new {
+            if id == 0 {
+                return Err(ResolveError(format!(
+                    "prefix 0 is reserved for absolute paths and cannot be registered (got {path:?})"
+                )));
+            }
+            check_no_nul(path, "prefix")?;
+            if !path.starts_with('/') {
+                return Err(ResolveError(format!(
+                    "prefix {id} must be an absolute path, got {path:?}"
+                )));
+            }
+            if let Some(old) = self.prefixes.get(&id) {
+                if old != path {
+                    return Err(ResolveError(format!(
+                        "prefix {id} is already registered as {old:?} and cannot be changed to {path:?}"
+                    )));
+                }
+            }
+        }
+        for (&id, path) in new {
+            self.prefixes.insert(id, path.clone());
+        }
+        Ok(())
+    }
+
+    /// Resolves both sides of a mapping.
+    pub fn resolve(&self, mapping: &Mapping) -> Result<ResolvedMapping, ResolveError> {
+        let path = self.join(mapping.path_prefix, &mapping.path, "path")?;
+        validate_sandbox_path(&path)?;
+        let underlying = self.join(
+            mapping.underlying_path_prefix,
+            &mapping.underlying_path,
+            "underlying path",
+        )?;
+        Ok(ResolvedMapping {
+            path: normalize_root(path),
+            underlying: PathBuf::from(underlying),
+            writable: mapping.writable,
+        })
+    }
+
+    fn join(&self, prefix: PrefixId, tail: &str, what: &str) -> Result<String, ResolveError> {
+        check_no_nul(tail, what)?;
+        if prefix == 0 {
+            if !tail.starts_with('/') {
+                return Err(ResolveError(format!(
+                    "{what} {tail:?} is not absolute (prefix 0 means an absolute path)"
+                )));
+            }
+            return Ok(tail.to_owned());
+        }
+        let Some(base) = self.prefixes.get(&prefix) else {
+            return Err(ResolveError(format!(
+                "{what} {tail:?} uses unknown prefix {prefix}"
+            )));
+        };
+        if tail.starts_with('/') {
+            return Err(ResolveError(format!(
+                "{what} {tail:?} must be relative to prefix {prefix} ({base:?})"
+            )));
+        }
+        if tail.is_empty() {
+            return Ok(base.clone());
+        }
+        let mut joined = String::with_capacity(base.len() + 1 + tail.len());
+        joined.push_str(base);
+        if !base.ends_with('/') {
+            joined.push('/');
+        }
+        joined.push_str(tail);
+        Ok(joined)
+    }
+}
+
+/// Accepts `/` and `/a/b`; rejects empty, `.` and `..` components, so that no
+/// name in a request can climb out of its sandbox.
+fn validate_sandbox_path(path: &str) -> Result<(), ResolveError> {
+    if path == "/" {
+        return Ok(());
+    }
+    let trimmed = path.strip_suffix('/').unwrap_or(path);
+    for component in trimmed[1..].split('/') {
+        match component {
+            "" => {
+                return Err(ResolveError(format!(
+                    "path {path:?} has an empty component"
+                )))
+            }
+            "." | ".." => {
+                return Err(ResolveError(format!(
+                    "path {path:?} has a {component:?} component"
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn normalize_root(path: String) -> String {
+    if path.len() > 1 && path.ends_with('/') {
+        path[..path.len() - 1].to_owned()
+    } else {
+        path
+    }
+}
+
+fn check_no_nul(value: &str, what: &str) -> Result<(), ResolveError> {
+    if value.contains('\0') {
+        return Err(ResolveError(format!(
+            "{what} {value:?} contains a NUL byte"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a sandbox id: it becomes one directory name at the top of the
+/// mount, so it must be a single, ordinary path component.
+pub fn validate_sandbox_id(id: &str) -> Result<(), ResolveError> {
+    let problem = match id {
+        "" => "is empty",
+        "." | ".." => "is a special directory name",
+        _ if id.contains('/') => "contains '/'",
+        _ if id.contains('\0') => "contains a NUL byte",
+        _ if id.len() > 255 => "is longer than 255 bytes",
+        _ => return Ok(()),
+    };
+    Err(ResolveError(format!("sandbox id {id:?} {problem}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping(x: PrefixId, p: &str, y: PrefixId, u: &str) -> Mapping {
+        Mapping {
+            path_prefix: x,
+            path: p.into(),
+            underlying_path_prefix: y,
+            underlying_path: u.into(),
+            writable: false,
+        }
+    }
+
+    fn table(entries: &[(PrefixId, &str)]) -> PrefixTable {
+        let mut table = PrefixTable::new();
+        let new = entries.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        table.register(&new).unwrap();
+        table
+    }
+
+    #[test]
+    fn joins_prefixes_without_doubling_slashes() {
+        let t = table(&[(1, "/"), (2, "/out/base")]);
+        let r = t.resolve(&mapping(1, "ws", 2, "scratch")).unwrap();
+        assert_eq!(r.path, "/ws");
+        assert_eq!(r.underlying, PathBuf::from("/out/base/scratch"));
+        let r = t.resolve(&mapping(0, "/a/b", 0, "/u")).unwrap();
+        assert_eq!(r.components().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(t.resolve(&mapping(2, "", 0, "/u")).unwrap().path, "/out/base");
+    }
+
+    #[test]
+    fn rejects_escaping_and_malformed_paths() {
+        let t = table(&[(1, "/")]);
+        for (x, p) in [(0, "rel"), (0, "/a/../b"), (0, "/a/./b"), (0, "/a//b"), (1, "/abs"), (9, "a")] {
+            let err = t.resolve(&mapping(x, p, 0, "/u")).unwrap_err();
+            assert!(err.0.contains(p), "{err} should name {p}");
+        }
+        assert!(t.resolve(&mapping(0, "/a\0b", 0, "/u")).is_err());
+        assert!(t.resolve(&mapping(0, "/a", 0, "relative")).is_err());
+    }
+
+    #[test]
+    fn registration_is_all_or_nothing_and_stable() {
+        let mut t = table(&[(1, "/a")]);
+        let bad: BTreeMap<_, _> = [(2, "/b".to_string()), (1, "/changed".to_string())].into();
+        let err = t.register(&bad).unwrap_err();
+        assert!(err.0.contains("prefix 1"), "{err}");
+        assert!(t.resolve(&mapping(2, "x", 0, "/u")).is_err(), "prefix 2 leaked");
+        t.register(&[(1, "/a".to_string())].into()).unwrap();
+        for bad in [(0, "/z"), (3, "relative")] {
+            assert!(t.register(&[(bad.0, bad.1.to_string())].into()).is_err());
+        }
+    }
+
+    #[test]
+    fn sandbox_ids_are_single_components() {
+        for bad in ["", ".", "..", "a/b", "/a", "a\0"] {
+            assert!(validate_sandbox_id(bad).is_err(), "{bad:?}");
+        }
+        validate_sandbox_id("123").unwrap();
+        validate_sandbox_id("empty").unwrap();
+    }
+}
