@@ -1,1 +1,36 @@
-fn main() {}
+//! The `actionfs` binary: parses the command line and runs the daemon.
+
+use std::process::ExitCode;
+
+use actionfs::cli::{self, Command, BAZEL_VERSION_LINE, HELP};
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,fuser=error"))
+        .format_target(false)
+        .init();
+    match cli::parse(std::env::args_os().skip(1)) {
+        Err(err) => {
+            eprintln!("actionfs: {err} (see actionfs --help)");
+            ExitCode::from(2)
+        }
+        Ok(Command::Help) => {
+            print!("{HELP}");
+            ExitCode::SUCCESS
+        }
+        Ok(Command::Version) => {
+            println!("{BAZEL_VERSION_LINE}");
+            println!(
+                "actionfs {} (speaks the sandboxfs 0.2 protocol)",
+                env!("CARGO_PKG_VERSION")
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Command::Serve(options)) => match actionfs::daemon::run(options) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("actionfs: {err}");
+                ExitCode::from(1)
+            }
+        },
+    }
+}

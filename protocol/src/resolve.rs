@@ -131,9 +131,19 @@ impl PrefixTable {
     }
 }
 
+/// Longest path and name the kernel accepts.
+const PATH_MAX: usize = 4096;
+const NAME_MAX: usize = 255;
+
 /// Accepts `/` and `/a/b`; rejects empty, `.` and `..` components, so that no
 /// name in a request can climb out of its sandbox.
 fn validate_sandbox_path(path: &str) -> Result<(), ResolveError> {
+    if path.len() > PATH_MAX {
+        return Err(ResolveError(format!(
+            "path {:?}... is longer than {PATH_MAX} bytes",
+            path.chars().take(64).collect::<String>()
+        )));
+    }
     if path == "/" {
         return Ok(());
     }
@@ -148,6 +158,11 @@ fn validate_sandbox_path(path: &str) -> Result<(), ResolveError> {
             "." | ".." => {
                 return Err(ResolveError(format!(
                     "path {path:?} has a {component:?} component"
+                )))
+            }
+            _ if component.len() > NAME_MAX => {
+                return Err(ResolveError(format!(
+                    "path {path:?} has a component longer than {NAME_MAX} bytes"
                 )))
             }
             _ => {}
@@ -181,7 +196,7 @@ pub fn validate_sandbox_id(id: &str) -> Result<(), ResolveError> {
         "." | ".." => "is a special directory name",
         _ if id.contains('/') => "contains '/'",
         _ if id.contains('\0') => "contains a NUL byte",
-        _ if id.len() > 255 => "is longer than 255 bytes",
+        _ if id.len() > NAME_MAX => "is longer than 255 bytes",
         _ => return Ok(()),
     };
     Err(ResolveError(format!("sandbox id {id:?} {problem}")))

@@ -1,0 +1,179 @@
+//! The daemon's life: prepare the mount point, mount, serve requests and
+//! kernel calls, and unmount on a signal or external unmount.
+//!
+//! Three threads report to the main one: the FUSE session (ends when the
+//! mount goes away), the signal watcher, and the request reader. The reader
+//! ending (stdin EOF, or a fatal protocol error) does not stop the daemon:
+//! the mount keeps serving until a signal or an unmount, as Bazel expects.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::sync::mpsc::channel;
+use std::sync::Arc;
+
+use fuser::{Config, MountOption, SessionACL};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::cli::{Allow, Options};
+use crate::fuse_shell::{FuseShell, NotifierInvalidator};
+use crate::mount;
+use crate::reconfig::{self, ResponseSink};
+use crate::tree::{FsConfig, SandboxFs};
+
+/// Why the daemon stopped.
+enum Event {
+    Signal(i32),
+    SessionEnded(io::Result<()>),
+}
+
+/// Runs the daemon until it is told to stop. Returns an error message for
+/// exit status 1.
+pub fn run(options: Options) -> Result<(), String> {
+    // Modes from the kernel already have the caller's umask applied; ours
+    // must not mask them again.
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(0) };
+    raise_fd_limit();
+
+    let mount_point = prepare_mount_point(&options.mount_point)?;
+    mount::check_allow_permitted(options.allow)?;
+    let input = open_input(&options)?;
+    let output = open_output(&options)?;
+
+    let fs = Arc::new(SandboxFs::new(
+        FsConfig {
+            mount_point: mount_point.clone(),
+            xattrs: options.xattrs,
+        },
+        &options.mappings,
+    )?);
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .map_err(|err| format!("cannot install signal handlers: {err}"))?;
+
+    let session = fuser::Session::new(
+        FuseShell::new(fs.clone(), options.ttl),
+        &mount_point,
+        &session_config(options.allow),
+    )
+    .map_err(|err| format!("cannot mount at {mount_point:?}: {err}"))?;
+    fs.set_invalidator(Box::new(NotifierInvalidator(session.notifier())));
+    log::info!("mounted at {mount_point:?}");
+
+    let (events, event) = channel();
+    {
+        let events = events.clone();
+        std::thread::Builder::new()
+            .name("fuse-session".into())
+            .spawn(move || {
+                let _ = events.send(Event::SessionEnded(session.run()));
+            })
+            .map_err(|err| format!("cannot start the FUSE session: {err}"))?;
+    }
+    {
+        let events = events.clone();
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                if let Some(signal) = signals.forever().next() {
+                    let _ = events.send(Event::Signal(signal));
+                }
+            })
+            .map_err(|err| format!("cannot start the signal watcher: {err}"))?;
+    }
+    {
+        let sink = Arc::new(ResponseSink::new(output));
+        let threads = options.reconfig_threads;
+        std::thread::Builder::new()
+            .name("requests".into())
+            .spawn(move || {
+                reconfig::serve(input, fs, sink, threads);
+                log::info!("request input ended; still serving the mount");
+            })
+            .map_err(|err| format!("cannot start the request reader: {err}"))?;
+    }
+    drop(events);
+
+    match event.recv() {
+        Ok(Event::Signal(signal)) => {
+            log::info!("signal {signal}: unmounting {mount_point:?}");
+            // Lazy, so that open files do not keep the mount (or us) alive;
+            // exiting then closes /dev/fuse and fails whatever is left.
+            mount::unmount_lazily(&mount_point)
+                .map_err(|err| format!("cannot unmount {mount_point:?}: {err}"))
+        }
+        Ok(Event::SessionEnded(Ok(()))) => {
+            log::info!("{mount_point:?} was unmounted");
+            Ok(())
+        }
+        Ok(Event::SessionEnded(Err(err))) => Err(format!("FUSE session failed: {err}")),
+        Err(_) => Err("every daemon thread ended unexpectedly".to_owned()),
+    }
+}
+
+/// Checks the mount point, clearing a stale mount left by a killed daemon,
+/// and returns its absolute path.
+fn prepare_mount_point(path: &Path) -> Result<std::path::PathBuf, String> {
+    mount::clear_stale(path).map_err(|err| format!("mount point {path:?}: {err}"))?;
+    let absolute =
+        std::fs::canonicalize(path).map_err(|err| format!("mount point {path:?}: {err}"))?;
+    if !absolute.is_dir() {
+        return Err(format!("mount point {path:?} is not a directory"));
+    }
+    Ok(absolute)
+}
+
+fn open_input(options: &Options) -> Result<Box<dyn Read + Send>, String> {
+    match &options.input {
+        None => Ok(Box::new(io::stdin())),
+        Some(path) => File::open(path)
+            .map(|f| Box::new(f) as Box<dyn Read + Send>)
+            .map_err(|err| format!("cannot open input {path:?}: {err}")),
+    }
+}
+
+fn open_output(options: &Options) -> Result<Box<dyn Write + Send>, String> {
+    match &options.output {
+        None => Ok(Box::new(io::stdout())),
+        Some(path) => File::create(path)
+            .map(|f| Box::new(f) as Box<dyn Write + Send>)
+            .map_err(|err| format!("cannot open output {path:?}: {err}")),
+    }
+}
+
+fn session_config(allow: Allow) -> Config {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("actionfs".into()),
+        MountOption::Subtype("actionfs".into()),
+        // The kernel checks permissions against the attributes we report,
+        // exactly as on the underlying files.
+        MountOption::DefaultPermissions,
+    ];
+    config.acl = match allow {
+        Allow::OwnerOnly => SessionACL::Owner,
+        Allow::RootAndOwner => SessionACL::RootAndOwner,
+        Allow::Everyone => SessionACL::All,
+    };
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    config.n_threads = Some(cpus.max(2));
+    config.clone_fd = cfg!(target_os = "linux");
+    config
+}
+
+/// A daemon holds one descriptor per open file of every action; the
+/// default soft limit of 1024 is too low for a large build.
+fn raise_fd_limit() {
+    // SAFETY: plain get/setrlimit on a local struct.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                log::info!("cannot raise the open file limit: {}", io::Error::last_os_error());
+            }
+        }
+    }
+}

@@ -1,0 +1,469 @@
+//! The FUSE shell: turns kernel requests (through `fuser`) into calls on
+//! the core [`SandboxFs`], and its answers into replies.
+//!
+//! It holds no state of its own beyond the cache timeouts; every decision is
+//! the core's. Errors map to errno in one place, [`errno`].
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, BsdFileFlags, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::tree::{Attr, Errno, FileKind, Invalidator, SandboxFs, SetAttr, SetTime, XattrReply};
+
+/// Generation numbers are constant: inode numbers are never reused.
+const GENERATION: Generation = Generation(0);
+
+pub struct FuseShell {
+    fs: Arc<SandboxFs>,
+    /// How long the kernel may cache entries and attributes.
+    ttl: Duration,
+}
+
+impl FuseShell {
+    pub fn new(fs: Arc<SandboxFs>, ttl: Duration) -> FuseShell {
+        FuseShell { fs, ttl }
+    }
+}
+
+/// Lets the core invalidate kernel cache entries through fuser.
+pub struct NotifierInvalidator(pub Notifier);
+
+impl Invalidator for NotifierInvalidator {
+    fn invalidate_entry(&self, parent_ino: u64, name: &OsStr) {
+        // ENOENT means the kernel had nothing cached: nothing to do.
+        if let Err(err) = self.0.inval_entry(INodeNo(parent_ino), name) {
+            if err.raw_os_error() != Some(libc::ENOENT) {
+                log::warn!("cannot invalidate kernel cache entry {name:?}: {err}");
+            }
+        }
+    }
+}
+
+fn errno(err: Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(err.0)
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::Directory => FileType::Directory,
+        FileKind::RegularFile => FileType::RegularFile,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::NamedPipe => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+fn file_attr(attr: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(attr.ino),
+        size: attr.size,
+        blocks: attr.blocks,
+        atime: attr.atime,
+        mtime: attr.mtime,
+        ctime: attr.ctime,
+        crtime: attr.ctime,
+        kind: file_type(attr.kind),
+        perm: attr.perm,
+        nlink: attr.nlink,
+        uid: attr.uid,
+        gid: attr.gid,
+        rdev: attr.rdev,
+        blksize: attr.blksize,
+        flags: 0,
+    }
+}
+
+fn set_time(time: Option<TimeOrNow>) -> Option<SetTime> {
+    time.map(|t| match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(at) => SetTime::At(at),
+    })
+}
+
+fn open_flags(keep_cache: bool) -> FopenFlags {
+    if keep_cache {
+        FopenFlags::FOPEN_KEEP_CACHE
+    } else {
+        FopenFlags::empty()
+    }
+}
+
+impl FuseShell {
+    fn reply_entry(&self, reply: ReplyEntry, result: Result<Attr, Errno>) {
+        match result {
+            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), GENERATION),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn reply_xattr(reply: ReplyXattr, result: Result<XattrReply, Errno>) {
+        match result {
+            Ok(XattrReply::Size(size)) => reply.size(size),
+            Ok(XattrReply::Data(data)) => reply.data(&data),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, result: Result<(), Errno>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(err) => reply.error(errno(err)),
+    }
+}
+
+impl Filesystem for FuseShell {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Lookups in one directory may run in parallel; symlink targets do
+        // not change while a node lives, so the kernel may cache them.
+        for wanted in [InitFlags::FUSE_PARALLEL_DIROPS, InitFlags::FUSE_CACHE_SYMLINKS] {
+            if config.add_capabilities(wanted).is_err() {
+                log::info!("kernel does not offer {wanted:?}");
+            }
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.reply_entry(reply, self.fs.lookup(parent.0, name));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
+            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let change = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: set_time(atime),
+            mtime: set_time(mtime),
+            fh: fh.map(|f| f.0),
+        };
+        match self.fs.setattr(ino.0, &change) {
+            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.reply_entry(reply, self.fs.mknod(parent.0, name, mode & !umask, rdev));
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.reply_entry(reply, self.fs.mkdir(parent.0, name, mode & !umask));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.unlink(parent.0, name));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.rmdir(parent.0, name));
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.reply_entry(reply, self.fs.symlink(parent.0, link_name, target));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            self.fs
+                .rename(parent.0, name, newparent.0, newname, flags.bits()),
+        );
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.reply_entry(reply, self.fs.link(ino.0, newparent.0, newname));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open(ino.0, flags.0) {
+            Ok(opened) => reply.opened(FileHandle(opened.fh), open_flags(opened.keep_cache)),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(fh.0, offset, data) {
+            Ok(written) => reply.written(written),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Writes are already in the underlying file; nothing is buffered.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.fsync(fh.0, datasync));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.fs.readdir(fh.0, offset) {
+            Ok(entries) => {
+                for (next, entry) in entries {
+                    if reply.add(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Directory changes are made by syscalls on the underlying file
+        // system; syncing them is its business.
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs(ino.0) {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.setxattr(ino.0, name, value, flags));
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        Self::reply_xattr(reply, self.fs.getxattr(ino.0, name, size));
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        Self::reply_xattr(reply, self.fs.listxattr(ino.0, size));
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.removexattr(ino.0, name));
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Mounted with default_permissions: the kernel checks modes itself.
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.fs.create(parent.0, name, mode & !umask, flags) {
+            Ok((attr, fh)) => reply.created(
+                &self.ttl,
+                &file_attr(&attr),
+                GENERATION,
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.fallocate(fh.0, offset, length, mode));
+    }
+}

@@ -1,0 +1,13 @@
+//! actionfs: a sandbox file system for build tools.
+//!
+//! Data flows one way: requests on stdin are decoded by the protocol crate,
+//! [`reconfig`] applies them to the [`tree`] with a pool of workers, and the
+//! FUSE shell ([`fuse_shell`]) serves the kernel's requests from the same
+//! tree. [`daemon`] wires these together and owns the mount's lifecycle.
+
+pub mod cli;
+pub mod daemon;
+pub mod fuse_shell;
+pub mod mount;
+pub mod reconfig;
+pub mod tree;

@@ -1,0 +1,98 @@
+//! The inode table: the nodes the kernel knows, by inode number, with the
+//! number of lookups the kernel holds on each.
+//!
+//! Sharded so that lookups of different inodes rarely share a lock.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::node::Node;
+
+const SHARDS: usize = 64;
+
+/// Inode number of the root directory, fixed by FUSE.
+pub const ROOT_INO: u64 = 1;
+
+struct Entry {
+    node: Arc<Node>,
+    lookups: u64,
+}
+
+pub struct InodeTable {
+    shards: Vec<Mutex<HashMap<u64, Entry>>>,
+    next_ino: AtomicU64,
+}
+
+impl InodeTable {
+    /// A table holding `root` as inode 1, never forgotten.
+    pub fn new(root: Arc<Node>) -> InodeTable {
+        let table = InodeTable {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            next_ino: AtomicU64::new(ROOT_INO + 1),
+        };
+        root.assign_ino(ROOT_INO);
+        table.shard(ROOT_INO).lock().insert(
+            ROOT_INO,
+            Entry {
+                node: root,
+                lookups: 1,
+            },
+        );
+        table
+    }
+
+    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, Entry>> {
+        &self.shards[(ino as usize) % SHARDS]
+    }
+
+    /// The node's inode number, assigning one if it has none yet, without
+    /// recording a lookup (for listings, which the kernel does not count).
+    pub fn ino_of(&self, node: &Node) -> u64 {
+        match node.ino() {
+            0 => node.assign_ino(self.next_ino.fetch_add(1, Ordering::Relaxed)),
+            ino => ino,
+        }
+    }
+
+    /// Records one kernel lookup of `node` and returns its inode number.
+    pub fn remember(&self, node: &Arc<Node>) -> u64 {
+        let ino = self.ino_of(node);
+        self.shard(ino)
+            .lock()
+            .entry(ino)
+            .and_modify(|entry| entry.lookups += 1)
+            .or_insert_with(|| Entry {
+                node: node.clone(),
+                lookups: 1,
+            });
+        ino
+    }
+
+    pub fn get(&self, ino: u64) -> Option<Arc<Node>> {
+        self.shard(ino).lock().get(&ino).map(|e| e.node.clone())
+    }
+
+    /// Drops `count` kernel lookups; returns the node if the kernel no
+    /// longer knows it.
+    pub fn forget(&self, ino: u64, count: u64) -> Option<Arc<Node>> {
+        if ino == ROOT_INO {
+            return None;
+        }
+        let mut shard = self.shard(ino).lock();
+        let entry = shard.get_mut(&ino)?;
+        entry.lookups = entry.lookups.saturating_sub(count);
+        if entry.lookups > 0 {
+            return None;
+        }
+        shard.remove(&ino).map(|e| e.node)
+    }
+
+    /// Number of inodes the kernel knows, root included.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+}

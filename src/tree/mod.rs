@@ -1,0 +1,182 @@
+//! The file-system core: the tree of sandboxes, the inode table and the open
+//! handles, with one method per file-system operation.
+//!
+//! Nothing here knows about FUSE: the shell in `fuse_shell.rs` translates
+//! kernel requests into these calls, and tests call them directly without a
+//! mount. Every method returns an [`Errno`] on failure.
+//!
+//! The operations are grouped by concern:
+//! - `namespace`: lookup, forget, attributes, listing (reading the tree);
+//! - `mutate`: creating, removing, renaming, changing attributes;
+//! - `io`: open files, reads and writes;
+//! - `xattr`: extended attributes.
+
+mod attr;
+mod build;
+mod errno;
+mod handles;
+mod inodes;
+mod io;
+mod mutate;
+mod namespace;
+mod node;
+mod xattr;
+
+use std::collections::HashSet;
+use std::ffi::{CString, OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use actionfs_protocol::{validate_sandbox_id, ResolvedMapping};
+use parking_lot::Mutex;
+
+pub use attr::{Attr, FileKind};
+pub use errno::{Errno, FsResult};
+pub use handles::DirEntry;
+pub use inodes::ROOT_INO;
+pub use mutate::{SetAttr, SetTime};
+pub use namespace::StatFs;
+pub use xattr::XattrReply;
+
+use handles::{HandleTable, OpenDir, OpenFile};
+use inodes::InodeTable;
+use node::Node;
+
+/// Tells the kernel to drop what it cached about a name. Implemented by the
+/// FUSE shell; the core calls it when a sandbox disappears.
+pub trait Invalidator: Send + Sync {
+    fn invalidate_entry(&self, parent_ino: u64, name: &OsStr);
+}
+
+/// Settings of the core that do not change while mounted.
+#[derive(Clone, Debug)]
+pub struct FsConfig {
+    /// Where the view is mounted; underlying paths inside it are refused.
+    pub mount_point: PathBuf,
+    /// Pass extended attributes through to underlying files.
+    pub xattrs: bool,
+}
+
+/// The whole view.
+pub struct SandboxFs {
+    config: FsConfig,
+    root: Arc<Node>,
+    inodes: InodeTable,
+    files: HandleTable<OpenFile>,
+    dirs: HandleTable<OpenDir>,
+    /// Names of the root that are sandboxes (as opposed to `--mapping`s).
+    sandboxes: Mutex<HashSet<OsString>>,
+    invalidator: OnceLock<Box<dyn Invalidator>>,
+}
+
+impl SandboxFs {
+    /// A view whose root holds `initial` mappings (the `--mapping` flags).
+    pub fn new(config: FsConfig, initial: &[ResolvedMapping]) -> Result<SandboxFs, String> {
+        let root = build::build_tree(initial, &config.mount_point)?;
+        Ok(SandboxFs {
+            config,
+            inodes: InodeTable::new(root.clone()),
+            root,
+            files: HandleTable::default(),
+            dirs: HandleTable::default(),
+            sandboxes: Mutex::default(),
+            invalidator: OnceLock::new(),
+        })
+    }
+
+    pub fn config(&self) -> &FsConfig {
+        &self.config
+    }
+
+    /// Connects the kernel's cache invalidation, once mounted.
+    pub fn set_invalidator(&self, invalidator: Box<dyn Invalidator>) {
+        if self.invalidator.set(invalidator).is_err() {
+            log::warn!("cache invalidator set twice; keeping the first");
+        }
+    }
+
+    fn invalidate_entry(&self, parent_ino: u64, name: &OsStr) {
+        if let Some(invalidator) = self.invalidator.get() {
+            invalidator.invalidate_entry(parent_ino, name);
+        }
+    }
+
+    /// Creates sandbox `id` at the top of the view. On error nothing has
+    /// changed.
+    pub fn create_sandbox(&self, id: &str, mappings: &[ResolvedMapping]) -> Result<(), String> {
+        validate_sandbox_id(id).map_err(|err| err.to_string())?;
+        let name = OsString::from(id);
+        if self.sandboxes.lock().contains(&name) {
+            return Err(format!("sandbox {id:?} already exists"));
+        }
+        let tree = build::build_tree(mappings, &self.config.mount_point)
+            .map_err(|problem| format!("sandbox {id:?}: {problem}"))?;
+        {
+            let mut sandboxes = self.sandboxes.lock();
+            if sandboxes.contains(&name) {
+                return Err(format!("sandbox {id:?} already exists"));
+            }
+            let root = self.root.dir().expect("the root is a directory");
+            if root.insert_explicit(name.clone(), tree).is_err() {
+                return Err(format!(
+                    "sandbox {id:?} would hide the mapping of the same name at the root"
+                ));
+            }
+            sandboxes.insert(name.clone());
+        }
+        // A mapped root may have shown an underlying entry under this name.
+        if !matches!(self.root.origin(), node::Origin::Virtual) {
+            self.invalidate_entry(ROOT_INO, &name);
+        }
+        Ok(())
+    }
+
+    /// Removes sandbox `id`. When this returns, the kernel has been told to
+    /// forget the name, so it is gone from view.
+    pub fn destroy_sandbox(&self, id: &str) -> Result<(), String> {
+        let name = OsString::from(id);
+        {
+            let mut sandboxes = self.sandboxes.lock();
+            if !sandboxes.remove(&name) {
+                return Err(format!("sandbox {id:?} does not exist"));
+            }
+            let root = self.root.dir().expect("the root is a directory");
+            root.remove_explicit(&name);
+        }
+        // Outside every lock: the kernel may call back into us meanwhile.
+        self.invalidate_entry(ROOT_INO, &name);
+        Ok(())
+    }
+
+    /// Ids of the sandboxes that exist now.
+    pub fn sandbox_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .sandboxes
+            .lock()
+            .iter()
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Inodes the kernel holds, root included (for tests and memory checks).
+    pub fn known_inodes(&self) -> usize {
+        self.inodes.len()
+    }
+
+    /// Open file and directory handles (for tests and leak checks).
+    pub fn open_handles(&self) -> usize {
+        self.files.len() + self.dirs.len()
+    }
+
+    fn node(&self, ino: u64) -> FsResult<Arc<Node>> {
+        self.inodes.get(ino).ok_or(Errno::ESTALE)
+    }
+}
+
+/// A path as a C string for libc calls.
+fn c_path(path: &Path) -> FsResult<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)
+}

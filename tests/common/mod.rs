@@ -1,0 +1,191 @@
+//! Shared helpers for the integration tests: each test gets its own
+//! directory with a mount point, starts the real binary on it, and talks to
+//! it with the protocol crate's client. Nothing is mocked.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use actionfs_protocol::{Client, CreateSandbox, Mapping};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_actionfs");
+
+/// A scratch directory holding `mnt/` (the mount point), `src/` (read-only
+/// inputs) and `scratch/` (a writable directory), plus the daemon's log.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    pub fn new() -> Fixture {
+        let dir = tempfile::Builder::new()
+            .prefix("actionfs-test-")
+            .tempdir_in(std::env::var_os("ACTIONFS_TEST_DIR").unwrap_or_else(|| "/tmp".into()))
+            .expect("temp dir");
+        for sub in ["mnt", "src", "scratch"] {
+            fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        Fixture { dir }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn mnt(&self) -> PathBuf {
+        self.path("mnt")
+    }
+
+    /// Writes `content` to `rel`, creating parents.
+    pub fn write(&self, rel: &str, content: &str) -> PathBuf {
+        let path = self.path(rel);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, content).unwrap();
+        path
+    }
+
+    /// The daemon command with `args` before the mount point; its log goes
+    /// to `daemon.log` in the fixture.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(BIN);
+        command.args(args).arg(self.mnt());
+        let log = fs::File::create(self.path("daemon.log")).unwrap();
+        command.stderr(Stdio::from(log));
+        command
+    }
+
+    /// Starts a daemon and waits until its mount answers.
+    pub fn start(&self, args: &[&str]) -> Daemon {
+        let client = Client::start(self.command(args)).unwrap_or_else(|err| {
+            panic!("daemon did not start: {err}\nlog:\n{}", self.log())
+        });
+        Daemon {
+            client: Some(client),
+            mnt: self.mnt(),
+        }
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.path("daemon.log")).unwrap_or_default()
+    }
+}
+
+/// A running daemon. Dropping it terminates it and makes sure the mount is
+/// gone, so a failing test never leaks a mount.
+pub struct Daemon {
+    pub client: Option<Client>,
+    pub mnt: PathBuf,
+}
+
+impl Daemon {
+    pub fn client(&self) -> &Client {
+        self.client.as_ref().expect("daemon running")
+    }
+
+    pub fn create(&self, create: CreateSandbox) {
+        self.client()
+            .create(&create)
+            .unwrap_or_else(|err| panic!("create {:?} failed: {err}", create.id));
+    }
+
+    /// Creates and returns the error message the daemon answered with.
+    pub fn create_err(&self, create: CreateSandbox) -> String {
+        match self.client().create(&create) {
+            Err(actionfs_protocol::ClientError::Rejected(message)) => message,
+            other => panic!("create {:?} should fail, got {other:?}", create.id),
+        }
+    }
+
+    pub fn destroy(&self, id: &str) {
+        self.client()
+            .destroy(id)
+            .unwrap_or_else(|err| panic!("destroy {id:?} failed: {err}"));
+    }
+
+    /// Bazel's shutdown: close stdin, SIGTERM, wait. Returns the exit code.
+    pub fn terminate(mut self) -> i32 {
+        let status = self.client.take().unwrap().terminate().unwrap();
+        status.code().unwrap_or(-1)
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            let _ = client.terminate();
+        }
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(&self.mnt).status();
+        }
+    }
+}
+
+/// Whether `path` is a mount point, per /proc/self/mounts.
+pub fn is_mounted(path: &Path) -> bool {
+    let path = path.to_string_lossy().into_owned();
+    fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .lines()
+        .any(|line| line.split(' ').nth(1) == Some(path.as_str()))
+}
+
+/// Waits up to `limit` for `condition`; a bounded wait, not a timing check.
+pub fn wait_for(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    condition()
+}
+
+pub fn ro(path: &str, underlying: &Path) -> Mapping {
+    mapping(path, underlying, false)
+}
+
+pub fn rw(path: &str, underlying: &Path) -> Mapping {
+    mapping(path, underlying, true)
+}
+
+fn mapping(path: &str, underlying: &Path, writable: bool) -> Mapping {
+    Mapping {
+        path: path.into(),
+        underlying_path: underlying.to_str().unwrap().into(),
+        writable,
+        ..Mapping::default()
+    }
+}
+
+pub fn sandbox(id: &str, mappings: Vec<Mapping>) -> CreateSandbox {
+    CreateSandbox {
+        id: id.into(),
+        mappings,
+        ..CreateSandbox::default()
+    }
+}
+
+/// The errno of an io::Error, for asserting on it.
+pub fn errno(result: std::io::Result<impl std::fmt::Debug>) -> i32 {
+    match result {
+        Ok(value) => panic!("expected an error, got {value:?}"),
+        Err(err) => err.raw_os_error().unwrap_or_else(|| panic!("no errno in {err}")),
+    }
+}
+
+/// Sorted names in a directory.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap_or_else(|err| panic!("read_dir {dir:?}: {err}"))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
