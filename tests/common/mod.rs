@@ -50,7 +50,7 @@ impl Fixture {
     /// to `daemon.log` in the fixture.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(BIN);
-        command.args(args).arg(self.mnt());
+        command.args(args).arg(self.mnt()).stdin(Stdio::null()).stdout(Stdio::null());
         let log = fs::File::create(self.path("daemon.log")).unwrap();
         command.stderr(Stdio::from(log));
         command
