@@ -148,15 +148,15 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
             "--node_cache" => {}
             "--reconfig_threads" => {
                 let text = value("a number")?;
-                reconfig_threads = text
-                    .parse()
-                    .ok()
-                    .filter(|&n: &usize| n > 0)
-                    .ok_or_else(|| {
-                        usage(format!(
-                            "--reconfig_threads takes a positive number, not {text:?}"
-                        ))
-                    })?;
+                reconfig_threads =
+                    text.parse()
+                        .ok()
+                        .filter(|&n: &usize| n > 0)
+                        .ok_or_else(|| {
+                            usage(format!(
+                                "--reconfig_threads takes a positive number, not {text:?}"
+                            ))
+                        })?;
             }
             _ => return Err(usage(format!("unknown flag {name}"))),
         }
@@ -194,9 +194,7 @@ fn stream_path(value: String) -> Option<PathBuf> {
 fn parse_mapping(text: &str) -> Result<ResolvedMapping, UsageError> {
     let mut parts = text.splitn(3, ':');
     let (Some(kind), Some(path), Some(target)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(usage(format!(
-            "--mapping {text:?} is not TYPE:PATH:TARGET"
-        )));
+        return Err(usage(format!("--mapping {text:?} is not TYPE:PATH:TARGET")));
     };
     let writable = match kind {
         "ro" => false,
@@ -233,7 +231,11 @@ fn parse_duration(text: &str) -> Result<Duration, UsageError> {
         "ns" => number / 1e9,
         "m" => number * 60.0,
         "h" => number * 3600.0,
-        _ => return Err(usage(format!("--ttl {text:?} has an unknown unit {unit:?}"))),
+        _ => {
+            return Err(usage(format!(
+                "--ttl {text:?} has an unknown unit {unit:?}"
+            )))
+        }
     };
     Duration::try_from_secs_f64(seconds)
         .map_err(|_| usage(format!("--ttl {text:?} is out of range")))
@@ -266,9 +268,19 @@ mod tests {
     #[test]
     fn every_flag_in_both_spellings() {
         let o = options(&[
-            "--allow", "other", "--input=/in", "--output", "/out", "--mapping=ro:/:/src",
-            "--mapping", "rw:/scratch:/tmp/s", "--ttl=500ms", "--xattrs", "--node_cache",
-            "--reconfig_threads=3", "/mnt",
+            "--allow",
+            "other",
+            "--input=/in",
+            "--output",
+            "/out",
+            "--mapping=ro:/:/src",
+            "--mapping",
+            "rw:/scratch:/tmp/s",
+            "--ttl=500ms",
+            "--xattrs",
+            "--node_cache",
+            "--reconfig_threads=3",
+            "/mnt",
         ]);
         assert_eq!(o.allow, Allow::Everyone);
         assert_eq!(o.input, Some(PathBuf::from("/in")));
@@ -304,6 +316,9 @@ mod tests {
     #[test]
     fn help_and_version_win() {
         assert!(matches!(parse_strs(&["--help"]), Ok(Command::Help)));
-        assert!(matches!(parse_strs(&["--version", "/m"]), Ok(Command::Version)));
+        assert!(matches!(
+            parse_strs(&["--version", "/m"]),
+            Ok(Command::Version)
+        ));
     }
 }

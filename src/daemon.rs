@@ -172,7 +172,10 @@ fn raise_fd_limit() {
         {
             limit.rlim_cur = limit.rlim_max;
             if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                log::info!("cannot raise the open file limit: {}", io::Error::last_os_error());
+                log::info!(
+                    "cannot raise the open file limit: {}",
+                    io::Error::last_os_error()
+                );
             }
         }
     }

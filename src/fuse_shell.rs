@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::tree::{Attr, Errno, FileKind, Invalidator, SandboxFs, SetAttr, SetTime, XattrReply};
@@ -126,7 +126,10 @@ impl Filesystem for FuseShell {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Lookups in one directory may run in parallel; symlink targets do
         // not change while a node lives, so the kernel may cache them.
-        for wanted in [InitFlags::FUSE_PARALLEL_DIROPS, InitFlags::FUSE_CACHE_SYMLINKS] {
+        for wanted in [
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+        ] {
             if config.add_capabilities(wanted).is_err() {
                 log::info!("kernel does not offer {wanted:?}");
             }

@@ -10,4 +10,5 @@ pub mod daemon;
 pub mod fuse_shell;
 pub mod mount;
 pub mod reconfig;
+mod sys;
 pub mod tree;

@@ -36,22 +36,26 @@ pub fn clear_stale(path: &Path) -> io::Result<bool> {
 pub fn unmount_lazily(path: &Path) -> io::Result<()> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mount point has a NUL byte"))?;
-    // SAFETY: valid C string.
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
-        return Ok(());
-    }
-    let direct = io::Error::last_os_error();
+    let direct = match crate::sys::unmount_detached(&c) {
+        Ok(()) => return Ok(()),
+        Err(err) => err,
+    };
     if direct.raw_os_error() != Some(libc::EPERM) {
         return Err(io::Error::new(
             direct.kind(),
-            format!("umount2({path:?}, MNT_DETACH): {direct}"),
+            format!("detaching unmount of {path:?}: {direct}"),
         ));
     }
     let status = Command::new("fusermount3")
         .args(["-u", "-z", "--"])
         .arg(path)
         .status()
-        .or_else(|_| Command::new("fusermount").args(["-u", "-z", "--"]).arg(path).status())
+        .or_else(|_| {
+            Command::new("fusermount")
+                .args(["-u", "-z", "--"])
+                .arg(path)
+                .status()
+        })
         .map_err(|err| io::Error::new(err.kind(), format!("cannot run fusermount3: {err}")))?;
     if !status.success() {
         return Err(io::Error::other(format!(
@@ -77,8 +81,10 @@ pub fn check_allow_permitted(allow: Allow) -> Result<(), String> {
     if permitted {
         Ok(())
     } else {
-        Err("--allow=root and --allow=other need 'user_allow_other' in /etc/fuse.conf \
+        Err(
+            "--allow=root and --allow=other need 'user_allow_other' in /etc/fuse.conf \
              when actionfs does not run as root"
-            .to_owned())
+                .to_owned(),
+        )
     }
 }

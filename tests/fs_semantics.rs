@@ -18,22 +18,44 @@ fn c(path: &Path) -> CString {
 
 /// Sets atime and mtime of `path` (not following symlinks) to `secs`.
 fn set_times(path: &Path, secs: i64) -> std::io::Result<()> {
-    let t = libc::timespec { tv_sec: secs, tv_nsec: 0 };
+    let t = libc::timespec {
+        tv_sec: secs,
+        tv_nsec: 0,
+    };
     let times = [t, t];
     // SAFETY: valid C string and timespec array.
     let ret = unsafe {
-        libc::utimensat(libc::AT_FDCWD, c(path).as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c(path).as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
     };
-    if ret == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 fn setxattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
     let name = CString::new(name).unwrap();
     // SAFETY: valid C strings and buffer.
     let ret = unsafe {
-        libc::lsetxattr(c(path).as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0)
+        libc::lsetxattr(
+            c(path).as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
     };
-    if ret == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 fn getxattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
@@ -41,7 +63,12 @@ fn getxattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
     let mut buf = vec![0u8; 256];
     // SAFETY: valid C strings and buffer of buf.len() bytes.
     let ret = unsafe {
-        libc::lgetxattr(c(path).as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+        libc::lgetxattr(
+            c(path).as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
     };
     if ret < 0 {
         return Err(std::io::Error::last_os_error());
@@ -56,38 +83,103 @@ fn read_only_mappings_read_back_and_refuse_every_change() {
     let input = fx.write("src/in.txt", "input bytes");
     fx.write("src/tree/inner.txt", "inner");
     let d = fx.start(&["--xattrs"]);
-    d.create(sandbox("s", vec![
-        rw("/ws", &fx.path("scratch")),
-        ro("/ws/in.txt", &input),
-        ro("/ws/tree", &fx.path("src/tree")),
-    ]));
+    d.create(sandbox(
+        "s",
+        vec![
+            rw("/ws", &fx.path("scratch")),
+            ro("/ws/in.txt", &input),
+            ro("/ws/tree", &fx.path("src/tree")),
+        ],
+    ));
     let file = d.path("s/ws/in.txt");
     assert_eq!(fs::read_to_string(&file).unwrap(), "input bytes");
-    assert_eq!(fs::read_to_string(d.path("s/ws/tree/inner.txt")).unwrap(), "inner");
+    assert_eq!(
+        fs::read_to_string(d.path("s/ws/tree/inner.txt")).unwrap(),
+        "inner"
+    );
 
     let eperm = libc::EPERM;
-    assert_eq!(errno(OpenOptions::new().write(true).open(&file)), eperm, "O_WRONLY");
-    assert_eq!(errno(OpenOptions::new().read(true).write(true).open(&file)), eperm, "O_RDWR");
-    assert_eq!(errno(OpenOptions::new().append(true).open(&file)), eperm, "O_APPEND");
-    assert_eq!(errno(OpenOptions::new().write(true).truncate(true).open(&file)), eperm, "O_TRUNC");
-    assert_eq!(errno(fs::set_permissions(&file, fs::Permissions::from_mode(0o777))), eperm, "chmod");
-    assert_eq!(errno(std::os::unix::fs::chown(&file, Some(1), Some(1))), eperm, "chown");
+    assert_eq!(
+        errno(OpenOptions::new().write(true).open(&file)),
+        eperm,
+        "O_WRONLY"
+    );
+    assert_eq!(
+        errno(OpenOptions::new().read(true).write(true).open(&file)),
+        eperm,
+        "O_RDWR"
+    );
+    assert_eq!(
+        errno(OpenOptions::new().append(true).open(&file)),
+        eperm,
+        "O_APPEND"
+    );
+    assert_eq!(
+        errno(OpenOptions::new().write(true).truncate(true).open(&file)),
+        eperm,
+        "O_TRUNC"
+    );
+    assert_eq!(
+        errno(fs::set_permissions(
+            &file,
+            fs::Permissions::from_mode(0o777)
+        )),
+        eperm,
+        "chmod"
+    );
+    assert_eq!(
+        errno(std::os::unix::fs::chown(&file, Some(1), Some(1))),
+        eperm,
+        "chown"
+    );
     assert_eq!(errno(set_times(&file, 1000)), eperm, "utimes");
     assert_eq!(errno(fs::remove_file(&file)), eperm, "unlink of a mapping");
-    assert_eq!(errno(fs::rename(&file, d.path("s/ws/moved.txt"))), eperm, "rename out");
-    assert_eq!(errno(fs::hard_link(&file, d.path("s/ws/linked.txt"))), eperm, "link");
+    assert_eq!(
+        errno(fs::rename(&file, d.path("s/ws/moved.txt"))),
+        eperm,
+        "rename out"
+    );
+    assert_eq!(
+        errno(fs::hard_link(&file, d.path("s/ws/linked.txt"))),
+        eperm,
+        "link"
+    );
     assert_eq!(errno(setxattr(&file, "user.x", b"1")), eperm, "setxattr");
     // Inside a read-only mapped directory, nothing can be added or removed.
     let inner = d.path("s/ws/tree/inner.txt");
-    assert_eq!(errno(fs::write(d.path("s/ws/tree/new.txt"), "x")), eperm, "create");
-    assert_eq!(errno(fs::create_dir(d.path("s/ws/tree/newdir"))), eperm, "mkdir");
+    assert_eq!(
+        errno(fs::write(d.path("s/ws/tree/new.txt"), "x")),
+        eperm,
+        "create"
+    );
+    assert_eq!(
+        errno(fs::create_dir(d.path("s/ws/tree/newdir"))),
+        eperm,
+        "mkdir"
+    );
     assert_eq!(errno(fs::remove_file(&inner)), eperm, "unlink inside");
-    assert_eq!(errno(fs::rename(d.path("s/ws/scratchfile"), d.path("s/ws/tree/x"))), libc::ENOENT);
+    assert_eq!(
+        errno(fs::rename(
+            d.path("s/ws/scratchfile"),
+            d.path("s/ws/tree/x")
+        )),
+        libc::ENOENT
+    );
     fs::write(d.path("s/ws/scratchfile"), "w").unwrap();
-    assert_eq!(errno(fs::rename(d.path("s/ws/scratchfile"), d.path("s/ws/tree/x"))), eperm, "rename into");
+    assert_eq!(
+        errno(fs::rename(
+            d.path("s/ws/scratchfile"),
+            d.path("s/ws/tree/x")
+        )),
+        eperm,
+        "rename into"
+    );
     // Nothing changed underneath.
     assert_eq!(fs::read_to_string(&input).unwrap(), "input bytes");
-    assert_eq!(fs::read_to_string(fx.path("src/tree/inner.txt")).unwrap(), "inner");
+    assert_eq!(
+        fs::read_to_string(fx.path("src/tree/inner.txt")).unwrap(),
+        "inner"
+    );
     assert_eq!(names(&fx.path("src/tree")), ["inner.txt"]);
     assert_eq!(d.terminate(), 0);
 }
@@ -105,17 +197,37 @@ fn writable_mapping_passes_every_change_through() {
     f.write_all(b"hello world").unwrap();
     f.sync_all().unwrap();
     drop(f);
-    assert_eq!(fs::read_to_string(scratch.join("out.txt")).unwrap(), "hello world");
+    assert_eq!(
+        fs::read_to_string(scratch.join("out.txt")).unwrap(),
+        "hello world"
+    );
 
     // truncate, through a path and through a handle.
-    OpenOptions::new().write(true).open(ws.join("out.txt")).unwrap().set_len(5).unwrap();
-    assert_eq!(fs::read_to_string(scratch.join("out.txt")).unwrap(), "hello");
+    OpenOptions::new()
+        .write(true)
+        .open(ws.join("out.txt"))
+        .unwrap()
+        .set_len(5)
+        .unwrap();
+    assert_eq!(
+        fs::read_to_string(scratch.join("out.txt")).unwrap(),
+        "hello"
+    );
     fs::write(ws.join("out.txt"), "replaced").unwrap();
-    assert_eq!(fs::read_to_string(scratch.join("out.txt")).unwrap(), "replaced");
-    let mut appended = OpenOptions::new().append(true).open(ws.join("out.txt")).unwrap();
+    assert_eq!(
+        fs::read_to_string(scratch.join("out.txt")).unwrap(),
+        "replaced"
+    );
+    let mut appended = OpenOptions::new()
+        .append(true)
+        .open(ws.join("out.txt"))
+        .unwrap();
     appended.write_all(b"+more").unwrap();
     drop(appended);
-    assert_eq!(fs::read_to_string(scratch.join("out.txt")).unwrap(), "replaced+more");
+    assert_eq!(
+        fs::read_to_string(scratch.join("out.txt")).unwrap(),
+        "replaced+more"
+    );
 
     // mkdir, nested files, rmdir, unlink.
     fs::create_dir(ws.join("d")).unwrap();
@@ -136,23 +248,35 @@ fn writable_mapping_passes_every_change_through() {
 
     // symlink and hard link.
     std::os::unix::fs::symlink("b/f", ws.join("sym")).unwrap();
-    assert_eq!(fs::read_link(scratch.join("sym")).unwrap(), Path::new("b/f"));
+    assert_eq!(
+        fs::read_link(scratch.join("sym")).unwrap(),
+        Path::new("b/f")
+    );
     assert_eq!(fs::read_to_string(ws.join("sym")).unwrap(), "moved");
     fs::hard_link(ws.join("b/f"), ws.join("hard")).unwrap();
     assert_eq!(fs::metadata(scratch.join("hard")).unwrap().nlink(), 2);
 
     // chmod, chown, utimes, xattrs.
     fs::set_permissions(ws.join("hard"), fs::Permissions::from_mode(0o640)).unwrap();
-    assert_eq!(fs::metadata(scratch.join("hard")).unwrap().mode() & 0o777, 0o640);
+    assert_eq!(
+        fs::metadata(scratch.join("hard")).unwrap().mode() & 0o777,
+        0o640
+    );
     if unsafe { libc::geteuid() } == 0 {
         std::os::unix::fs::chown(ws.join("hard"), Some(1), Some(2)).unwrap();
         let meta = fs::metadata(scratch.join("hard")).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (1, 2));
     }
     set_times(&ws.join("hard"), 1_000_000).unwrap();
-    assert_eq!(fs::metadata(scratch.join("hard")).unwrap().mtime(), 1_000_000);
+    assert_eq!(
+        fs::metadata(scratch.join("hard")).unwrap().mtime(),
+        1_000_000
+    );
     setxattr(&ws.join("hard"), "user.actionfs", b"yes").unwrap();
-    assert_eq!(getxattr(&scratch.join("hard"), "user.actionfs").unwrap(), b"yes");
+    assert_eq!(
+        getxattr(&scratch.join("hard"), "user.actionfs").unwrap(),
+        b"yes"
+    );
     assert_eq!(getxattr(&ws.join("hard"), "user.actionfs").unwrap(), b"yes");
     assert_eq!(d.terminate(), 0);
 }
@@ -166,32 +290,53 @@ fn directories_merge_underlying_entries_with_nested_mappings() {
     fs::create_dir_all(scratch.join("out/bin")).unwrap();
     let input = fx.write("src/input.txt", "from input");
     let d = fx.start(&[]);
-    d.create(sandbox("s", vec![
-        rw("/ws", &scratch),
-        ro("/ws/shadowed.txt", &input),
-        ro("/ws/out/bin/gen.txt", &input),
-        ro("/ws/in/deep/x.txt", &input),
-    ]));
+    d.create(sandbox(
+        "s",
+        vec![
+            rw("/ws", &scratch),
+            ro("/ws/shadowed.txt", &input),
+            ro("/ws/out/bin/gen.txt", &input),
+            ro("/ws/in/deep/x.txt", &input),
+        ],
+    ));
     let ws = d.path("s/ws");
     assert_eq!(names(&ws), ["in", "keep.txt", "out", "shadowed.txt"]);
-    assert_eq!(fs::read_to_string(ws.join("keep.txt")).unwrap(), "from scratch");
-    assert_eq!(fs::read_to_string(ws.join("shadowed.txt")).unwrap(), "from input");
-    assert_eq!(fs::read_to_string(ws.join("out/bin/gen.txt")).unwrap(), "from input");
+    assert_eq!(
+        fs::read_to_string(ws.join("keep.txt")).unwrap(),
+        "from scratch"
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join("shadowed.txt")).unwrap(),
+        "from input"
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join("out/bin/gen.txt")).unwrap(),
+        "from input"
+    );
     // out/bin exists underneath: it merges, so outputs can be written next
     // to mapped inputs and land in the scratch directory.
     fs::write(ws.join("out/bin/result.txt"), "output").unwrap();
-    assert_eq!(fs::read_to_string(scratch.join("out/bin/result.txt")).unwrap(), "output");
+    assert_eq!(
+        fs::read_to_string(scratch.join("out/bin/result.txt")).unwrap(),
+        "output"
+    );
     assert_eq!(names(&ws.join("out/bin")), ["gen.txt", "result.txt"]);
     // in/deep does not exist underneath: a read-only virtual directory.
     let meta = fs::metadata(ws.join("in/deep")).unwrap();
     assert!(meta.is_dir());
     assert_eq!(meta.mode() & 0o777, 0o555);
-    assert_eq!(errno(fs::write(ws.join("in/deep/new.txt"), "x")), libc::EPERM);
+    assert_eq!(
+        errno(fs::write(ws.join("in/deep/new.txt"), "x")),
+        libc::EPERM
+    );
     assert_eq!(errno(fs::create_dir(ws.join("in/new"))), libc::EPERM);
     // The sandbox directory itself and the mount root are virtual too.
     assert_eq!(errno(fs::create_dir(d.path("s/other"))), libc::EPERM);
     assert_eq!(errno(fs::create_dir(d.path("newtop"))), libc::EPERM);
-    assert!(!scratch.join("in").exists(), "virtual directories must not touch disk");
+    assert!(
+        !scratch.join("in").exists(),
+        "virtual directories must not touch disk"
+    );
     assert_eq!(d.terminate(), 0);
 }
 
@@ -203,20 +348,39 @@ fn symlinks_are_exposed_as_symlinks_and_never_followed() {
     std::os::unix::fs::symlink("/etc/hostname", fx.path("src/abs")).unwrap();
     std::os::unix::fs::symlink("/nonexistent/dangling", fx.path("src/dangling")).unwrap();
     let d = fx.start(&[]);
-    d.create(sandbox("s", vec![
-        ro("/rel", &fx.path("src/rel")),
-        ro("/abs", &fx.path("src/abs")),
-        ro("/dangling", &fx.path("src/dangling")),
-        ro("/dir", &fx.path("src")),
-    ]));
-    for (name, target) in [("rel", "target.txt"), ("abs", "/etc/hostname"), ("dangling", "/nonexistent/dangling")] {
+    d.create(sandbox(
+        "s",
+        vec![
+            ro("/rel", &fx.path("src/rel")),
+            ro("/abs", &fx.path("src/abs")),
+            ro("/dangling", &fx.path("src/dangling")),
+            ro("/dir", &fx.path("src")),
+        ],
+    ));
+    for (name, target) in [
+        ("rel", "target.txt"),
+        ("abs", "/etc/hostname"),
+        ("dangling", "/nonexistent/dangling"),
+    ] {
         let path = d.path(&format!("s/{name}"));
-        assert!(fs::symlink_metadata(&path).unwrap().file_type().is_symlink(), "{name}");
+        assert!(
+            fs::symlink_metadata(&path)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "{name}"
+        );
         assert_eq!(fs::read_link(&path).unwrap(), Path::new(target), "{name}");
     }
     // Inside a mapped directory, too.
-    assert!(fs::symlink_metadata(d.path("s/dir/rel")).unwrap().file_type().is_symlink());
-    assert_eq!(fs::read_link(d.path("s/dir/rel")).unwrap(), Path::new("target.txt"));
+    assert!(fs::symlink_metadata(d.path("s/dir/rel"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(
+        fs::read_link(d.path("s/dir/rel")).unwrap(),
+        Path::new("target.txt")
+    );
     // The relative link resolves inside the view, to the view's file.
     assert_eq!(fs::read_to_string(d.path("s/dir/rel")).unwrap(), "target");
     assert_eq!(d.terminate(), 0);
@@ -228,7 +392,10 @@ fn inode_numbers_are_stable_and_distinct() {
     let a = fx.write("src/a", "a");
     let b = fx.write("src/b", "b");
     let d = fx.start(&["--ttl=0s"]);
-    d.create(sandbox("s", vec![ro("/a", &a), ro("/b", &b), ro("/dir", &fx.path("src"))]));
+    d.create(sandbox(
+        "s",
+        vec![ro("/a", &a), ro("/b", &b), ro("/dir", &fx.path("src"))],
+    ));
     let ino_a = fs::metadata(d.path("s/a")).unwrap().ino();
     let ino_b = fs::metadata(d.path("s/b")).unwrap().ino();
     assert_ne!(ino_a, ino_b);
@@ -250,7 +417,10 @@ fn attributes_come_from_the_underlying_object() {
     set_times(&file, 123_456_789).unwrap();
     let d = fx.start(&[]);
     d.create(sandbox("s", vec![ro("/f", &file)]));
-    let (view, real) = (fs::metadata(d.path("s/f")).unwrap(), fs::metadata(&file).unwrap());
+    let (view, real) = (
+        fs::metadata(d.path("s/f")).unwrap(),
+        fs::metadata(&file).unwrap(),
+    );
     assert_eq!(view.len(), 5);
     assert_eq!(view.mode(), real.mode());
     assert_eq!(view.mtime(), 123_456_789);
@@ -259,7 +429,10 @@ fn attributes_come_from_the_underlying_object() {
     // statfs answers for the mount.
     // SAFETY: zeroed statvfs is a valid out-parameter; valid C string.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::statvfs(c(&d.path("s/f")).as_ptr(), &mut st) }, 0);
+    assert_eq!(
+        unsafe { libc::statvfs(c(&d.path("s/f")).as_ptr(), &mut st) },
+        0
+    );
     assert!(st.f_blocks > 0 && st.f_bsize > 0);
     assert_eq!(unsafe { libc::statvfs(c(&d.mnt).as_ptr(), &mut st) }, 0);
     assert_eq!(st.f_namemax, 255);
@@ -280,7 +453,10 @@ fn destroyed_sandbox_is_gone_at_once_and_a_reused_id_shows_new_mappings() {
     assert_eq!(errno(fs::metadata(d.path("7"))), libc::ENOENT);
     assert_eq!(errno(fs::metadata(d.path("7/ws/file"))), libc::ENOENT);
     assert_eq!(names(&d.mnt), ["empty"]);
-    d.create(sandbox("7", vec![ro("/ws/file", &new), ro("/ws/other", &old)]));
+    d.create(sandbox(
+        "7",
+        vec![ro("/ws/file", &new), ro("/ws/other", &old)],
+    ));
     assert_eq!(fs::read_to_string(d.path("7/ws/file")).unwrap(), "new");
     assert_eq!(names(&d.path("7/ws")), ["file", "other"]);
     assert_eq!(d.terminate(), 0);
@@ -306,14 +482,23 @@ fn renames_across_mappings_answer_exdev() {
     fs::create_dir(fx.path("scratch/one")).unwrap();
     fs::create_dir(fx.path("scratch/two")).unwrap();
     let d = fx.start(&[]);
-    d.create(sandbox("s", vec![
-        rw("/one", &fx.path("scratch/one")),
-        rw("/two", &fx.path("scratch/two")),
-    ]));
+    d.create(sandbox(
+        "s",
+        vec![
+            rw("/one", &fx.path("scratch/one")),
+            rw("/two", &fx.path("scratch/two")),
+        ],
+    ));
     fs::write(d.path("s/one/f"), "f").unwrap();
-    assert_eq!(errno(fs::rename(d.path("s/one/f"), d.path("s/two/f"))), libc::EXDEV);
+    assert_eq!(
+        errno(fs::rename(d.path("s/one/f"), d.path("s/two/f"))),
+        libc::EXDEV
+    );
     // The writable mapping's root itself is fixed.
-    assert_eq!(errno(fs::rename(d.path("s/one"), d.path("s/three"))), libc::EPERM);
+    assert_eq!(
+        errno(fs::rename(d.path("s/one"), d.path("s/three"))),
+        libc::EPERM
+    );
     assert_eq!(d.terminate(), 0);
 }
 
@@ -342,8 +527,14 @@ fn extended_attributes_are_unsupported_without_the_flag() {
     setxattr(&file, "user.present", b"1").unwrap();
     let d = fx.start(&[]);
     d.create(sandbox("s", vec![rw("/ws", &fx.path("scratch"))]));
-    assert_eq!(errno(getxattr(&d.path("s/ws/f"), "user.present")), libc::EOPNOTSUPP);
-    assert_eq!(errno(setxattr(&d.path("s/ws/f"), "user.new", b"1")), libc::EOPNOTSUPP);
+    assert_eq!(
+        errno(getxattr(&d.path("s/ws/f"), "user.present")),
+        libc::EOPNOTSUPP
+    );
+    assert_eq!(
+        errno(setxattr(&d.path("s/ws/f"), "user.new", b"1")),
+        libc::EOPNOTSUPP
+    );
     assert_eq!(d.terminate(), 0);
 }
 
@@ -356,7 +547,10 @@ fn made_up_directories_never_follow_an_underlying_symlink() {
     // for the nested mapping /ws/evil/x.txt.
     std::os::unix::fs::symlink(fx.path("src"), fx.path("scratch/evil")).unwrap();
     let d = fx.start(&[]);
-    d.create(sandbox("s", vec![rw("/ws", &fx.path("scratch")), ro("/ws/evil/x.txt", &input)]));
+    d.create(sandbox(
+        "s",
+        vec![rw("/ws", &fx.path("scratch")), ro("/ws/evil/x.txt", &input)],
+    ));
     let evil = d.path("s/ws/evil");
     assert!(fs::symlink_metadata(&evil).unwrap().is_dir());
     assert_eq!(names(&evil), ["x.txt"]);

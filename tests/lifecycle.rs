@@ -14,7 +14,10 @@ fn stops_cleanly_on(signal: i32) {
     let fx = Fixture::new();
     let input = fx.write("src/in", "data");
     let d = fx.start(&[]);
-    d.create(sandbox("s", vec![ro("/in", &input), rw("/ws", &fx.path("scratch"))]));
+    d.create(sandbox(
+        "s",
+        vec![ro("/in", &input), rw("/ws", &fx.path("scratch"))],
+    ));
     // Open files and a process sitting inside the mount must not hold the
     // daemon up.
     let _open = fs::File::open(d.path("s/in")).unwrap();
@@ -31,8 +34,16 @@ fn stops_cleanly_on(signal: i32) {
     let status = client.wait().unwrap();
     let _ = sitter.kill();
     let _ = sitter.wait();
-    assert_eq!(status.code(), Some(0), "signal {signal}; log:\n{}", fx.log());
-    assert!(!is_mounted(&fx.mnt()), "mount left behind after signal {signal}");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "signal {signal}; log:\n{}",
+        fx.log()
+    );
+    assert!(
+        !is_mounted(&fx.mnt()),
+        "mount left behind after signal {signal}"
+    );
 }
 
 #[test]
@@ -67,7 +78,12 @@ fn end_of_input_keeps_the_mount_serving() {
 fn a_closed_output_keeps_the_mount_serving() {
     let fx = Fixture::new();
     let input = fx.write("src/in", "data");
-    let mut child = fx.command(&[]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut child = fx
+        .command(&[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     stdin.write_all(br#"{"C":{"i":"empty","m":[]}}"#).unwrap();
@@ -75,14 +91,26 @@ fn a_closed_output_keeps_the_mount_serving() {
     stdout.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), r#"{"id":"empty","error":null}"#);
     drop(stdout); // the reader goes away: the next answer hits EPIPE
-    let request = format!(r#"{{"C":{{"i":"a","m":[{{"p":"/in","u":"{}"}}]}}}}"#, input.display());
+    let request = format!(
+        r#"{{"C":{{"i":"a","m":[{{"p":"/in","u":"{}"}}]}}}}"#,
+        input.display()
+    );
     stdin.write_all(request.as_bytes()).unwrap();
     stdin.flush().unwrap();
-    assert!(wait_for(Duration::from_secs(10), || fx.mnt().join("a/in").exists()));
-    let request = format!(r#"{{"C":{{"i":"b","m":[{{"p":"/in","u":"{}"}}]}}}}"#, input.display());
+    assert!(wait_for(Duration::from_secs(10), || fx
+        .mnt()
+        .join("a/in")
+        .exists()));
+    let request = format!(
+        r#"{{"C":{{"i":"b","m":[{{"p":"/in","u":"{}"}}]}}}}"#,
+        input.display()
+    );
     stdin.write_all(request.as_bytes()).unwrap();
     stdin.flush().unwrap();
-    assert!(wait_for(Duration::from_secs(10), || fx.mnt().join("b/in").exists()));
+    assert!(wait_for(Duration::from_secs(10), || fx
+        .mnt()
+        .join("b/in")
+        .exists()));
     assert_eq!(fs::read_to_string(fx.mnt().join("b/in")).unwrap(), "data");
     drop(stdin);
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -101,21 +129,32 @@ fn a_stale_mount_from_a_killed_daemon_is_cleared_at_start() {
     client.wait().unwrap();
     drop(client);
     let stale = fs::metadata(fx.mnt()).unwrap_err();
-    assert_eq!(stale.raw_os_error(), Some(libc::ENOTCONN), "the kill should leave a stale mount");
+    assert_eq!(
+        stale.raw_os_error(),
+        Some(libc::ENOTCONN),
+        "the kill should leave a stale mount"
+    );
     std::mem::forget(first); // its Drop would clear the mount we want to test with
 
     let second = fx.start(&[]);
     second.create(sandbox("s", vec![ro("/in", &input)]));
     assert_eq!(fs::read_to_string(second.path("s/in")).unwrap(), "data");
     assert_eq!(second.terminate(), 0);
-    assert!(!is_mounted(&fx.mnt()), "one mount was stale, one live: both must be gone");
+    assert!(
+        !is_mounted(&fx.mnt()),
+        "one mount was stale, one live: both must be gone"
+    );
 }
 
 #[test]
 fn an_external_unmount_ends_the_daemon_with_status_zero() {
     let fx = Fixture::new();
     let mut d = fx.start(&[]);
-    let status = Command::new("fusermount3").arg("-u").arg(fx.mnt()).status().unwrap();
+    let status = Command::new("fusermount3")
+        .arg("-u")
+        .arg(fx.mnt())
+        .status()
+        .unwrap();
     assert!(status.success());
     let mut client = d.client.take().unwrap();
     assert_eq!(client.wait().unwrap().code(), Some(0), "{}", fx.log());
@@ -130,7 +169,10 @@ fn version_first_line_is_what_bazel_parses() {
     // Bazel requires exactly "sandboxfs X.Y.Z", >= 0.2.0 for this protocol.
     assert_eq!(lines.next(), Some("sandboxfs 0.2.0"));
     assert!(lines.next().unwrap().starts_with("actionfs "));
-    assert!(out.stderr.is_empty(), "nothing may precede the version line");
+    assert!(
+        out.stderr.is_empty(),
+        "nothing may precede the version line"
+    );
 }
 
 #[test]
@@ -138,8 +180,19 @@ fn help_lists_every_flag() {
     let out = Command::new(BIN).arg("--help").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    for flag in ["--allow", "--input", "--output", "--mapping", "--ttl", "--xattrs",
-                 "--node_cache", "--reconfig_threads", "--help", "--version", "MOUNTPOINT"] {
+    for flag in [
+        "--allow",
+        "--input",
+        "--output",
+        "--mapping",
+        "--ttl",
+        "--xattrs",
+        "--node_cache",
+        "--reconfig_threads",
+        "--help",
+        "--version",
+        "MOUNTPOINT",
+    ] {
         assert!(text.contains(flag), "--help does not mention {flag}");
     }
 }
@@ -149,19 +202,32 @@ fn usage_errors_exit_2_and_runtime_errors_exit_1_with_one_line() {
     let fx = Fixture::new();
     let file = fx.write("src/file", "x");
     let run = |args: &[&str]| {
-        let out = Command::new(BIN).args(args).stdin(Stdio::null()).output().unwrap();
+        let out = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
         (out.status.code(), String::from_utf8(out.stderr).unwrap())
     };
     for args in [&["--bogus", "/m"][..], &[][..], &["--allow=all", "/m"][..]] {
         let (code, err) = run(args);
         assert_eq!(code, Some(2), "{args:?}: {err}");
-        assert!(err.starts_with("actionfs: ") && err.trim_end().lines().count() == 1, "{err}");
+        assert!(
+            err.starts_with("actionfs: ") && err.trim_end().lines().count() == 1,
+            "{err}"
+        );
     }
     let missing = fx.path("no/such/dir");
-    for (mount_point, expected) in [(missing.as_path(), "No such file"), (file.as_path(), "not a directory")] {
+    for (mount_point, expected) in [
+        (missing.as_path(), "No such file"),
+        (file.as_path(), "not a directory"),
+    ] {
         let (code, err) = run(&[mount_point.to_str().unwrap()]);
         assert_eq!(code, Some(1), "{err}");
-        assert!(err.contains(expected) && err.trim_end().lines().count() == 1, "{err}");
+        assert!(
+            err.contains(expected) && err.trim_end().lines().count() == 1,
+            "{err}"
+        );
     }
     let bad_mapping = format!("--mapping=ro:/x:{}", fx.path("src/nope").display());
     let (code, err) = run(&[&bad_mapping, fx.mnt().to_str().unwrap()]);

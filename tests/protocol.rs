@@ -13,9 +13,15 @@ use common::*;
 /// Asserts that a failed create of `id` left nothing: the id is not in the
 /// mount, and creating it properly afterwards works.
 fn assert_no_trace(d: &Daemon, id: &str, good: &Path) {
-    assert!(!names(&d.mnt).contains(&id.to_string()), "{id:?} is visible after failing");
+    assert!(
+        !names(&d.mnt).contains(&id.to_string()),
+        "{id:?} is visible after failing"
+    );
     d.create(sandbox(id, vec![ro("/ok", good)]));
-    assert_eq!(fs::read_to_string(d.path(&format!("{id}/ok"))).unwrap(), "good");
+    assert_eq!(
+        fs::read_to_string(d.path(&format!("{id}/ok"))).unwrap(),
+        "good"
+    );
     d.destroy(id);
 }
 
@@ -26,21 +32,58 @@ fn every_bad_create_is_answered_with_a_precise_error_and_leaves_nothing() {
     let d = fx.start(&[]);
     let missing = fx.path("src/missing");
     let cases: Vec<(&str, CreateSandbox, &str)> = vec![
-        ("a", sandbox("a", vec![ro("relative/path", &good)]), "relative/path"),
+        (
+            "a",
+            sandbox("a", vec![ro("relative/path", &good)]),
+            "relative/path",
+        ),
         ("b", sandbox("b", vec![ro("/x/../y", &good)]), "/x/../y"),
-        ("c", sandbox("c", vec![ro("/ok", &good), ro("/gone", &missing)]), "missing"),
-        ("d", sandbox("d", vec![ro("/same", &good), ro("/same", &good)]), "mapped twice"),
-        ("e", sandbox("e", vec![ro("/f", &good), ro("/f/below", &good)]), "non-directory"),
-        ("f", sandbox("f", vec![ro("/x", &good)]).with_mapping(Mapping {
-            path_prefix: 77, path: "p".into(), underlying_path: "/u".into(), ..Mapping::default()
-        }), "unknown prefix 77"),
-        ("g", sandbox("g", vec![]).with_prefix(5, "not/absolute"), "prefix 5"),
-        ("h", sandbox("h", vec![ro("/inside", &d.mnt.join("empty"))]), "inside the mount point"),
+        (
+            "c",
+            sandbox("c", vec![ro("/ok", &good), ro("/gone", &missing)]),
+            "missing",
+        ),
+        (
+            "d",
+            sandbox("d", vec![ro("/same", &good), ro("/same", &good)]),
+            "mapped twice",
+        ),
+        (
+            "e",
+            sandbox("e", vec![ro("/f", &good), ro("/f/below", &good)]),
+            "non-directory",
+        ),
+        (
+            "f",
+            sandbox("f", vec![ro("/x", &good)]).with_mapping(Mapping {
+                path_prefix: 77,
+                path: "p".into(),
+                underlying_path: "/u".into(),
+                ..Mapping::default()
+            }),
+            "unknown prefix 77",
+        ),
+        (
+            "g",
+            sandbox("g", vec![]).with_prefix(5, "not/absolute"),
+            "prefix 5",
+        ),
+        (
+            "h",
+            sandbox("h", vec![ro("/inside", &d.mnt.join("empty"))]),
+            "inside the mount point",
+        ),
     ];
     for (id, create, expected) in cases {
         let message = d.create_err(create);
-        assert!(message.contains(&format!("{id:?}")), "error must name sandbox {id}: {message}");
-        assert!(message.contains(expected), "error for {id} must mention {expected:?}: {message}");
+        assert!(
+            message.contains(&format!("{id:?}")),
+            "error must name sandbox {id}: {message}"
+        );
+        assert!(
+            message.contains(expected),
+            "error for {id} must mention {expected:?}: {message}"
+        );
         assert_no_trace(&d, id, &good);
     }
     assert_eq!(d.terminate(), 0);
@@ -60,12 +103,22 @@ fn bad_ids_duplicates_and_unknown_destroys_are_errors() {
     d.create(sandbox("dup", vec![ro("/first", &good)]));
     let message = d.create_err(sandbox("dup", vec![ro("/second", &good)]));
     assert!(message.contains("already exists"), "{message}");
-    assert_eq!(names(&d.path("dup")), ["first"], "the original must be untouched");
+    assert_eq!(
+        names(&d.path("dup")),
+        ["first"],
+        "the original must be untouched"
+    );
 
     let err = d.client().destroy("never-created").unwrap_err().to_string();
-    assert!(err.contains("never-created") && err.contains("does not exist"), "{err}");
+    assert!(
+        err.contains("never-created") && err.contains("does not exist"),
+        "{err}"
+    );
     d.destroy("dup");
-    assert!(d.client().destroy("dup").is_err(), "a second destroy must fail");
+    assert!(
+        d.client().destroy("dup").is_err(),
+        "a second destroy must fail"
+    );
     assert_eq!(d.terminate(), 0);
 }
 
@@ -79,10 +132,20 @@ fn prefixes_persist_across_requests_even_after_a_failed_create() {
     let failing = CreateSandbox {
         id: "1".into(),
         mappings: vec![
-            Mapping { path_prefix: 1, path: "ws/good".into(), underlying_path_prefix: 2,
-                      underlying_path: "good".into(), ..Mapping::default() },
-            Mapping { path_prefix: 1, path: "ws/bad".into(), underlying_path_prefix: 2,
-                      underlying_path: "no-such-file".into(), ..Mapping::default() },
+            Mapping {
+                path_prefix: 1,
+                path: "ws/good".into(),
+                underlying_path_prefix: 2,
+                underlying_path: "good".into(),
+                ..Mapping::default()
+            },
+            Mapping {
+                path_prefix: 1,
+                path: "ws/bad".into(),
+                underlying_path_prefix: 2,
+                underlying_path: "no-such-file".into(),
+                ..Mapping::default()
+            },
         ],
         prefixes: [(1, "/".to_string()), (2, src.to_str().unwrap().to_string())].into(),
     };
@@ -91,9 +154,13 @@ fn prefixes_persist_across_requests_even_after_a_failed_create() {
     // Request 2 relies on prefixes 1 and 2 from the failed request.
     d.create(CreateSandbox {
         id: "2".into(),
-        mappings: vec![Mapping { path_prefix: 1, path: "ws/good".into(),
-                                 underlying_path_prefix: 2, underlying_path: "good".into(),
-                                 ..Mapping::default() }],
+        mappings: vec![Mapping {
+            path_prefix: 1,
+            path: "ws/good".into(),
+            underlying_path_prefix: 2,
+            underlying_path: "good".into(),
+            ..Mapping::default()
+        }],
         prefixes: Default::default(),
     });
     assert_eq!(fs::read_to_string(d.path("2/ws/good")).unwrap(), "good");
@@ -111,10 +178,16 @@ fn malformed_values_with_an_id_are_answered_and_reading_goes_on() {
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     let d = fx.start(&[]);
-    let answer = d.client().call_raw("typed", br#"{"C":{"i":"typed","m":"not a list"}}"#).unwrap();
+    let answer = d
+        .client()
+        .call_raw("typed", br#"{"C":{"i":"typed","m":"not a list"}}"#)
+        .unwrap();
     let message = answer.error.expect("an error");
     assert!(message.contains("invalid type"), "{message}");
-    let answer = d.client().call_raw("extra", br#"{"C":{"i":"extra","m":[],"zzz":1}}"#).unwrap();
+    let answer = d
+        .client()
+        .call_raw("extra", br#"{"C":{"i":"extra","m":[],"zzz":1}}"#)
+        .unwrap();
     assert!(answer.error.unwrap().contains("unknown field"));
     // Still reading.
     d.create(sandbox("after", vec![ro("/g", &good)]));
@@ -130,13 +203,19 @@ fn a_syntax_error_is_fatal_for_requests_but_the_mount_keeps_serving() {
     d.create(sandbox("kept", vec![ro("/g", &good)]));
     d.client().write_raw(br#"{"C":{"i":"x",]]"#).unwrap();
     assert!(
-        wait_for(Duration::from_secs(10), || !d.client().unexpected_responses().is_empty()),
+        wait_for(Duration::from_secs(10), || !d
+            .client()
+            .unexpected_responses()
+            .is_empty()),
         "no fatal answer"
     );
     let fatal = d.client().unexpected_responses();
     assert_eq!(fatal.len(), 1, "{fatal:?}");
     assert_eq!(fatal[0].id, None);
-    assert!(fatal[0].error.as_deref().unwrap().contains("malformed"), "{fatal:?}");
+    assert!(
+        fatal[0].error.as_deref().unwrap().contains("malformed"),
+        "{fatal:?}"
+    );
     // Requests are no longer read, but files are still served.
     d.client().write_raw(br#"{"D":"kept"}"#).unwrap();
     assert_eq!(fs::read_to_string(d.path("kept/g")).unwrap(), "good");
@@ -156,7 +235,10 @@ fn concurrent_requests_for_different_sandboxes_all_succeed() {
                 for n in 0..25 {
                     let id = format!("t{t}-{n}");
                     d.create(sandbox(&id, vec![ro("/ws/g", good)]));
-                    assert_eq!(fs::read_to_string(d.path(&format!("{id}/ws/g"))).unwrap(), "good");
+                    assert_eq!(
+                        fs::read_to_string(d.path(&format!("{id}/ws/g"))).unwrap(),
+                        "good"
+                    );
                     if n % 2 == 0 {
                         d.destroy(&id);
                     }
@@ -189,23 +271,41 @@ fn wire_format_with_input_and_output_files() {
     let output = format!("--output={}", fx.path("responses.json").display());
     let mut child = ChildGuard(fx.command(&[&input, &output]).spawn().unwrap(), fx.mnt());
     let read_lines = || fs::read_to_string(fx.path("responses.json")).unwrap_or_default();
-    assert!(wait_for(Duration::from_secs(10), || read_lines().lines().count() == 5), "{}", read_lines());
+    assert!(
+        wait_for(Duration::from_secs(10), || read_lines().lines().count()
+            == 5),
+        "{}",
+        read_lines()
+    );
     let text = read_lines();
-    let responses: Vec<Response> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let responses: Vec<Response> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     // One line per answer, exactly the two keys Bazel accepts.
     for line in text.lines() {
-        assert!(line.starts_with(r#"{"id":"#) && line.contains(r#","error":"#), "{line}");
+        assert!(
+            line.starts_with(r#"{"id":"#) && line.contains(r#","error":"#),
+            "{line}"
+        );
     }
     // Answers for different ids come in any order; for one id, in order.
     let for_id = |id: &str| -> Vec<Option<String>> {
-        responses.iter().filter(|r| r.id.as_deref() == Some(id)).map(|r| r.error.clone()).collect()
+        responses
+            .iter()
+            .filter(|r| r.id.as_deref() == Some(id))
+            .map(|r| r.error.clone())
+            .collect()
     };
     assert_eq!(for_id("empty"), [None]);
     assert_eq!(for_id("long"), [None]);
     let one = for_id("1");
     assert_eq!(one.len(), 3);
     assert_eq!(&one[..2], [None, None]);
-    assert!(one[2].as_deref().unwrap().contains("does not exist"), "{one:?}");
+    assert!(
+        one[2].as_deref().unwrap().contains("does not exist"),
+        "{one:?}"
+    );
     // Input ended; the mount still serves.
     assert_eq!(names(&fx.mnt()), ["empty", "long"]);
     unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
@@ -221,7 +321,10 @@ impl Drop for ChildGuard {
         let _ = self.0.kill();
         let _ = self.0.wait();
         if is_mounted(&self.1) {
-            let _ = std::process::Command::new("fusermount3").args(["-u", "-z"]).arg(&self.1).status();
+            let _ = std::process::Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.1)
+                .status();
         }
     }
 }

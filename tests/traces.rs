@@ -14,9 +14,11 @@ use actionfs_protocol::{Decoded, PrefixTable, Request, RequestReader, Response};
 use common::*;
 
 fn traces_dir() -> PathBuf {
-    let dir = std::env::var_os("ACTIONFS_TRACES").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/bazel-4.2.3")
-    });
+    let dir = std::env::var_os("ACTIONFS_TRACES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/bazel-4.2.3")
+        });
     assert!(
         dir.is_dir(),
         "trace directory {dir:?} is missing: clone next to shared/ or set ACTIONFS_TRACES"
@@ -29,7 +31,10 @@ fn traces_dir() -> PathBuf {
 fn load(stem: &str, root: &Path) -> Vec<Request> {
     let raw = fs::read_to_string(traces_dir().join(format!("{stem}.requests.json"))).unwrap();
     let raw = raw
-        .replace("/BAZEL_OUTPUT_BASE", root.join("output_base").to_str().unwrap())
+        .replace(
+            "/BAZEL_OUTPUT_BASE",
+            root.join("output_base").to_str().unwrap(),
+        )
         .replace("/BAZEL_WORKSPACE", root.join("workspace").to_str().unwrap());
     RequestReader::new(raw.as_bytes())
         .map(|item| match item {
@@ -45,7 +50,9 @@ fn populate(requests: &[Request]) -> usize {
     let mut prefixes = PrefixTable::new();
     let mut files = BTreeSet::new();
     for request in requests {
-        let Request::Create(create) = request else { continue };
+        let Request::Create(create) = request else {
+            continue;
+        };
         prefixes.register(&create.prefixes).unwrap();
         for mapping in &create.mappings {
             let resolved = prefixes.resolve(mapping).unwrap();
@@ -62,7 +69,9 @@ fn populate(requests: &[Request]) -> usize {
 
 fn recorded_answers(stem: &str) -> Vec<Response> {
     let raw = fs::read_to_string(traces_dir().join(format!("{stem}.responses.json"))).unwrap();
-    raw.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    raw.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn replay(stem: &str) {
@@ -70,8 +79,15 @@ fn replay(stem: &str) {
     let requests = load(stem, fx.dir.path());
     let files = populate(&requests);
     let recorded = recorded_answers(stem);
-    assert_eq!(recorded.len(), requests.len(), "{stem}: one answer per request");
-    assert!(recorded.iter().all(|r| r.error.is_none()), "the reference answered all ok");
+    assert_eq!(
+        recorded.len(),
+        requests.len(),
+        "{stem}: one answer per request"
+    );
+    assert!(
+        recorded.iter().all(|r| r.error.is_none()),
+        "the reference answered all ok"
+    );
 
     // The client sends the probe itself; the recorded stream starts with it.
     assert!(matches!(&requests[0], Request::Create(c) if c.id == "empty" && c.mappings.is_empty()));
@@ -83,7 +99,9 @@ fn replay(stem: &str) {
         d.client()
             .call(request)
             .unwrap_or_else(|err| panic!("{stem}: {:?} failed: {err}", request.id()));
-        let Request::Create(create) = request else { continue };
+        let Request::Create(create) = request else {
+            continue;
+        };
         prefixes.register(&create.prefixes).unwrap();
         mappings += create.mappings.len();
         // Read back a spread of the mapped files through the mount.
@@ -93,10 +111,17 @@ fn replay(stem: &str) {
             if resolved.writable {
                 continue;
             }
-            let in_view = d.mnt.join(&create.id).join(resolved.path.trim_start_matches('/'));
+            let in_view = d
+                .mnt
+                .join(&create.id)
+                .join(resolved.path.trim_start_matches('/'));
             let content = fs::read_to_string(&in_view)
                 .unwrap_or_else(|err| panic!("{stem}: reading {in_view:?}: {err}"));
-            assert_eq!(content, resolved.underlying.to_str().unwrap(), "{in_view:?}");
+            assert_eq!(
+                content,
+                resolved.underlying.to_str().unwrap(),
+                "{in_view:?}"
+            );
             checked += 1;
         }
     }
@@ -107,7 +132,11 @@ fn replay(stem: &str) {
     );
     assert!(d.client().unexpected_responses().is_empty());
     // Bazel never destroys the probe; everything else is gone.
-    assert_eq!(names(&d.mnt), ["empty"], "{stem}: sandboxes left after the replay");
+    assert_eq!(
+        names(&d.mnt),
+        ["empty"],
+        "{stem}: sandboxes left after the replay"
+    );
     assert_eq!(d.terminate(), 0);
 }
 

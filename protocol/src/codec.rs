@@ -239,7 +239,10 @@ mod tests {
             }
             other => panic!("expected an invalid request, got {other:?}"),
         }
-        assert_eq!(items[1], Ok(Decoded::Request(Request::Destroy("s2".into()))));
+        assert_eq!(
+            items[1],
+            Ok(Decoded::Request(Request::Destroy("s2".into())))
+        );
     }
 
     #[test]
@@ -272,7 +275,11 @@ mod tests {
     fn value_without_id_is_fatal() {
         let items = decode_all(r#"[1,2]"#);
         assert_eq!(items.len(), 1);
-        assert!(items[0].as_ref().unwrap_err().message.contains("names no sandbox"));
+        assert!(items[0]
+            .as_ref()
+            .unwrap_err()
+            .message
+            .contains("names no sandbox"));
     }
 
     #[test]

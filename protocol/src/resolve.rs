@@ -231,13 +231,23 @@ mod tests {
         assert_eq!(r.underlying, PathBuf::from("/out/base/scratch"));
         let r = t.resolve(&mapping(0, "/a/b", 0, "/u")).unwrap();
         assert_eq!(r.components().collect::<Vec<_>>(), ["a", "b"]);
-        assert_eq!(t.resolve(&mapping(2, "", 0, "/u")).unwrap().path, "/out/base");
+        assert_eq!(
+            t.resolve(&mapping(2, "", 0, "/u")).unwrap().path,
+            "/out/base"
+        );
     }
 
     #[test]
     fn rejects_escaping_and_malformed_paths() {
         let t = table(&[(1, "/")]);
-        for (x, p) in [(0, "rel"), (0, "/a/../b"), (0, "/a/./b"), (0, "/a//b"), (1, "/abs"), (9, "a")] {
+        for (x, p) in [
+            (0, "rel"),
+            (0, "/a/../b"),
+            (0, "/a/./b"),
+            (0, "/a//b"),
+            (1, "/abs"),
+            (9, "a"),
+        ] {
             let err = t.resolve(&mapping(x, p, 0, "/u")).unwrap_err();
             assert!(err.0.contains(p), "{err} should name {p}");
         }
@@ -251,7 +261,10 @@ mod tests {
         let bad: BTreeMap<_, _> = [(2, "/b".to_string()), (1, "/changed".to_string())].into();
         let err = t.register(&bad).unwrap_err();
         assert!(err.0.contains("prefix 1"), "{err}");
-        assert!(t.resolve(&mapping(2, "x", 0, "/u")).is_err(), "prefix 2 leaked");
+        assert!(
+            t.resolve(&mapping(2, "x", 0, "/u")).is_err(),
+            "prefix 2 leaked"
+        );
         t.register(&[(1, "/a".to_string())].into()).unwrap();
         for bad in [(0, "/z"), (3, "relative")] {
             assert!(t.register(&[(bad.0, bad.1.to_string())].into()).is_err());

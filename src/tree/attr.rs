@@ -35,15 +35,24 @@ impl FileKind {
         }
     }
 
+    // mode_t is u16 on macOS and u32 on Linux: the conversions are needed.
+    #[allow(clippy::useless_conversion)]
     pub fn from_mode(mode: u32) -> FileKind {
-        match mode & libc::S_IFMT {
-            libc::S_IFDIR => FileKind::Directory,
-            libc::S_IFLNK => FileKind::Symlink,
-            libc::S_IFIFO => FileKind::NamedPipe,
-            libc::S_IFSOCK => FileKind::Socket,
-            libc::S_IFCHR => FileKind::CharDevice,
-            libc::S_IFBLK => FileKind::BlockDevice,
-            _ => FileKind::RegularFile,
+        let is = |kind: libc::mode_t| mode & u32::from(libc::S_IFMT) == u32::from(kind);
+        if is(libc::S_IFDIR) {
+            FileKind::Directory
+        } else if is(libc::S_IFLNK) {
+            FileKind::Symlink
+        } else if is(libc::S_IFIFO) {
+            FileKind::NamedPipe
+        } else if is(libc::S_IFSOCK) {
+            FileKind::Socket
+        } else if is(libc::S_IFCHR) {
+            FileKind::CharDevice
+        } else if is(libc::S_IFBLK) {
+            FileKind::BlockDevice
+        } else {
+            FileKind::RegularFile
         }
     }
 }

@@ -73,7 +73,9 @@ fn apply(root: &mut Draft, mapping: &ResolvedMapping, mount_point: &Path) -> Res
         return Err("the path is mapped twice".to_owned());
     }
     if kind != FileKind::Directory && !draft.children.is_empty() {
-        return Err("a non-directory cannot be mapped where nested mappings need a directory".to_owned());
+        return Err(
+            "a non-directory cannot be mapped where nested mappings need a directory".to_owned(),
+        );
     }
     if mapping.path == "/" && kind != FileKind::Directory {
         return Err("the root can only be mapped to a directory".to_owned());
@@ -90,7 +92,11 @@ fn apply(root: &mut Draft, mapping: &ResolvedMapping, mount_point: &Path) -> Res
 /// the draft is not mapped itself (a directory leading to mappings).
 fn into_node(draft: Draft, origin: Origin, inherited_writable: bool) -> Arc<Node> {
     let (origin, writable, kind) = match draft.mapped {
-        Some(mapped) => (Origin::Mapped(mapped.underlying), mapped.writable, mapped.kind),
+        Some(mapped) => (
+            Origin::Mapped(mapped.underlying),
+            mapped.writable,
+            mapped.kind,
+        ),
         None => (origin, inherited_writable, FileKind::Directory),
     };
     if kind != FileKind::Directory {

@@ -49,7 +49,6 @@ impl<T> HandleTable<T> {
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
-
 }
 
 /// An open underlying file.

@@ -94,5 +94,4 @@ impl InodeTable {
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
-
 }

@@ -49,8 +49,7 @@ pub struct Opened {
 impl SandboxFs {
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<Opened> {
         let node = self.node(ino)?;
-        let wants_write =
-            (flags & libc::O_ACCMODE) != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        let wants_write = (flags & libc::O_ACCMODE) != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         if wants_write && !node.is_writable() {
             return Err(Errno::EPERM);
         }
@@ -74,7 +73,10 @@ impl SandboxFs {
         let mut buf = vec![0; size as usize];
         let mut filled = 0;
         while filled < buf.len() {
-            match open.file.read_at(&mut buf[filled..], offset + filled as u64) {
+            match open
+                .file
+                .read_at(&mut buf[filled..], offset + filled as u64)
+            {
                 Ok(0) => break,
                 Ok(n) => filled += n,
                 Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
@@ -109,15 +111,7 @@ impl SandboxFs {
         if !open.writable {
             return Err(Errno::EBADF);
         }
-        // SAFETY: valid fd owned by the handle.
-        check(unsafe {
-            libc::fallocate(
-                open.file.as_raw_fd(),
-                mode,
-                offset as libc::off_t,
-                length as libc::off_t,
-            )
-        })?;
+        crate::sys::fallocate(open.file.as_raw_fd(), mode, offset, length)?;
         Ok(())
     }
 

@@ -62,7 +62,9 @@ impl SandboxFs {
             },
         ));
         if let Ok(dir) = parent.dir() {
-            dir.discovered().lock().insert(name.to_owned(), node.clone());
+            dir.discovered()
+                .lock()
+                .insert(name.to_owned(), node.clone());
         }
         let ino = self.inodes.remember(&node);
         Attr::from_metadata(ino, attr_source)
@@ -97,7 +99,13 @@ impl SandboxFs {
     }
 
     /// Creates and opens a file. Returns its attributes and handle.
-    pub fn create(&self, parent: u64, name: &OsStr, mode: u32, flags: i32) -> FsResult<(Attr, u64)> {
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> FsResult<(Attr, u64)> {
         let (dir, path) = self.mutable_entry(parent, name)?;
         let file = super::io::open_underlying(&path, flags | libc::O_CREAT, mode)?;
         let attr = self.adopt(&dir, name, &file.metadata()?);
@@ -157,17 +165,8 @@ impl SandboxFs {
             return Err(Errno::EXDEV);
         }
         let (from_c, to_c) = (c_path(&from)?, c_path(&to)?);
-        // SAFETY: valid C strings; renameat2 with AT_FDCWD takes plain paths.
-        check(unsafe {
-            libc::renameat2(
-                libc::AT_FDCWD,
-                from_c.as_ptr(),
-                libc::AT_FDCWD,
-                to_c.as_ptr(),
-                flags,
-            )
-        })?;
-        let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        crate::sys::rename(&from_c, &to_c, flags)?;
+        let exchange = crate::sys::is_exchange(flags);
         move_discovered(&from_dir, name, &to_dir, newname, exchange);
         Ok(())
     }
@@ -235,7 +234,10 @@ fn timespec(time: Option<SetTime>) -> libc::timespec {
         None => (0, libc::UTIME_OMIT),
         Some(SetTime::Now) => (0, libc::UTIME_NOW),
         Some(SetTime::At(at)) => match at.duration_since(UNIX_EPOCH) {
-            Ok(d) => (d.as_secs() as libc::time_t, d.subsec_nanos() as libc::c_long),
+            Ok(d) => (
+                d.as_secs() as libc::time_t,
+                d.subsec_nanos() as libc::c_long,
+            ),
             Err(before) => (-(before.duration().as_secs() as libc::time_t), 0),
         },
     };
@@ -244,7 +246,13 @@ fn timespec(time: Option<SetTime>) -> libc::timespec {
 
 /// Moves the discovered node `name` of `from` to `newname` of `to` after a
 /// rename (swapping with the target on exchange), keeping its inode.
-fn move_discovered(from: &Arc<Node>, name: &OsStr, to: &Arc<Node>, newname: &OsStr, exchange: bool) {
+fn move_discovered(
+    from: &Arc<Node>,
+    name: &OsStr,
+    to: &Arc<Node>,
+    newname: &OsStr,
+    exchange: bool,
+) {
     let (Ok(from_dir), Ok(to_dir)) = (from.dir(), to.dir()) else {
         return;
     };

@@ -117,7 +117,10 @@ impl SandboxFs {
     }
 
     fn virtual_attr(&self, node: &Node, ino: u64) -> Attr {
-        let created = node.dir().map(|d| d.created()).unwrap_or(std::time::UNIX_EPOCH);
+        let created = node
+            .dir()
+            .map(|d| d.created())
+            .unwrap_or(std::time::UNIX_EPOCH);
         Attr::virtual_dir(ino, created, 2)
     }
 
@@ -127,7 +130,9 @@ impl SandboxFs {
         if node.kind() != FileKind::Symlink {
             return Err(Errno::EINVAL);
         }
-        Ok(std::fs::read_link(node.require_path()?)?.into_os_string().into_vec())
+        Ok(std::fs::read_link(node.require_path()?)?
+            .into_os_string()
+            .into_vec())
     }
 
     /// Opens directory `ino`: takes the listing that later reads page
@@ -199,6 +204,8 @@ impl SandboxFs {
 
     /// Statistics of the file system holding `ino`'s underlying object;
     /// zeros for a virtual directory.
+    // statvfs counts are u32 on macOS and u64 on Linux.
+    #[allow(clippy::useless_conversion)]
     pub fn statfs(&self, ino: u64) -> FsResult<StatFs> {
         let node = self.node(ino)?;
         let Some(path) = node.underlying_path()? else {
@@ -215,11 +222,11 @@ impl SandboxFs {
         // SAFETY: valid C string and out-pointer.
         check(unsafe { libc::statvfs(path.as_ptr(), &mut st) })?;
         Ok(StatFs {
-            blocks: st.f_blocks,
-            bfree: st.f_bfree,
-            bavail: st.f_bavail,
-            files: st.f_files,
-            ffree: st.f_ffree,
+            blocks: st.f_blocks.into(),
+            bfree: st.f_bfree.into(),
+            bavail: st.f_bavail.into(),
+            files: st.f_files.into(),
+            ffree: st.f_ffree.into(),
             bsize: st.f_bsize as u32,
             namelen: st.f_namemax as u32,
             frsize: st.f_frsize as u32,
@@ -259,6 +266,5 @@ pub(super) fn backing_dir(node: &Node) -> FsResult<Option<std::path::PathBuf>> {
 /// but is not mapped itself). Discovered directories never have explicit
 /// entries.
 pub(super) fn is_scaffold(node: &Node) -> bool {
-    !matches!(node.origin(), Origin::Mapped(_))
-        && node.dir().is_ok_and(|d| d.explicit_count() > 0)
+    !matches!(node.origin(), Origin::Mapped(_)) && node.dir().is_ok_and(|d| d.explicit_count() > 0)
 }

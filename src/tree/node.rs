@@ -74,11 +74,7 @@ impl Node {
     }
 
     /// A directory whose explicit entries are given up front.
-    pub fn new_dir(
-        writable: bool,
-        origin: Origin,
-        explicit: HashMap<OsString, Arc<Node>>,
-    ) -> Node {
+    pub fn new_dir(writable: bool, origin: Origin, explicit: HashMap<OsString, Arc<Node>>) -> Node {
         let node = Node::new(FileKind::Directory, writable, origin);
         *node.dir.as_ref().expect("a directory").explicit.write() = explicit;
         node

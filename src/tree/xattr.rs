@@ -8,6 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::errno::{Errno, FsResult};
 use super::{c_path, SandboxFs};
+use crate::sys;
 
 /// Answer to a get or list: the needed size when asked with size 0.
 #[derive(Debug, PartialEq, Eq)]
@@ -17,6 +18,7 @@ pub enum XattrReply {
 }
 
 impl SandboxFs {
+    /// The underlying path to act on; `None` for a virtual directory.
     fn xattr_path(&self, ino: u64, write: bool) -> FsResult<Option<CString>> {
         if !self.config.xattrs {
             return Err(Errno::ENOSYS);
@@ -36,55 +38,42 @@ impl SandboxFs {
         let Some(path) = self.xattr_path(ino, false)? else {
             return Err(Errno::ENODATA);
         };
-        let name = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
-        sized_call(size, |buf, len| {
-            // SAFETY: valid C strings; buf is null with len 0 or has len bytes.
-            unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), buf.cast(), len) }
-        })
+        let name = xattr_name(name)?;
+        sized(size, |buf| sys::get_xattr(&path, &name, buf))
     }
 
     pub fn listxattr(&self, ino: u64, size: u32) -> FsResult<XattrReply> {
         let Some(path) = self.xattr_path(ino, false)? else {
-            return Ok(if size == 0 { XattrReply::Size(0) } else { XattrReply::Data(vec![]) });
+            return sized(size, |_| Ok(0));
         };
-        sized_call(size, |buf, len| {
-            // SAFETY: valid C string; buf is null with len 0 or has len bytes.
-            unsafe { libc::llistxattr(path.as_ptr(), buf.cast(), len) }
-        })
+        sized(size, |buf| sys::list_xattr(&path, buf))
     }
 
     pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> FsResult<()> {
         let path = self.xattr_path(ino, true)?.ok_or(Errno::EPERM)?;
-        let name = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
-        // SAFETY: valid C strings and value slice.
-        let ret = unsafe {
-            libc::lsetxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), flags)
-        };
-        super::errno::check(ret).map(drop)
+        Ok(sys::set_xattr(&path, &xattr_name(name)?, value, flags)?)
     }
 
     pub fn removexattr(&self, ino: u64, name: &OsStr) -> FsResult<()> {
         let path = self.xattr_path(ino, true)?.ok_or(Errno::EPERM)?;
-        let name = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
-        // SAFETY: valid C strings.
-        super::errno::check(unsafe { libc::lremovexattr(path.as_ptr(), name.as_ptr()) }).map(drop)
+        Ok(sys::remove_xattr(&path, &xattr_name(name)?)?)
     }
 }
 
-/// Runs a get/list-style call: size 0 asks for the size, else for data.
-fn sized_call(size: u32, call: impl Fn(*mut u8, usize) -> isize) -> FsResult<XattrReply> {
-    if size == 0 {
-        let needed = call(std::ptr::null_mut(), 0);
-        if needed < 0 {
-            return Err(Errno::last());
-        }
-        return Ok(XattrReply::Size(needed as u32));
-    }
+fn xattr_name(name: &OsStr) -> FsResult<CString> {
+    CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)
+}
+
+/// Size 0 asks for the size needed; otherwise for at most `size` bytes.
+fn sized(
+    size: u32,
+    call: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
+) -> FsResult<XattrReply> {
     let mut buf = vec![0u8; size as usize];
-    let got = call(buf.as_mut_ptr(), buf.len());
-    if got < 0 {
-        return Err(Errno::last());
+    let got = call(&mut buf)?;
+    if size == 0 {
+        return Ok(XattrReply::Size(got as u32));
     }
-    buf.truncate(got as usize);
+    buf.truncate(got);
     Ok(XattrReply::Data(buf))
 }

@@ -50,7 +50,11 @@ impl Fixture {
     /// to `daemon.log` in the fixture.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(BIN);
-        command.args(args).arg(self.mnt()).stdin(Stdio::null()).stdout(Stdio::null());
+        command
+            .args(args)
+            .arg(self.mnt())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
         let log = fs::File::create(self.path("daemon.log")).unwrap();
         command.stderr(Stdio::from(log));
         command
@@ -58,9 +62,8 @@ impl Fixture {
 
     /// Starts a daemon and waits until its mount answers.
     pub fn start(&self, args: &[&str]) -> Daemon {
-        let client = Client::start(self.command(args)).unwrap_or_else(|err| {
-            panic!("daemon did not start: {err}\nlog:\n{}", self.log())
-        });
+        let client = Client::start(self.command(args))
+            .unwrap_or_else(|err| panic!("daemon did not start: {err}\nlog:\n{}", self.log()));
         Daemon {
             client: Some(client),
             mnt: self.mnt(),
@@ -121,7 +124,10 @@ impl Drop for Daemon {
             let _ = client.terminate();
         }
         if is_mounted(&self.mnt) {
-            let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(&self.mnt).status();
+            let _ = Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.mnt)
+                .status();
         }
     }
 }
@@ -176,7 +182,9 @@ pub fn sandbox(id: &str, mappings: Vec<Mapping>) -> CreateSandbox {
 pub fn errno(result: std::io::Result<impl std::fmt::Debug>) -> i32 {
     match result {
         Ok(value) => panic!("expected an error, got {value:?}"),
-        Err(err) => err.raw_os_error().unwrap_or_else(|| panic!("no errno in {err}")),
+        Err(err) => err
+            .raw_os_error()
+            .unwrap_or_else(|| panic!("no errno in {err}")),
     }
 }
 

@@ -1,0 +1,37 @@
+//! The few system calls whose form differs between Linux and macOS, behind
+//! one interface. Everything else uses calls both platforms share.
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+pub use linux::*;
+
+#[cfg(target_os = "macos")]
+mod macos;
+#[cfg(target_os = "macos")]
+pub use macos::*;
+
+use std::io;
+
+/// Turns a libc return value (negative on failure) into a result.
+fn check(ret: isize) -> io::Result<usize> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+/// Runs a get/list-style xattr call: with an empty buffer it returns the
+/// size needed.
+pub fn xattr_call(
+    buf: &mut [u8],
+    call: impl Fn(*mut libc::c_void, usize) -> isize,
+) -> io::Result<usize> {
+    let ptr = if buf.is_empty() {
+        std::ptr::null_mut()
+    } else {
+        buf.as_mut_ptr().cast()
+    };
+    check(call(ptr, buf.len()))
+}
