@@ -180,3 +180,6 @@ impl SandboxFs {
 fn c_path(path: &Path) -> FsResult<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)
 }
+
+#[cfg(test)]
+mod tests;

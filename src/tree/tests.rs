@@ -1,0 +1,151 @@
+//! The core driven directly, without a mount: what the kernel would ask,
+//! answered by the same code the FUSE shell calls.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::Path;
+
+use actionfs_protocol::ResolvedMapping;
+
+use super::*;
+
+fn mapping(path: &str, underlying: &Path, writable: bool) -> ResolvedMapping {
+    ResolvedMapping {
+        path: path.into(),
+        underlying: underlying.into(),
+        writable,
+    }
+}
+
+fn new_fs(dir: &Path) -> SandboxFs {
+    SandboxFs::new(
+        FsConfig {
+            mount_point: dir.join("mnt"),
+            xattrs: false,
+        },
+        &[],
+    )
+    .unwrap()
+}
+
+/// Looks a path up component by component from the root, as the kernel
+/// does, and returns the final inode.
+fn walk(fs: &SandboxFs, path: &str) -> FsResult<u64> {
+    let mut ino = ROOT_INO;
+    for name in path.split('/').filter(|c| !c.is_empty()) {
+        ino = fs.lookup(ino, OsStr::new(name))?.ino;
+    }
+    Ok(ino)
+}
+
+#[test]
+fn a_failed_create_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good");
+    fs::write(&good, "g").unwrap();
+    let fs = new_fs(dir.path());
+    let err = fs
+        .create_sandbox(
+            "s",
+            &[
+                mapping("/a/ok", &good, false),
+                mapping("/a/missing", &dir.path().join("nope"), false),
+            ],
+        )
+        .unwrap_err();
+    assert!(err.contains("\"s\"") && err.contains("nope"), "{err}");
+    assert!(fs.sandbox_ids().is_empty());
+    assert!(fs.list(ROOT_INO).unwrap().is_empty());
+    assert_eq!(fs.known_inodes(), 1);
+}
+
+#[test]
+fn creating_a_large_sandbox_assigns_no_inodes_until_looked_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f");
+    fs::write(&file, "f").unwrap();
+    let fs = new_fs(dir.path());
+    let mappings: Vec<_> = (0..2000)
+        .map(|n| mapping(&format!("/ws/d{}/f{n}", n % 20), &file, false))
+        .collect();
+    fs.create_sandbox("big", &mappings).unwrap();
+    assert_eq!(fs.known_inodes(), 1, "only the root is known to the kernel");
+    walk(&fs, "/big/ws/d3/f3").unwrap();
+    assert_eq!(fs.known_inodes(), 5, "big, ws, d3 and f3");
+    fs.destroy_sandbox("big").unwrap();
+    assert_eq!(walk(&fs, "/big"), Err(Errno::ENOENT));
+}
+
+#[test]
+fn forgetting_discovered_nodes_returns_their_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    fs::create_dir_all(tree.join("sub")).unwrap();
+    fs::write(tree.join("sub/x"), "x").unwrap();
+    let fs = new_fs(dir.path());
+    fs.create_sandbox("s", &[mapping("/t", &tree, false)])
+        .unwrap();
+    let sub = walk(&fs, "/s/t/sub").unwrap();
+    let x = fs.lookup(sub, OsStr::new("x")).unwrap().ino;
+    // The same name keeps its inode while known.
+    assert_eq!(fs.lookup(sub, OsStr::new("x")).unwrap().ino, x);
+    let before = fs.known_inodes();
+    fs.forget(x, 2);
+    assert_eq!(fs.known_inodes(), before - 1);
+    assert_eq!(fs.getattr(x, None), Err(Errno::ESTALE));
+    let t = walk(&fs, "/s/t").unwrap();
+    fs.forget(sub, 2);
+    fs.forget(t, 2);
+    fs.destroy_sandbox("s").unwrap();
+    let s = fs.lookup(ROOT_INO, OsStr::new("s"));
+    assert_eq!(s, Err(Errno::ENOENT));
+}
+
+#[test]
+fn a_renamed_directory_takes_its_known_children_along() {
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().join("scratch");
+    fs::create_dir(&scratch).unwrap();
+    let fs = new_fs(dir.path());
+    fs.create_sandbox("s", &[mapping("/w", &scratch, true)])
+        .unwrap();
+    let w = walk(&fs, "/s/w").unwrap();
+    let a = fs.mkdir(w, OsStr::new("a"), 0o755).unwrap().ino;
+    let (file, fh) = fs
+        .create(a, OsStr::new("f"), 0o644, libc::O_WRONLY)
+        .unwrap();
+    fs.write(fh, 0, b"data").unwrap();
+    fs.release(fh);
+    fs.rename(w, OsStr::new("a"), w, OsStr::new("b"), 0)
+        .unwrap();
+    // The file's inode now resolves under its new parent name.
+    assert_eq!(fs.getattr(file.ino, None).unwrap().size, 4);
+    assert_eq!(fs::read_to_string(scratch.join("b/f")).unwrap(), "data");
+    let opened = fs.open(file.ino, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.read(opened.fh, 0, 100).unwrap(), b"data");
+    fs.release(opened.fh);
+    assert_eq!(fs.open_handles(), 0);
+}
+
+#[test]
+fn read_only_nodes_refuse_changes_before_touching_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f");
+    fs::write(&file, "f").unwrap();
+    let fs = new_fs(dir.path());
+    fs.create_sandbox("s", &[mapping("/f", &file, false)])
+        .unwrap();
+    let ino = walk(&fs, "/s/f").unwrap();
+    assert_eq!(fs.open(ino, libc::O_RDWR).map(|o| o.fh), Err(Errno::EPERM));
+    let truncate = SetAttr {
+        size: Some(0),
+        ..SetAttr::default()
+    };
+    assert_eq!(
+        fs.setattr(ino, &truncate).map(|a| a.size),
+        Err(Errno::EPERM)
+    );
+    let s = walk(&fs, "/s").unwrap();
+    assert_eq!(fs.unlink(s, OsStr::new("f")), Err(Errno::EPERM));
+    assert_eq!(fs::read_to_string(&file).unwrap(), "f");
+}
