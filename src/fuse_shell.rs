@@ -122,6 +122,13 @@ fn reply_empty(reply: ReplyEmpty, result: Result<(), Errno>) {
     }
 }
 
+fn reply_data(reply: ReplyData, result: Result<Vec<u8>, Errno>) {
+    match result {
+        Ok(data) => reply.data(&data),
+        Err(err) => reply.error(errno(err)),
+    }
+}
+
 impl Filesystem for FuseShell {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Lookups in one directory may run in parallel; symlink targets do
@@ -186,10 +193,7 @@ impl Filesystem for FuseShell {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink(ino.0) {
-            Ok(target) => reply.data(&target),
-            Err(err) => reply.error(errno(err)),
-        }
+        reply_data(reply, self.fs.readlink(ino.0));
     }
 
     fn mknod(
@@ -282,10 +286,7 @@ impl Filesystem for FuseShell {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(fh.0, offset, size) {
-            Ok(data) => reply.data(&data),
-            Err(err) => reply.error(errno(err)),
-        }
+        reply_data(reply, self.fs.read(fh.0, offset, size));
     }
 
     fn write(

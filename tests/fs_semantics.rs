@@ -559,3 +559,45 @@ fn made_up_directories_never_follow_an_underlying_symlink() {
     assert_eq!(names(&fx.path("src")), ["secret.txt"]);
     assert_eq!(d.terminate(), 0);
 }
+
+fn rename2(from: &Path, to: &Path, flags: u32) -> std::io::Result<()> {
+    // SAFETY: valid C strings; AT_FDCWD makes them plain paths.
+    let ret = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            c(from).as_ptr(),
+            libc::AT_FDCWD,
+            c(to).as_ptr(),
+            flags,
+        )
+    };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[test]
+fn rename_flags_exchange_and_noreplace() {
+    let fx = Fixture::new();
+    let d = fx.start(&["--ttl=0s"]);
+    d.create(sandbox("s", vec![rw("/ws", &fx.path("scratch"))]));
+    let (x, y) = (d.path("s/ws/x"), d.path("s/ws/sub/y"));
+    fs::create_dir(d.path("s/ws/sub")).unwrap();
+    fs::write(&x, "x").unwrap();
+    fs::write(&y, "y").unwrap();
+    let (ino_x, ino_y) = (
+        fs::metadata(&x).unwrap().ino(),
+        fs::metadata(&y).unwrap().ino(),
+    );
+    assert_eq!(errno(rename2(&x, &y, libc::RENAME_NOREPLACE)), libc::EEXIST);
+    rename2(&x, &y, libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(fs::read_to_string(&x).unwrap(), "y");
+    assert_eq!(fs::read_to_string(&y).unwrap(), "x");
+    // Each file keeps its inode under its new name.
+    assert_eq!(fs::metadata(&x).unwrap().ino(), ino_y);
+    assert_eq!(fs::metadata(&y).unwrap().ino(), ino_x);
+    assert_eq!(fs::read_to_string(fx.path("scratch/sub/y")).unwrap(), "x");
+    assert_eq!(d.terminate(), 0);
+}

@@ -91,26 +91,17 @@ fn a_closed_output_keeps_the_mount_serving() {
     stdout.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), r#"{"id":"empty","error":null}"#);
     drop(stdout); // the reader goes away: the next answer hits EPIPE
-    let request = format!(
-        r#"{{"C":{{"i":"a","m":[{{"p":"/in","u":"{}"}}]}}}}"#,
-        input.display()
-    );
-    stdin.write_all(request.as_bytes()).unwrap();
-    stdin.flush().unwrap();
-    assert!(wait_for(Duration::from_secs(10), || fx
-        .mnt()
-        .join("a/in")
-        .exists()));
-    let request = format!(
-        r#"{{"C":{{"i":"b","m":[{{"p":"/in","u":"{}"}}]}}}}"#,
-        input.display()
-    );
-    stdin.write_all(request.as_bytes()).unwrap();
-    stdin.flush().unwrap();
-    assert!(wait_for(Duration::from_secs(10), || fx
-        .mnt()
-        .join("b/in")
-        .exists()));
+                  // Both creates are applied though neither answer can be written.
+    for id in ["a", "b"] {
+        let request = format!(
+            r#"{{"C":{{"i":"{id}","m":[{{"p":"/in","u":"{}"}}]}}}}"#,
+            input.display()
+        );
+        stdin.write_all(request.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        let path = fx.mnt().join(id).join("in");
+        assert!(wait_for(Duration::from_secs(10), || path.exists()), "{id}");
+    }
     assert_eq!(fs::read_to_string(fx.mnt().join("b/in")).unwrap(), "data");
     drop(stdin);
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };

@@ -246,6 +246,9 @@ fn timespec(time: Option<SetTime>) -> libc::timespec {
 
 /// Moves the discovered node `name` of `from` to `newname` of `to` after a
 /// rename (swapping with the target on exchange), keeping its inode.
+///
+/// The kernel holds both parents' directory locks for the whole rename, so
+/// no lookup in either can run meanwhile; each map is locked on its own.
 fn move_discovered(
     from: &Arc<Node>,
     name: &OsStr,
@@ -256,46 +259,21 @@ fn move_discovered(
     let (Ok(from_dir), Ok(to_dir)) = (from.dir(), to.dir()) else {
         return;
     };
-    let relink = |node: &Arc<Node>, parent: &Arc<Node>, name: &OsStr| {
+    let moved = from_dir.discovered().lock().remove(name);
+    let displaced = to_dir.discovered().lock().remove(newname);
+    let put = |node: Arc<Node>, parent: &Arc<Node>, name: &OsStr| {
         node.set_origin(Origin::Child {
             parent: Arc::downgrade(parent),
             name: name.to_owned(),
         });
-    };
-    if Arc::ptr_eq(from, to) {
-        let mut map = from_dir.discovered().lock();
-        let moved = map.remove(name);
-        let displaced = map.remove(newname);
-        if let Some(node) = moved {
-            relink(&node, to, newname);
-            map.insert(OsString::from(newname), node);
+        if let Ok(dir) = parent.dir() {
+            dir.discovered().lock().insert(OsString::from(name), node);
         }
-        if let (true, Some(node)) = (exchange, displaced) {
-            relink(&node, from, name);
-            map.insert(OsString::from(name), node);
-        }
-        return;
-    }
-    // Two directory locks: always take them in address order.
-    let from_first = Arc::as_ptr(from) < Arc::as_ptr(to);
-    let (mut first, mut second) = if from_first {
-        (from_dir.discovered().lock(), to_dir.discovered().lock())
-    } else {
-        (to_dir.discovered().lock(), from_dir.discovered().lock())
     };
-    let (from_map, to_map) = if from_first {
-        (&mut *first, &mut *second)
-    } else {
-        (&mut *second, &mut *first)
-    };
-    let moved = from_map.remove(name);
-    let displaced = to_map.remove(newname);
     if let Some(node) = moved {
-        relink(&node, to, newname);
-        to_map.insert(OsString::from(newname), node);
+        put(node, to, newname);
     }
     if let (true, Some(node)) = (exchange, displaced) {
-        relink(&node, from, name);
-        from_map.insert(OsString::from(name), node);
+        put(node, from, name);
     }
 }
