@@ -7,7 +7,9 @@
 
 pub mod cli;
 pub mod daemon;
+pub mod file_kind;
 pub mod fuse_shell;
+pub mod layout;
 pub mod mount;
 pub mod reconfig;
 mod sys;

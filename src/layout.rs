@@ -1,0 +1,104 @@
+//! The shape of a sandbox: its mappings applied in order into a tree.
+//!
+//! Both ways of serving a sandbox start here: the FUSE view turns a layout
+//! into nodes, the native materializer into files. Applying the mappings
+//! validates them: each underlying path is `lstat`ed exactly once (a symlink
+//! is taken as itself, never followed), and the tree can still change shape
+//! while mappings apply (a directory made to hold `/a/b` may later be mapped
+//! itself by `/a`). Nothing outside this tree changes, so an error leaves
+//! nothing to undo.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use actionfs_protocol::ResolvedMapping;
+
+use crate::file_kind::FileKind;
+
+/// The underlying object of one mapping.
+#[derive(Clone, Debug)]
+pub struct Mapped {
+    pub underlying: PathBuf,
+    pub writable: bool,
+    pub kind: FileKind,
+}
+
+/// One path of the sandbox: mapped itself, or a directory leading to
+/// mappings, or both.
+#[derive(Debug, Default)]
+pub struct Entry {
+    pub mapped: Option<Mapped>,
+    pub children: HashMap<OsString, Entry>,
+}
+
+impl Entry {
+    /// Number of mapped entries at and below this one.
+    pub fn mapping_count(&self) -> usize {
+        usize::from(self.mapped.is_some())
+            + self
+                .children
+                .values()
+                .map(Entry::mapping_count)
+                .sum::<usize>()
+    }
+}
+
+/// Applies `mappings` in order and returns the root entry (`/`).
+/// Underlying paths inside `forbidden` are refused: serving them from the
+/// mount would make the daemon wait on itself.
+pub fn plan(mappings: &[ResolvedMapping], forbidden: &Path) -> Result<Entry, String> {
+    let mut root = Entry::default();
+    for (index, mapping) in mappings.iter().enumerate() {
+        apply(&mut root, mapping, forbidden).map_err(|problem| {
+            format!(
+                "mapping #{index} ({:?} -> {:?}): {problem}",
+                mapping.path, mapping.underlying
+            )
+        })?;
+    }
+    Ok(root)
+}
+
+fn apply(root: &mut Entry, mapping: &ResolvedMapping, forbidden: &Path) -> Result<(), String> {
+    if mapping.underlying.starts_with(forbidden) {
+        return Err(format!(
+            "underlying path is inside the mount point {forbidden:?}"
+        ));
+    }
+    let meta = std::fs::symlink_metadata(&mapping.underlying)
+        .map_err(|err| format!("cannot use underlying path: lstat: {err}"))?;
+    let kind = FileKind::from_std(meta.file_type());
+
+    let mut entry = root;
+    let mut walked = String::new();
+    for component in mapping.components() {
+        if let Some(parent) = &entry.mapped {
+            if parent.kind != FileKind::Directory {
+                return Err(format!(
+                    "{walked:?} is mapped to a non-directory, so nothing can be mapped below it"
+                ));
+            }
+        }
+        walked.push('/');
+        walked.push_str(component);
+        entry = entry.children.entry(component.into()).or_default();
+    }
+    if entry.mapped.is_some() {
+        return Err("the path is mapped twice".to_owned());
+    }
+    if kind != FileKind::Directory && !entry.children.is_empty() {
+        return Err(
+            "a non-directory cannot be mapped where nested mappings need a directory".to_owned(),
+        );
+    }
+    if mapping.path == "/" && kind != FileKind::Directory {
+        return Err("the root can only be mapped to a directory".to_owned());
+    }
+    entry.mapped = Some(Mapped {
+        underlying: mapping.underlying.clone(),
+        writable: mapping.writable,
+        kind,
+    });
+    Ok(())
+}
