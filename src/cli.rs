@@ -9,12 +9,16 @@ use std::time::Duration;
 
 use actionfs_protocol::{Mapping, PrefixTable, ResolvedMapping};
 
+use crate::materialize::Method;
+
 /// The version line Bazel parses: it must be `sandboxfs X.Y.Z` exactly, and
 /// 0.2.0 or later selects the JSON protocol actionfs speaks.
 pub const BAZEL_VERSION_LINE: &str = "sandboxfs 0.2.0";
 
 pub const HELP: &str = "\
 usage: actionfs [OPTIONS] MOUNTPOINT
+       actionfs materialize [-v] [--spec=FILE|-] [--method=M] [--threads=N] DEST
+       actionfs rmtree [-v] DIR
 
 Mounts a sandbox file system at MOUNTPOINT. Sandboxes are created and
 destroyed by JSON requests read from the input (the sandboxfs 0.2 protocol,
@@ -45,6 +49,14 @@ options:
 
 exit status: 0 after a clean unmount, 1 on a runtime error, 2 on a usage
 error. Set RUST_LOG=debug for a log of every request on stderr.
+
+materialize builds one sandbox as real files under DEST (missing or empty),
+from a spec holding one CreateSandbox request exactly as on the wire
+({\"C\":{...}}, prefixes included; default - reads stdin). --method is
+symlink, hardlink, clone (FICLONE / clonefile), copy, or auto (default:
+per file, hard link, else clone, else symlink). On failure DEST is left as
+it was. rmtree deletes DIR like rm -rf, never following symlinks. With -v
+both print what they did and how long it took.
 ";
 
 /// Who may access the mount.
@@ -70,11 +82,24 @@ pub struct Options {
     pub mount_point: PathBuf,
 }
 
+/// `actionfs materialize`.
+#[derive(Clone, Debug)]
+pub struct MaterializeArgs {
+    /// `None` means stdin.
+    pub spec: Option<PathBuf>,
+    pub method: Method,
+    pub threads: usize,
+    pub verbose: bool,
+    pub dest: PathBuf,
+}
+
 #[derive(Debug)]
 pub enum Command {
     Help,
     Version,
     Serve(Options),
+    Materialize(MaterializeArgs),
+    Rmtree { dir: PathBuf, verbose: bool },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -92,7 +117,18 @@ fn usage(message: impl Into<String>) -> UsageError {
 
 /// Parses the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
-    let mut args = args.into_iter();
+    let mut args = args.into_iter().peekable();
+    match args.peek().and_then(|a| a.to_str()) {
+        Some("materialize") => {
+            args.next();
+            return parse_materialize(args);
+        }
+        Some("rmtree") => {
+            args.next();
+            return parse_rmtree(args);
+        }
+        _ => {}
+    }
     let mut allow = Allow::OwnerOnly;
     let mut input = None;
     let mut output = None;
@@ -184,6 +220,97 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         reconfig_threads,
         mount_point,
     }))
+}
+
+/// Subcommand flags as given: name (with dashes) and optional `=value`.
+type Flags = Vec<(String, Option<String>)>;
+
+/// Splits subcommand arguments into `--flag[=value]` pairs and positionals.
+fn split_flags(args: impl Iterator<Item = OsString>) -> Result<(Flags, Vec<String>), UsageError> {
+    let (mut flags, mut positional) = (Vec::new(), Vec::new());
+    for arg in args {
+        let arg = arg
+            .into_string()
+            .map_err(|bad| usage(format!("argument {bad:?} is not valid UTF-8")))?;
+        if arg == "-v" {
+            flags.push(("-v".to_owned(), None));
+        } else if let Some(flag) = arg.strip_prefix("--") {
+            let (name, value) = match flag.split_once('=') {
+                Some((n, v)) => (n.to_owned(), Some(v.to_owned())),
+                None => (flag.to_owned(), None),
+            };
+            flags.push((format!("--{name}"), value));
+        } else {
+            positional.push(arg);
+        }
+    }
+    Ok((flags, positional))
+}
+
+fn one_positional(positional: Vec<String>, what: &str) -> Result<PathBuf, UsageError> {
+    match <[String; 1]>::try_from(positional) {
+        Ok([one]) => Ok(PathBuf::from(one)),
+        Err(other) if other.is_empty() => Err(usage(format!("missing {what}"))),
+        Err(other) => Err(usage(format!(
+            "only one {what} may be given, got {other:?}"
+        ))),
+    }
+}
+
+fn parse_materialize(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
+    let (flags, positional) = split_flags(args)?;
+    let mut parsed = MaterializeArgs {
+        spec: None,
+        method: Method::Auto,
+        threads: 1,
+        verbose: false,
+        dest: PathBuf::new(),
+    };
+    for (name, value) in flags {
+        let need = |what: &str| {
+            value
+                .clone()
+                .ok_or_else(|| usage(format!("{name} needs {what} (as {name}=...)")))
+        };
+        match name.as_str() {
+            "-v" => parsed.verbose = true,
+            "--spec" => parsed.spec = stream_path(need("a file or -")?),
+            "--method" => {
+                let text = need("a method")?;
+                parsed.method = Method::parse(&text).ok_or_else(|| {
+                    usage(format!(
+                        "--method takes symlink, hardlink, clone, copy or auto, not {text:?}"
+                    ))
+                })?;
+            }
+            "--threads" => {
+                let text = need("a number")?;
+                parsed.threads = text
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n > 0)
+                    .ok_or_else(|| {
+                        usage(format!("--threads takes a positive number, not {text:?}"))
+                    })?;
+            }
+            _ => return Err(usage(format!("unknown flag {name} for materialize"))),
+        }
+    }
+    parsed.dest = one_positional(positional, "DEST")?;
+    Ok(Command::Materialize(parsed))
+}
+
+fn parse_rmtree(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
+    let (flags, positional) = split_flags(args)?;
+    let mut verbose = false;
+    for (name, _) in flags {
+        match name.as_str() {
+            "-v" => verbose = true,
+            _ => return Err(usage(format!("unknown flag {name} for rmtree"))),
+        }
+    }
+    let dir = one_positional(positional, "DIR")?;
+    Ok(Command::Rmtree { dir, verbose })
 }
 
 fn stream_path(value: String) -> Option<PathBuf> {
@@ -307,6 +434,40 @@ mod tests {
             (&["--reconfig_threads=0", "/m"][..], "positive number"),
             (&["--xattrs=yes", "/m"][..], "takes no value"),
             (&["/m", "--allow"][..], "--allow needs"),
+        ] {
+            let err = parse_strs(args).unwrap_err();
+            assert!(err.0.contains(expected), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn subcommands() {
+        let Ok(Command::Materialize(m)) = parse_strs(&[
+            "materialize",
+            "-v",
+            "--spec=s.json",
+            "--method=clone",
+            "--threads=2",
+            "/d",
+        ]) else {
+            panic!("materialize did not parse");
+        };
+        assert_eq!(m.method, Method::Clone);
+        assert_eq!((m.threads, m.verbose), (2, true));
+        assert_eq!(m.spec, Some(PathBuf::from("s.json")));
+        assert_eq!(m.dest, PathBuf::from("/d"));
+        assert!(matches!(
+            parse_strs(&["rmtree", "/x"]),
+            Ok(Command::Rmtree { verbose: false, .. })
+        ));
+        for (args, expected) in [
+            (
+                &["materialize", "--method=magic", "/d"][..],
+                "--method takes",
+            ),
+            (&["materialize"][..], "missing DEST"),
+            (&["rmtree", "/a", "/b"][..], "only one DIR"),
+            (&["rmtree", "--force", "/a"][..], "unknown flag --force"),
         ] {
             let err = parse_strs(args).unwrap_err();
             assert!(err.0.contains(expected), "{args:?}: {err}");

@@ -25,12 +25,19 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Ok(Command::Serve(options)) => match actionfs::daemon::run(options) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                eprintln!("actionfs: {err}");
-                ExitCode::from(1)
-            }
-        },
+        Ok(Command::Serve(options)) => exit(actionfs::daemon::run(options)),
+        Ok(Command::Materialize(args)) => exit(actionfs::tools::materialize(&args)),
+        Ok(Command::Rmtree { dir, verbose }) => exit(actionfs::tools::rmtree(&dir, verbose)),
+    }
+}
+
+/// Status 0, or 1 with the error on one line.
+fn exit(result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("actionfs: {err}");
+            ExitCode::from(1)
+        }
     }
 }

@@ -1,0 +1,172 @@
+//! Deleting a tree the way GNU `rm -rf` does: each directory is opened
+//! relative to its parent (O_NOFOLLOW, so a symlink is removed, never
+//! entered), listed with `getdents`, and emptied with `unlinkat`; a `stat`
+//! only when the file system does not give an entry's type, and a `chmod`
+//! only when a removal is refused for lack of permission.
+
+use std::ffi::{CStr, OsStr};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+use super::dirfd::{c_name, type_from_mode, DirFd, EntryType};
+use super::Error;
+
+/// What a removal deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Removed {
+    pub dirs: usize,
+    pub others: usize,
+}
+
+/// Removes `path` and everything below it. A symlink is removed as a link.
+/// Refuses `/` and paths that end in `..` or `.`.
+pub fn remove_tree(path: &Path) -> Result<Removed, Error> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(Error::other(
+            path,
+            "refusing to remove a root or a path ending in '..'",
+        ));
+    };
+    if path.components().next_back() == Some(Component::CurDir) {
+        return Err(Error::other(
+            path,
+            "refusing to remove a path ending in '.'",
+        ));
+    }
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let parent_dir = DirFd::open(parent).map_err(|e| Error::new("open", parent, e))?;
+    let mut removed = Removed::default();
+    remove_entry(&parent_dir, parent, name, None, &mut removed)?;
+    Ok(removed)
+}
+
+/// Removes `path` like [`remove_tree`], but only if it lies strictly inside
+/// `base` (compared by components, after neither has `..`).
+pub fn remove_tree_within(base: &Path, path: &Path) -> Result<Removed, Error> {
+    let has_dotdot = |p: &Path| p.components().any(|c| c == Component::ParentDir);
+    if has_dotdot(base) || has_dotdot(path) || !path.starts_with(base) || path == base {
+        return Err(Error::other(
+            path,
+            &format!("refusing to remove a path that is not inside {base:?}"),
+        ));
+    }
+    remove_tree(path)
+}
+
+/// Removes the entries of `dir` (at `dir_path`), leaving it empty.
+pub fn empty_dir(dir: &DirFd, dir_path: &Path, removed: &mut Removed) -> Result<(), Error> {
+    // Collect the names first: glibc's stream tolerates removal while
+    // reading, but a clean listing keeps the retry below simple.
+    let names: Vec<_> = dir
+        .entries()
+        .map_err(|e| Error::new("opendir", dir_path, e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| Error::new("readdir", dir_path, e))?;
+    for (name, kind) in names {
+        remove_entry(
+            dir,
+            dir_path,
+            OsStr::from_bytes(name.as_bytes()),
+            Some(kind),
+            removed,
+        )?;
+    }
+    Ok(())
+}
+
+fn remove_entry(
+    parent: &DirFd,
+    parent_path: &Path,
+    name: &OsStr,
+    kind: Option<EntryType>,
+    removed: &mut Removed,
+) -> Result<(), Error> {
+    let path = parent_path.join(name);
+    let c = c_name(name).map_err(|e| Error::new("unlinkat", &path, e))?;
+    let kind = match kind {
+        Some(EntryType::Unknown) | None => match parent.stat_at(&c) {
+            Ok(st) => type_from_mode(st.st_mode),
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Err(err) => return Err(Error::new("fstatat", &path, err)),
+        },
+        Some(known) => known,
+    };
+    if kind == EntryType::Dir {
+        let dir = match parent.open_at(&c) {
+            Ok(dir) => dir,
+            // Not listable by us: grant ourselves access and retry once.
+            Err(err) if is_denied(&err) => {
+                chmod_owner_rwx(parent, &c).map_err(|e| Error::new("fchmodat", &path, e))?;
+                parent
+                    .open_at(&c)
+                    .map_err(|e| Error::new("openat", &path, e))?
+            }
+            Err(err) => return Err(Error::new("openat", &path, err)),
+        };
+        empty_dir_with_retry(&dir, &path, removed)?;
+        unlink_with_retry(parent, parent_path, &c, &path, true)?;
+        removed.dirs += 1;
+    } else {
+        unlink_with_retry(parent, parent_path, &c, &path, false)?;
+        removed.others += 1;
+    }
+    Ok(())
+}
+
+fn empty_dir_with_retry(dir: &DirFd, path: &Path, removed: &mut Removed) -> Result<(), Error> {
+    match empty_dir(dir, path, removed) {
+        Err(err) if err.is_denied() => {
+            dir.make_owner_writable()
+                .map_err(|e| Error::new("fchmod", path, e))?;
+            empty_dir(dir, path, removed)
+        }
+        other => other,
+    }
+}
+
+fn unlink_with_retry(
+    parent: &DirFd,
+    parent_path: &Path,
+    name: &CStr,
+    path: &Path,
+    is_dir: bool,
+) -> Result<(), Error> {
+    let syscall = if is_dir {
+        "unlinkat(AT_REMOVEDIR)"
+    } else {
+        "unlinkat"
+    };
+    match parent.unlink_at(name, is_dir) {
+        Ok(()) => Ok(()),
+        Err(err) if err.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(err) if is_denied(&err) => {
+            parent
+                .make_owner_writable()
+                .map_err(|e| Error::new("fchmod", parent_path, e))?;
+            parent
+                .unlink_at(name, is_dir)
+                .map_err(|e| Error::new(syscall, path, e))
+        }
+        Err(err) => Err(Error::new(syscall, path, err)),
+    }
+}
+
+fn is_denied(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+}
+
+fn chmod_owner_rwx(parent: &DirFd, name: &CStr) -> io::Result<()> {
+    let st = parent.stat_at(name)?;
+    let mode = st.st_mode & 0o7777 | libc::S_IRWXU;
+    // SAFETY: valid C string; flags 0 (the entry is a directory, checked).
+    let ret = unsafe { libc::fchmodat(parent.fd(), name.as_ptr(), mode, 0) };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
