@@ -54,7 +54,8 @@ materialize builds one sandbox as real files under DEST (missing or empty),
 from a spec holding one CreateSandbox request exactly as on the wire
 ({\"C\":{...}}, prefixes included; default - reads stdin). --method is
 symlink, hardlink, clone (FICLONE / clonefile), copy, or auto (default:
-per file, hard link, else clone, else symlink). On failure DEST is left as
+per file, hard link, else clone, else symlink). --threads (at most 2)
+defaults to 2 from 200 mappings on, else 1. On failure DEST is left as
 it was. rmtree deletes DIR like rm -rf, never following symlinks. With -v
 both print what they did and how long it took.
 ";
@@ -88,6 +89,7 @@ pub struct MaterializeArgs {
     /// `None` means stdin.
     pub spec: Option<PathBuf>,
     pub method: Method,
+    /// 0: chosen by size.
     pub threads: usize,
     pub verbose: bool,
     pub dest: PathBuf,
@@ -262,7 +264,7 @@ fn parse_materialize(args: impl Iterator<Item = OsString>) -> Result<Command, Us
     let mut parsed = MaterializeArgs {
         spec: None,
         method: Method::Auto,
-        threads: 1,
+        threads: 0,
         verbose: false,
         dest: PathBuf::new(),
     };

@@ -13,6 +13,7 @@ pub mod layout;
 pub mod materialize;
 pub mod mount;
 pub mod reconfig;
+pub mod synthetic;
 mod sys;
 pub mod tools;
 pub mod tree;

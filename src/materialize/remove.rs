@@ -41,7 +41,8 @@ pub fn remove_tree(path: &Path) -> Result<Removed, Error> {
     };
     let parent_dir = DirFd::open(parent).map_err(|e| Error::new("open", parent, e))?;
     let mut removed = Removed::default();
-    remove_entry(&parent_dir, parent, name, None, &mut removed)?;
+    let name = c_name(name).map_err(|e| Error::new("unlinkat", path, e))?;
+    remove_entry(&parent_dir, parent, &name, None, &mut removed)?;
     Ok(removed)
 }
 
@@ -58,61 +59,55 @@ pub fn remove_tree_within(base: &Path, path: &Path) -> Result<Removed, Error> {
     remove_tree(path)
 }
 
-/// Removes the entries of `dir` (at `dir_path`), leaving it empty.
+/// Removes the entries of `dir` (at `dir_path`), leaving it empty. Entries
+/// are removed while the listing streams, as `rm -rf` does: the kernel's
+/// directory cursor is unaffected by removing names already returned.
 pub fn empty_dir(dir: &DirFd, dir_path: &Path, removed: &mut Removed) -> Result<(), Error> {
-    // Collect the names first: glibc's stream tolerates removal while
-    // reading, but a clean listing keeps the retry below simple.
-    let names: Vec<_> = dir
+    let listing = dir
         .entries()
-        .map_err(|e| Error::new("opendir", dir_path, e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| Error::new("readdir", dir_path, e))?;
-    for (name, kind) in names {
-        remove_entry(
-            dir,
-            dir_path,
-            OsStr::from_bytes(name.as_bytes()),
-            Some(kind),
-            removed,
-        )?;
+        .map_err(|e| Error::new("opendir", dir_path, e))?;
+    for item in listing {
+        let (name, kind) = item.map_err(|e| Error::new("readdir", dir_path, e))?;
+        remove_entry(dir, dir_path, &name, Some(kind), removed)?;
     }
     Ok(())
 }
 
+/// Removes entry `name` of `parent`. Paths are only built for messages and
+/// for descending, never per file.
 fn remove_entry(
     parent: &DirFd,
     parent_path: &Path,
-    name: &OsStr,
+    name: &CStr,
     kind: Option<EntryType>,
     removed: &mut Removed,
 ) -> Result<(), Error> {
-    let path = parent_path.join(name);
-    let c = c_name(name).map_err(|e| Error::new("unlinkat", &path, e))?;
+    let path = || parent_path.join(OsStr::from_bytes(name.to_bytes()));
     let kind = match kind {
-        Some(EntryType::Unknown) | None => match parent.stat_at(&c) {
+        Some(EntryType::Unknown) | None => match parent.stat_at(name) {
             Ok(st) => type_from_mode(st.st_mode),
             Err(err) if err.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
-            Err(err) => return Err(Error::new("fstatat", &path, err)),
+            Err(err) => return Err(Error::new("fstatat", &path(), err)),
         },
         Some(known) => known,
     };
     if kind == EntryType::Dir {
-        let dir = match parent.open_at(&c) {
+        let dir = match parent.open_at(name) {
             Ok(dir) => dir,
             // Not listable by us: grant ourselves access and retry once.
             Err(err) if is_denied(&err) => {
-                chmod_owner_rwx(parent, &c).map_err(|e| Error::new("fchmodat", &path, e))?;
+                chmod_owner_rwx(parent, name).map_err(|e| Error::new("fchmodat", &path(), e))?;
                 parent
-                    .open_at(&c)
-                    .map_err(|e| Error::new("openat", &path, e))?
+                    .open_at(name)
+                    .map_err(|e| Error::new("openat", &path(), e))?
             }
-            Err(err) => return Err(Error::new("openat", &path, err)),
+            Err(err) => return Err(Error::new("openat", &path(), err)),
         };
-        empty_dir_with_retry(&dir, &path, removed)?;
-        unlink_with_retry(parent, parent_path, &c, &path, true)?;
+        empty_dir_with_retry(&dir, &path(), removed)?;
+        unlink_with_retry(parent, parent_path, name, true)?;
         removed.dirs += 1;
     } else {
-        unlink_with_retry(parent, parent_path, &c, &path, false)?;
+        unlink_with_retry(parent, parent_path, name, false)?;
         removed.others += 1;
     }
     Ok(())
@@ -133,7 +128,6 @@ fn unlink_with_retry(
     parent: &DirFd,
     parent_path: &Path,
     name: &CStr,
-    path: &Path,
     is_dir: bool,
 ) -> Result<(), Error> {
     let syscall = if is_dir {
@@ -141,6 +135,7 @@ fn unlink_with_retry(
     } else {
         "unlinkat"
     };
+    let path = || parent_path.join(OsStr::from_bytes(name.to_bytes()));
     match parent.unlink_at(name, is_dir) {
         Ok(()) => Ok(()),
         Err(err) if err.raw_os_error() == Some(libc::ENOENT) => Ok(()),
@@ -150,9 +145,9 @@ fn unlink_with_retry(
                 .map_err(|e| Error::new("fchmod", parent_path, e))?;
             parent
                 .unlink_at(name, is_dir)
-                .map_err(|e| Error::new(syscall, path, e))
+                .map_err(|e| Error::new(syscall, &path(), e))
         }
-        Err(err) => Err(Error::new(syscall, path, err)),
+        Err(err) => Err(Error::new(syscall, &path(), err)),
     }
 }
 
