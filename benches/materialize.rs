@@ -47,6 +47,9 @@ fn sizes() -> Vec<usize> {
     }
 }
 
+/// A named way to build or delete a tree at a path.
+type Case<'a> = (&'static str, Box<dyn Fn(&Path) + 'a>);
+
 /// Fresh destination paths under one scratch directory.
 struct Scratch {
     dir: tempfile::TempDir,
@@ -198,7 +201,6 @@ fn bench_materialize(c: &mut Criterion) {
         // Creation: time only the build; delete each copy outside the clock.
         let mut group = c.benchmark_group(format!("create-{n}"));
         configure(&mut group, n);
-        type Case<'a> = (&'static str, Box<dyn Fn(&Path) + 'a>);
         let mut cases: Vec<Case> = vec![
             (
                 "floor-symlink",
@@ -240,6 +242,10 @@ fn bench_materialize(c: &mut Criterion) {
         ];
         if can_clone {
             cases.push((
+                "floor-clone",
+                Box::new(|d: &Path| floor(&tree, d, FloorOp::Clone)),
+            ));
+            cases.push((
                 "clone",
                 Box::new(|d: &Path| ours(&layout, d, Method::Clone, 1)),
             ));
@@ -269,7 +275,7 @@ fn bench_materialize(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("teardown-{n}"));
         configure(&mut group, n);
         let trash = Trash::open(&scratch.dir.path().join("trash"), 1).unwrap();
-        let deleters: Vec<(&str, Box<dyn Fn(&Path)>)> = vec![
+        let deleters: Vec<Case> = vec![
             (
                 "remove_tree",
                 Box::new(|d: &Path| {

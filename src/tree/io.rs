@@ -38,8 +38,26 @@ pub(super) fn open_underlying(path: &Path, flags: i32, mode: u32) -> FsResult<Fi
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
+/// A fingerprint of a file's identity and version; never 0.
+fn identity(meta: &std::fs::Metadata) -> u64 {
+    use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::MetadataExt;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ctime(),
+        meta.ctime_nsec(),
+    )
+        .hash(&mut hasher);
+    hasher.finish() | 1
+}
+
 /// An opened file: its handle and whether the kernel may keep its cached
-/// pages (true for read-only files, which do not change under a sandbox).
+/// pages (read-only files that are the same file as at their last open).
 #[derive(Clone, Copy, Debug)]
 pub struct Opened {
     pub fh: u64,
@@ -57,14 +75,14 @@ impl SandboxFs {
             return Err(Errno(libc::EISDIR));
         }
         let file = open_underlying(&node.require_path()?, flags & !libc::O_CREAT, 0)?;
+        // Cached pages stay valid only if this is the file opened last
+        // time: an input replaced behind our back must not show old bytes.
+        let keep_cache = !node.is_writable() && node.reopened_same(identity(&file.metadata()?));
         let fh = self.files.insert(OpenFile {
             file,
             writable: (flags & libc::O_ACCMODE) != libc::O_RDONLY,
         });
-        Ok(Opened {
-            fh,
-            keep_cache: !node.is_writable(),
-        })
+        Ok(Opened { fh, keep_cache })
     }
 
     /// Reads up to `size` bytes at `offset`; fewer only at end of file.

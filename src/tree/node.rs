@@ -35,6 +35,9 @@ pub enum Origin {
 pub struct Node {
     /// Inode number; 0 until the kernel first looks the node up.
     ino: AtomicU64,
+    /// Identity of the underlying file at the last open (0: never opened),
+    /// so the kernel keeps cached pages only while it is the same file.
+    opened_identity: AtomicU64,
     kind: FileKind,
     /// Whether operations may change the underlying object (and, for a
     /// directory, its entries).
@@ -66,6 +69,7 @@ impl Node {
         });
         Node {
             ino: AtomicU64::new(0),
+            opened_identity: AtomicU64::new(0),
             kind,
             writable,
             origin: Mutex::new(origin),
@@ -107,6 +111,12 @@ impl Node {
             Ok(_) => candidate,
             Err(existing) => existing,
         }
+    }
+
+    /// Records the identity of the file just opened; true if it is the
+    /// same as at the previous open.
+    pub(super) fn reopened_same(&self, identity: u64) -> bool {
+        self.opened_identity.swap(identity, Ordering::AcqRel) == identity
     }
 
     pub fn origin(&self) -> Origin {

@@ -1,0 +1,384 @@
+//! Hostile input, faults and access control, against the real daemon on a
+//! real mount. Each class of bad input gets a clear answer, the daemon keeps
+//! serving, and no partial sandbox is left (docs/BAD_INPUT.md).
+
+mod common;
+
+use std::ffi::CString;
+use std::fs;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use actionfs_protocol::Mapping;
+use common::*;
+
+/// Sends raw bytes for sandbox `id` and returns the error it got.
+fn raw_error(d: &Daemon, id: &str, bytes: &[u8]) -> String {
+    let answer = d.client().call_raw(id, bytes).unwrap();
+    answer
+        .error
+        .unwrap_or_else(|| panic!("{id}: expected an error"))
+}
+
+/// The daemon still creates, serves and destroys sandboxes.
+fn still_serving(d: &Daemon, good: &Path) {
+    d.create(sandbox("alive", vec![ro("/g", good)]));
+    assert_eq!(fs::read_to_string(d.path("alive/g")).unwrap(), "good");
+    d.destroy("alive");
+}
+
+#[test]
+fn oversized_and_nul_laden_names_are_refused() {
+    let fx = Fixture::new();
+    let good = fx.write("src/good", "good");
+    let d = fx.start(&[]);
+    let long_id = "i".repeat(300);
+    assert!(d
+        .create_err(sandbox(&long_id, vec![]))
+        .contains("longer than 255"));
+    let long_path = format!("/{}", ["p"; 3000].join("/"));
+    assert!(d
+        .create_err(sandbox("p", vec![ro(&long_path, &good)]))
+        .contains("longer than 4096"));
+    let long_name = format!("/{}", "n".repeat(300));
+    assert!(d
+        .create_err(sandbox("n", vec![ro(&long_name, &good)]))
+        .contains("longer than 255"));
+    for (id, body) in [
+        ("nul-id", r#"{"C":{"i":"nul-id\u0000x","m":[]}}"#),
+        (
+            "nul-path",
+            r#"{"C":{"i":"nul-path","m":[{"p":"/a\u0000b","u":"/tmp"}]}}"#,
+        ),
+    ] {
+        // The id with a NUL is answered under that very id.
+        let answer_id = if id == "nul-id" { "nul-id\u{0}x" } else { id };
+        let error = raw_error(&d, answer_id, body.as_bytes());
+        assert!(error.contains("NUL"), "{id}: {error}");
+    }
+    assert_eq!(names(&d.mnt), ["empty"]);
+    still_serving(&d, &good);
+    assert_eq!(d.terminate(), 0);
+}
+
+#[test]
+fn non_utf8_and_deeply_nested_input_is_fatal_without_a_crash() {
+    for (what, bytes) in [
+        (
+            "non-UTF-8",
+            b"{\"C\":{\"i\":\"\xff\xfe\",\"m\":[]}}".to_vec(),
+        ),
+        (
+            "deep nesting",
+            [
+                b"{\"C\":{\"i\":\"x\",\"m\":".to_vec(),
+                vec![b'['; 100_000],
+                vec![b']'; 100_000],
+                b"}}".to_vec(),
+            ]
+            .concat(),
+        ),
+    ] {
+        let fx = Fixture::new();
+        let good = fx.write("src/good", "good");
+        let d = fx.start(&[]);
+        d.create(sandbox("before", vec![ro("/g", &good)]));
+        d.client().write_raw(&bytes).unwrap();
+        assert!(
+            wait_for(Duration::from_secs(10), || !d
+                .client()
+                .unexpected_responses()
+                .is_empty()),
+            "{what}: no answer"
+        );
+        let fatal = &d.client().unexpected_responses()[0];
+        assert_eq!(fatal.id, None, "{what}");
+        // Requests are no longer read, but files are served.
+        assert_eq!(
+            fs::read_to_string(d.path("before/g")).unwrap(),
+            "good",
+            "{what}"
+        );
+        assert_eq!(d.terminate(), 0, "{what}");
+    }
+}
+
+#[test]
+fn input_ending_inside_a_value_is_reported_as_truncated() {
+    let fx = Fixture::new();
+    let good = fx.write("src/good", "good");
+    let d = fx.start(&[]);
+    d.create(sandbox("before", vec![ro("/g", &good)]));
+    // An unterminated value is not an error while more input may come...
+    let open = [b"{\"C\":{\"i\":\"x\",\"m\":".to_vec(), vec![b'['; 10_000]].concat();
+    d.client().write_raw(&open).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(d.client().unexpected_responses().is_empty());
+    // ...and is, once the input ends.
+    d.client().close_input();
+    assert!(wait_for(Duration::from_secs(10), || !d
+        .client()
+        .unexpected_responses()
+        .is_empty()));
+    let fatal = &d.client().unexpected_responses()[0];
+    assert_eq!(fatal.id, None);
+    assert!(
+        fatal.error.as_deref().unwrap().contains("truncated"),
+        "{fatal:?}"
+    );
+    assert_eq!(fs::read_to_string(d.path("before/g")).unwrap(), "good");
+    assert_eq!(d.terminate(), 0);
+}
+
+#[test]
+fn a_hundred_thousand_mappings_in_one_request() {
+    let fx = Fixture::new();
+    let good = fx.write("src/good", "good");
+    let d = fx.start(&[]);
+    let mappings: Vec<Mapping> = (0..100_000)
+        .map(|n| ro(&format!("/ws/d{}/f{n}", n % 500), &good))
+        .collect();
+    d.create(sandbox("huge", mappings));
+    assert_eq!(
+        fs::read_to_string(d.path("huge/ws/d7/f99507")).unwrap(),
+        "good"
+    );
+    assert_eq!(names(&d.path("huge/ws")).len(), 500);
+    d.destroy("huge");
+    assert_eq!(errno(fs::metadata(d.path("huge"))), libc::ENOENT);
+    assert_eq!(d.terminate(), 0);
+}
+
+#[test]
+fn prefixes_into_the_mount_itself_are_refused() {
+    let fx = Fixture::new();
+    let good = fx.write("src/good", "good");
+    let d = fx.start(&[]);
+    d.create(sandbox("real", vec![ro("/g", &good)]));
+    let mut create = sandbox(
+        "loop",
+        vec![Mapping {
+            path: "/x".into(),
+            underlying_path_prefix: 1,
+            underlying_path: "real/g".into(),
+            ..Mapping::default()
+        }],
+    );
+    create.prefixes.insert(1, d.mnt.to_str().unwrap().into());
+    let error = d.create_err(create);
+    assert!(error.contains("inside the mount point"), "{error}");
+    still_serving(&d, &good);
+    assert_eq!(d.terminate(), 0);
+}
+
+#[test]
+fn sockets_fifos_and_devices_are_shown_but_never_opened_by_the_daemon() {
+    let fx = Fixture::new();
+    let fifo = fx.path("src/fifo");
+    let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let socket_path = fx.path("src/sock");
+    let _socket = std::os::unix::net::UnixListener::bind(&socket_path).unwrap();
+    let good = fx.write("src/good", "good");
+    let d = fx.start(&[]);
+    d.create(sandbox(
+        "odd",
+        vec![
+            ro("/fifo", &fifo),
+            ro("/sock", &socket_path),
+            ro("/null", Path::new("/dev/null")),
+        ],
+    ));
+    assert!(fs::symlink_metadata(d.path("odd/fifo"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    assert!(fs::symlink_metadata(d.path("odd/sock"))
+        .unwrap()
+        .file_type()
+        .is_socket());
+    assert!(fs::symlink_metadata(d.path("odd/null"))
+        .unwrap()
+        .file_type()
+        .is_char_device());
+    // The mount is nodev: the device cannot be opened through it.
+    assert_eq!(errno(fs::File::open(d.path("odd/null"))), libc::EACCES);
+    // A FIFO is the kernel's own pipe on the view's inode: opening it with
+    // O_NONBLOCK does not reach (or block) the daemon.
+    let pipe = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(d.path("odd/fifo"));
+    assert!(pipe.is_ok(), "{pipe:?}");
+    still_serving(&d, &good);
+    assert_eq!(d.terminate(), 0);
+}
+
+#[test]
+fn underlying_files_deleted_or_replaced_while_mounted() {
+    let fx = Fixture::new();
+    let file = fx.write("src/f", "first");
+    let doomed = fx.write("src/doomed", "doomed");
+    // Attributes may lag up to --ttl; page contents must never be stale.
+    let d = fx.start(&["--ttl=0s"]);
+    d.create(sandbox(
+        "s",
+        vec![
+            ro("/f", &file),
+            ro("/doomed", &doomed),
+            ro("/dir", &fx.path("src")),
+        ],
+    ));
+    assert_eq!(fs::read_to_string(d.path("s/f")).unwrap(), "first");
+    // Replaced (a new inode at the path): the view shows the new content,
+    // not pages cached from the old file.
+    let replacement = fx.write("src/f.new", "second, longer");
+    fs::rename(&replacement, &file).unwrap();
+    assert_eq!(fs::read_to_string(d.path("s/f")).unwrap(), "second, longer");
+    // Deleted: opening fails with the underlying error; the daemon lives.
+    fs::remove_file(&doomed).unwrap();
+    assert_eq!(errno(fs::File::open(d.path("s/doomed"))), libc::ENOENT);
+    assert_eq!(errno(fs::File::open(d.path("s/dir/doomed"))), libc::ENOENT);
+    still_serving(&d, &fx.write("src/good", "good"));
+    assert_eq!(d.terminate(), 0);
+}
+
+#[test]
+fn a_full_underlying_file_system_reports_enospc_and_the_daemon_survives() {
+    let fx = Fixture::new();
+    let small = fx.path("small");
+    fs::create_dir(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&small)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !mounted {
+        eprintln!("skipped: cannot mount a small tmpfs here (not root?)");
+        return;
+    }
+    let d = fx.start(&[]);
+    d.create(sandbox("s", vec![rw("/out", &small)]));
+    let mut file = fs::File::create(d.path("s/out/big")).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    let err = (0..64)
+        .find_map(|_| file.write_all(&chunk).err())
+        .expect("the disk never filled");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    drop(file);
+    fs::remove_file(d.path("s/out/big")).unwrap();
+    fs::write(d.path("s/out/small"), "fits").unwrap();
+    assert_eq!(fs::read_to_string(small.join("small")).unwrap(), "fits");
+    assert_eq!(d.terminate(), 0);
+    Command::new("umount").arg(&small).status().unwrap();
+}
+
+#[test]
+fn a_read_only_mapping_cannot_be_changed_through_a_shared_writable_mmap() {
+    let fx = Fixture::new();
+    let input = fx.write("src/in", "input bytes");
+    let d = fx.start(&[]);
+    d.create(sandbox("s", vec![ro("/in", &input)]));
+    let file = fs::File::open(d.path("s/in")).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: mmap of an open fd; the result is checked and unmapped.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_eq!(
+        map,
+        libc::MAP_FAILED,
+        "a writable shared map of a read-only file"
+    );
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EACCES)
+    );
+    assert_eq!(fs::read_to_string(&input).unwrap(), "input bytes");
+    assert_eq!(d.terminate(), 0);
+}
+
+/// Runs `args` as the unprivileged user 65534; returns (success, stderr).
+fn as_nobody(args: &[&str]) -> (bool, String) {
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn allow_self_shuts_other_users_out_and_allow_other_lets_them_in() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to act as another user");
+        return;
+    }
+    for (flag, others_allowed) in [("--allow=self", false), ("--allow=other", true)] {
+        let fx = Fixture::new();
+        fs::set_permissions(fx.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let input = fx.write("src/in", "data");
+        fs::set_permissions(&input, fs::Permissions::from_mode(0o644)).unwrap();
+        let d = fx.start(&[flag]);
+        d.create(sandbox("s", vec![ro("/in", &input)]));
+        let file = d.path("s/in");
+        let file = file.to_str().unwrap();
+        for args in [
+            &["stat", file][..],
+            &["cat", file][..],
+            &["ls", d.mnt.to_str().unwrap()][..],
+        ] {
+            let (ok, stderr) = as_nobody(args);
+            assert_eq!(ok, others_allowed, "{flag} {args:?}: {stderr}");
+            if !others_allowed {
+                assert!(
+                    stderr.contains("Permission denied"),
+                    "{flag} {args:?}: {stderr}"
+                );
+            }
+        }
+        // The owner always gets in.
+        assert_eq!(fs::read_to_string(d.path("s/in")).unwrap(), "data");
+        assert_eq!(d.terminate(), 0);
+    }
+}
+
+#[test]
+fn a_killed_daemon_leaves_a_mount_the_next_start_clears() {
+    // The stale-mount path, once more from the fault side: kill -9 while a
+    // reader is inside the mount, then a new daemon on the same point.
+    let fx = Fixture::new();
+    let good = fx.write("src/good", "good");
+    let mut first = fx.start(&[]);
+    first.create(sandbox("s", vec![ro("/g", &good)]));
+    let mut reader = Command::new("sleep")
+        .arg("30")
+        .current_dir(first.path("s"))
+        .spawn()
+        .unwrap();
+    let mut client = first.client.take().unwrap();
+    client.signal(libc::SIGKILL).unwrap();
+    client.wait().unwrap();
+    std::mem::forget(first);
+    let second = fx.start(&[]);
+    still_serving(&second, &good);
+    let _ = reader.kill();
+    let _ = reader.wait();
+    assert_eq!(second.terminate(), 0);
+    assert!(!is_mounted(&fx.mnt()));
+}
