@@ -9,6 +9,8 @@ pub mod cli;
 pub mod daemon;
 pub mod file_kind;
 pub mod fuse_shell;
+#[doc(hidden)]
+pub mod fuzz_harness;
 pub mod layout;
 pub mod materialize;
 pub mod mount;

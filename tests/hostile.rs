@@ -382,3 +382,35 @@ fn a_killed_daemon_leaves_a_mount_the_next_start_clears() {
     assert_eq!(second.terminate(), 0);
     assert!(!is_mounted(&fx.mnt()));
 }
+
+#[test]
+fn io_errors_of_the_underlying_file_system_reach_the_caller() {
+    let xfs = match LoopXfs::new() {
+        Ok(xfs) => xfs,
+        Err(why) => {
+            eprintln!("skipped: no loop-mounted xfs here: {why}");
+            return;
+        }
+    };
+    let fx = Fixture::new();
+    let good = fx.write("src/good", "good");
+    let data = xfs.path().join("data");
+    fs::write(&data, vec![1u8; 1 << 20]).unwrap();
+    fs::create_dir(xfs.path().join("out")).unwrap();
+    let d = fx.start(&[]);
+    d.create(sandbox(
+        "s",
+        vec![ro("/data", &data), rw("/out", &xfs.path().join("out"))],
+    ));
+    // Force the file system down: from now on its I/O fails with EIO.
+    let down = Command::new("xfs_io")
+        .args(["-x", "-c", "shutdown"])
+        .arg(xfs.path())
+        .status()
+        .unwrap();
+    assert!(down.success());
+    assert_eq!(errno(fs::read(d.path("s/data"))), libc::EIO);
+    assert_eq!(errno(fs::write(d.path("s/out/new"), "x")), libc::EIO);
+    still_serving(&d, &good);
+    assert_eq!(d.terminate(), 0);
+}

@@ -420,54 +420,9 @@ fn auto_falls_back_across_file_systems_and_says_so() {
     assert!(!fx.path("hard").exists());
 }
 
-/// A loop-mounted xfs with reflink=1, for the clone method. Unmounted and
-/// detached on drop.
-struct ReflinkFs {
-    dir: tempfile::TempDir,
-}
-
-impl ReflinkFs {
-    fn new() -> Result<ReflinkFs, String> {
-        let dir = tempfile::tempdir_in("/var/tmp").map_err(|e| e.to_string())?;
-        let image = dir.path().join("xfs.img");
-        let mnt = dir.path().join("mnt");
-        fs::create_dir(&mnt).map_err(|e| e.to_string())?;
-        let run = |cmd: &mut Command| -> Result<(), String> {
-            let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{cmd:?}: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ))
-            }
-        };
-        run(Command::new("truncate").args(["-s", "400M"]).arg(&image))?;
-        run(Command::new("mkfs.xfs")
-            .args(["-q", "-m", "reflink=1"])
-            .arg(&image))?;
-        run(Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(&image)
-            .arg(&mnt))?;
-        Ok(ReflinkFs { dir })
-    }
-
-    fn path(&self) -> PathBuf {
-        self.dir.path().join("mnt")
-    }
-}
-
-impl Drop for ReflinkFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.path()).status();
-    }
-}
-
 #[test]
 fn clone_makes_independent_copies_on_a_reflink_filesystem() {
-    let xfs = match ReflinkFs::new() {
+    let xfs = match LoopXfs::new() {
         Ok(xfs) => xfs,
         Err(why) => {
             eprintln!("skipped: no reflink-capable file system could be made here: {why}");

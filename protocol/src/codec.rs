@@ -13,6 +13,8 @@
 //! answered with an error for the sandbox it names, and reading goes on.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
@@ -42,8 +44,38 @@ impl std::fmt::Display for FatalError {
 
 impl std::error::Error for FatalError {}
 
-type RawStream<R> =
-    serde_json::StreamDeserializer<'static, serde_json::de::IoRead<BufReader<R>>, Box<RawValue>>;
+/// The largest request accepted: far above any real one (Bazel's largest
+/// recorded request is 250 KB; 100k mappings take about 5 MB), and a bound
+/// on what a client that never ends a value can make the daemon buffer.
+pub const MAX_REQUEST_BYTES: u64 = 256 << 20;
+
+/// Counts the bytes read since the last complete value and fails once they
+/// pass the limit.
+struct Limited<R> {
+    inner: R,
+    since_value: Arc<AtomicU64>,
+    limit: u64,
+}
+
+impl<R: Read> Read for Limited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.since_value.load(Ordering::Relaxed) > self.limit {
+            return Err(io::Error::other(format!(
+                "a request is larger than {} bytes",
+                self.limit
+            )));
+        }
+        let n = self.inner.read(buf)?;
+        self.since_value.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+type RawStream<R> = serde_json::StreamDeserializer<
+    'static,
+    serde_json::de::IoRead<BufReader<Limited<R>>>,
+    Box<RawValue>,
+>;
 
 /// Incremental decoder of a request stream.
 ///
@@ -51,13 +83,26 @@ type RawStream<R> =
 /// not), `Err` once for a fatal error, then nothing more.
 pub struct RequestReader<R: Read> {
     values: RawStream<R>,
+    since_value: Arc<AtomicU64>,
     finished: bool,
 }
 
 impl<R: Read> RequestReader<R> {
     pub fn new(input: R) -> Self {
+        Self::with_limit(input, MAX_REQUEST_BYTES)
+    }
+
+    /// A decoder that refuses requests of more than `limit` bytes.
+    pub fn with_limit(input: R, limit: u64) -> Self {
+        let since_value = Arc::new(AtomicU64::new(0));
+        let limited = Limited {
+            inner: input,
+            since_value: since_value.clone(),
+            limit,
+        };
         RequestReader {
-            values: serde_json::Deserializer::from_reader(BufReader::new(input)).into_iter(),
+            values: serde_json::Deserializer::from_reader(BufReader::new(limited)).into_iter(),
+            since_value,
             finished: false,
         }
     }
@@ -84,6 +129,9 @@ impl<R: Read> Iterator for RequestReader<R> {
                 return Some(Err(FatalError { message }));
             }
         };
+        // Bytes read ahead of this value's end count toward the next one:
+        // at most one buffer, negligible against the limit.
+        self.since_value.store(0, Ordering::Relaxed);
         let item = decode_value(raw.get());
         if item.is_err() {
             self.finished = true;
@@ -280,6 +328,28 @@ mod tests {
             .unwrap_err()
             .message
             .contains("names no sandbox"));
+    }
+
+    #[test]
+    fn an_oversized_request_is_fatal() {
+        let small = r#"{"D":"a"}"#;
+        let big = format!(
+            r#"{{"C":{{"i":"b","m":[{}]}}}}"#,
+            vec![r#"{"p":"/x","u":"/y"}"#; 5000].join(",")
+        );
+        let input = format!("{small}{big}{small}");
+        let items: Vec<_> = RequestReader::with_limit(input.as_bytes(), 64 * 1024).collect();
+        assert_eq!(items.len(), 2, "{items:?}");
+        assert!(items[0].is_ok());
+        let err = items[1].as_ref().unwrap_err();
+        assert!(
+            err.message.contains("larger than 65536 bytes"),
+            "{}",
+            err.message
+        );
+        // Under the limit, the same request passes.
+        let items: Vec<_> = RequestReader::with_limit(input.as_bytes(), 1 << 20).collect();
+        assert!(items.iter().all(Result::is_ok) && items.len() == 3);
     }
 
     #[test]

@@ -197,3 +197,48 @@ pub fn names(dir: &Path) -> Vec<String> {
     names.sort();
     names
 }
+
+/// A fresh loop-mounted xfs with reflink=1 (for clones, and for faults such
+/// as a forced shutdown). Unmounted on drop.
+pub struct LoopXfs {
+    dir: tempfile::TempDir,
+}
+
+impl LoopXfs {
+    pub fn new() -> Result<LoopXfs, String> {
+        let dir = tempfile::tempdir_in("/var/tmp").map_err(|e| e.to_string())?;
+        let image = dir.path().join("xfs.img");
+        let mnt = dir.path().join("mnt");
+        fs::create_dir(&mnt).map_err(|e| e.to_string())?;
+        let run = |cmd: &mut Command| -> Result<(), String> {
+            let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{cmd:?}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        run(Command::new("truncate").args(["-s", "400M"]).arg(&image))?;
+        run(Command::new("mkfs.xfs")
+            .args(["-q", "-m", "reflink=1"])
+            .arg(&image))?;
+        run(Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&image)
+            .arg(&mnt))?;
+        Ok(LoopXfs { dir })
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+}
+
+impl Drop for LoopXfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.path()).status();
+    }
+}
