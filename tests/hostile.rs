@@ -310,19 +310,6 @@ fn a_read_only_mapping_cannot_be_changed_through_a_shared_writable_mmap() {
     assert_eq!(d.terminate(), 0);
 }
 
-/// Runs `args` as the unprivileged user 65534; returns (success, stderr).
-fn as_nobody(args: &[&str]) -> (bool, String) {
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn allow_self_shuts_other_users_out_and_allow_other_lets_them_in() {
     if unsafe { libc::geteuid() } != 0 {
@@ -343,7 +330,8 @@ fn allow_self_shuts_other_users_out_and_allow_other_lets_them_in() {
             &["cat", file][..],
             &["ls", d.mnt.to_str().unwrap()][..],
         ] {
-            let (ok, stderr) = as_nobody(args);
+            let out = as_nobody(args);
+            let (ok, stderr) = (out.status.success(), String::from_utf8_lossy(&out.stderr));
             assert_eq!(ok, others_allowed, "{flag} {args:?}: {stderr}");
             if !others_allowed {
                 assert!(

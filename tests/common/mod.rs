@@ -132,6 +132,16 @@ impl Drop for Daemon {
     }
 }
 
+/// Runs a command as the unprivileged user 65534 (root ignores permission
+/// checks, so tests of them need another user).
+pub fn as_nobody<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// Whether `path` is a mount point, per /proc/self/mounts.
 pub fn is_mounted(path: &Path) -> bool {
     let path = path.to_string_lossy().into_owned();
