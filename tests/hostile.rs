@@ -402,3 +402,37 @@ fn io_errors_of_the_underlying_file_system_reach_the_caller() {
     still_serving(&d, &good);
     assert_eq!(d.terminate(), 0);
 }
+
+#[test]
+fn permission_errors_reach_the_caller_as_eacces() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to act as another user");
+        return;
+    }
+    let fx = Fixture::new();
+    fs::set_permissions(fx.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = fx.write("src/secret", "root only");
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::set_permissions(fx.path("scratch"), fs::Permissions::from_mode(0o755)).unwrap();
+    let d = fx.start(&["--allow=other"]);
+    d.create(sandbox(
+        "s",
+        vec![ro("/secret", &secret), rw("/out", &fx.path("scratch"))],
+    ));
+    let write = format!("echo x > {}", d.path("s/out/new").display());
+    let secret_path = d.path("s/secret").display().to_string();
+    for args in [
+        vec!["sh", "-c", write.as_str()],
+        vec!["cat", secret_path.as_str()],
+    ] {
+        let out = as_nobody(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("Permission denied"),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert!(!fx.path("scratch/new").exists());
+    still_serving(&d, &fx.write("src/good", "good"));
+    assert_eq!(d.terminate(), 0);
+}
