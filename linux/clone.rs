@@ -8,6 +8,9 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use super::dirfd::{open_file_at, DirFd};
 
+/// FICLONE works on regular files only: directories are walked.
+pub const CLONES_DIRECTORIES: bool = false;
+
 /// Clones file `src_name` of `src_dir` (AT_FDCWD for an absolute path) as
 /// new file `name` in `dest`, with the source's mode.
 pub fn clone_file(src_dir: RawFd, src_name: &CStr, dest: &DirFd, name: &CStr) -> io::Result<()> {

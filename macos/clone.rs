@@ -11,8 +11,11 @@ use super::dirfd::DirFd;
 /// From <sys/clonefile.h>: do not follow a symlink in the source.
 const CLONE_NOFOLLOW: u32 = 0x0001;
 
+/// clonefile(2) clones a whole directory tree in one call.
+pub const CLONES_DIRECTORIES: bool = true;
+
 /// Clones `src_name` of `src_dir` (AT_FDCWD for an absolute path) as `name`
-/// in `dest`.
+/// in `dest`: a file, or a directory with everything in it.
 pub fn clone_file(src_dir: RawFd, src_name: &CStr, dest: &DirFd, name: &CStr) -> io::Result<()> {
     // SAFETY: valid C strings and descriptors.
     let ret = unsafe {

@@ -324,6 +324,16 @@ impl Build {
                 leaves.push(leaf(LeafKind::Shared)?);
                 Ok(())
             }
+            // macOS clones a whole tree in one call; its modes come along,
+            // so nothing needs a walk afterwards.
+            FileKind::Directory
+                if self.method == Method::Clone
+                    && super::platform::CLONES_DIRECTORIES
+                    && child.children.is_empty() =>
+            {
+                leaves.push(leaf(LeafKind::File)?);
+                Ok(())
+            }
             FileKind::Directory => {
                 let sub = self.mkdir(dir, dir_path, name)?;
                 let src = DirFd::open(&mapped.underlying)
