@@ -13,7 +13,7 @@ pub fn is_exchange(flags: u32) -> bool {
 /// Detaches a mount even while files in it are open.
 pub fn unmount_detached(path: &CStr) -> io::Result<()> {
     // SAFETY: valid C string.
-    check(unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } as isize).map(drop)
+    check(unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) }).map(drop)
 }
 
 /// rename with renameat2(2) flags (RENAME_NOREPLACE, RENAME_EXCHANGE).
@@ -28,13 +28,13 @@ pub fn rename(from: &CStr, to: &CStr, flags: u32) -> io::Result<()> {
             flags,
         )
     };
-    check(ret as isize).map(drop)
+    check(ret).map(drop)
 }
 
 pub fn fallocate(fd: libc::c_int, mode: i32, offset: u64, length: u64) -> io::Result<()> {
     // SAFETY: plain syscall on a caller-owned fd.
     let ret = unsafe { libc::fallocate(fd, mode, offset as libc::off_t, length as libc::off_t) };
-    check(ret as isize).map(drop)
+    check(ret).map(drop)
 }
 
 /// Extended attribute calls that never follow a symlink.
@@ -63,10 +63,10 @@ pub fn set_xattr(path: &CStr, name: &CStr, value: &[u8], flags: i32) -> io::Resu
             flags,
         )
     };
-    check(ret as isize).map(drop)
+    check(ret).map(drop)
 }
 
 pub fn remove_xattr(path: &CStr, name: &CStr) -> io::Result<()> {
     // SAFETY: valid C strings.
-    check(unsafe { libc::lremovexattr(path.as_ptr(), name.as_ptr()) } as isize).map(drop)
+    check(unsafe { libc::lremovexattr(path.as_ptr(), name.as_ptr()) }).map(drop)
 }

@@ -13,7 +13,7 @@ pub fn is_exchange(_flags: u32) -> bool {
 /// The closest macOS has to a lazy unmount.
 pub fn unmount_detached(path: &CStr) -> io::Result<()> {
     // SAFETY: valid C string.
-    check(unsafe { libc::unmount(path.as_ptr(), libc::MNT_FORCE) } as isize).map(drop)
+    check(unsafe { libc::unmount(path.as_ptr(), libc::MNT_FORCE) }).map(drop)
 }
 
 pub fn rename(from: &CStr, to: &CStr, flags: u32) -> io::Result<()> {
@@ -21,7 +21,7 @@ pub fn rename(from: &CStr, to: &CStr, flags: u32) -> io::Result<()> {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     // SAFETY: valid C strings.
-    check(unsafe { libc::rename(from.as_ptr(), to.as_ptr()) } as isize).map(drop)
+    check(unsafe { libc::rename(from.as_ptr(), to.as_ptr()) }).map(drop)
 }
 
 pub fn fallocate(_fd: libc::c_int, _mode: i32, _offset: u64, _length: u64) -> io::Result<()> {
@@ -61,11 +61,11 @@ pub fn set_xattr(path: &CStr, name: &CStr, value: &[u8], flags: i32) -> io::Resu
             flags | libc::XATTR_NOFOLLOW,
         )
     };
-    check(ret as isize).map(drop)
+    check(ret).map(drop)
 }
 
 pub fn remove_xattr(path: &CStr, name: &CStr) -> io::Result<()> {
     // SAFETY: valid C strings.
-    check(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr(), libc::XATTR_NOFOLLOW) } as isize)
+    check(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr(), libc::XATTR_NOFOLLOW) })
         .map(drop)
 }

@@ -16,8 +16,17 @@ pub use macos::*;
 
 use std::io;
 
-/// Turns a libc return value (negative on failure) into a result.
-fn check(ret: isize) -> io::Result<usize> {
+/// Turns a libc return value (-1 on failure) into a result with the errno.
+pub fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// The same for calls returning a size (`ssize_t`).
+fn check_size(ret: isize) -> io::Result<usize> {
     if ret < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -36,5 +45,5 @@ pub fn xattr_call(
     } else {
         buf.as_mut_ptr().cast()
     };
-    check(call(ptr, buf.len()))
+    check_size(call(ptr, buf.len()))
 }

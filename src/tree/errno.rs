@@ -18,11 +18,6 @@ impl Errno {
     pub const ENOSYS: Errno = Errno(libc::ENOSYS);
     pub const ESTALE: Errno = Errno(libc::ESTALE);
     pub const ENODATA: Errno = Errno(libc::ENODATA);
-
-    /// The errno of the last failed libc call on this thread.
-    pub fn last() -> Errno {
-        io::Error::last_os_error().into()
-    }
 }
 
 impl From<io::Error> for Errno {
@@ -33,12 +28,3 @@ impl From<io::Error> for Errno {
 }
 
 pub type FsResult<T> = Result<T, Errno>;
-
-/// Turns a libc return value (-1 on failure) into a result.
-pub fn check(ret: libc::c_int) -> FsResult<libc::c_int> {
-    if ret == -1 {
-        Err(Errno::last())
-    } else {
-        Ok(ret)
-    }
-}

@@ -4,16 +4,15 @@
 //! is buffered in the daemon: a write is in the underlying file when the
 //! caller's write(2) returns.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::errno::{check, Errno, FsResult};
+use super::errno::{Errno, FsResult};
 use super::handles::OpenFile;
-use super::SandboxFs;
+use super::{c_path, SandboxFs};
+use crate::sys::check;
 
 /// Open flags passed on to the underlying file; the rest (O_CREAT, O_EXCL,
 /// O_DIRECT, O_NOATIME, ...) is either handled by the kernel or would change
@@ -30,7 +29,7 @@ const PASSED_FLAGS: i32 = libc::O_ACCMODE
 /// Opens an underlying file without following a symlink in its last
 /// component.
 pub(super) fn open_underlying(path: &Path, flags: i32, mode: u32) -> FsResult<File> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    let c = c_path(path)?;
     let flags = (flags & PASSED_FLAGS) | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: valid C string; the fd is owned by the File below.
     let fd = check(unsafe { libc::open(c.as_ptr(), flags, mode as libc::c_uint) })?;

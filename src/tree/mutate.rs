@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::attr::{Attr, FileKind};
-use super::errno::{check, Errno, FsResult};
+use super::errno::{Errno, FsResult};
 use super::handles::OpenFile;
 use super::node::{Node, Origin};
 use super::{c_path, SandboxFs};
+use crate::sys::check;
 
 /// A new access or modification time.
 #[derive(Clone, Copy, Debug)]

@@ -1,16 +1,18 @@
 //! Reading the tree: lookup, forget, attributes, symlinks, listings, statfs.
 
+use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::io::ErrorKind;
 use std::os::unix::fs::DirEntryExt;
 use std::sync::Arc;
 
 use super::attr::{Attr, FileKind};
-use super::errno::{check, Errno, FsResult};
+use super::errno::{Errno, FsResult};
 use super::handles::{DirEntry, OpenDir};
 use super::inodes::ROOT_INO;
 use super::node::{Node, Origin};
 use super::{c_path, SandboxFs};
+use crate::sys::check;
 
 /// File-system statistics, as `statfs(2)` shows them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -141,6 +143,8 @@ impl SandboxFs {
         let node = self.node(ino)?;
         let dir = node.dir()?;
         let explicit = dir.explicit_entries();
+        // Names of the same snapshot, for shadowing in one hash lookup each.
+        let shadowing: HashSet<&OsStr> = explicit.iter().map(|(n, _)| n.as_os_str()).collect();
         let mut entries = Vec::with_capacity(explicit.len() + 2);
         entries.push(DirEntry {
             name: ".".into(),
@@ -165,7 +169,7 @@ impl SandboxFs {
             for entry in listing {
                 let entry = entry?;
                 let name = entry.file_name();
-                if explicit.iter().any(|(n, _)| *n == name) {
+                if shadowing.contains(name.as_os_str()) {
                     continue;
                 }
                 // Inode numbers of names the kernel has not looked up are
