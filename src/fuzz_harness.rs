@@ -26,6 +26,8 @@ pub fn decode_stream(bytes: &[u8]) {
         );
         let _ = validate_sandbox_id(request.id());
         if let Request::Create(create) = &request {
+            // Each mapping on its own (not resolve_create, which stops at the
+            // first error), so every one of them is exercised.
             if prefixes.register(&create.prefixes).is_ok() {
                 for mapping in &create.mappings {
                     let _ = prefixes.resolve(mapping);
@@ -75,16 +77,7 @@ pub fn apply_stream(fixture: &Fixture, bytes: &[u8]) {
                 let _ = fs.destroy_sandbox(&id);
             }
             Request::Create(create) => {
-                if prefixes.register(&create.prefixes).is_err() {
-                    continue;
-                }
-                let Ok(mappings) = create
-                    .mappings
-                    .iter()
-                    .take(256)
-                    .map(|m| prefixes.resolve(m))
-                    .collect::<Result<Vec<_>, _>>()
-                else {
+                let Ok(mappings) = prefixes.resolve_create(&create) else {
                     continue;
                 };
                 if fs.create_sandbox(&create.id, &mappings).is_ok() {

@@ -15,8 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use actionfs_protocol::{
-    CreateSandbox, Decoded, PrefixTable, Request, RequestReader, ResolvedMapping, Response,
-    ResponseWriter,
+    Decoded, PrefixTable, Request, RequestReader, ResolvedMapping, Response, ResponseWriter,
 };
 use parking_lot::Mutex;
 
@@ -107,30 +106,18 @@ pub fn serve<R: Read>(input: R, fs: Arc<SandboxFs>, sink: Arc<ResponseSink>, wor
 fn prepare(prefixes: &mut PrefixTable, request: Request) -> Result<Job, (String, String)> {
     match request {
         Request::Destroy(id) => Ok(Job::Destroy { id }),
-        Request::Create(CreateSandbox {
-            id,
-            mappings,
-            prefixes: new_prefixes,
-        }) => {
-            // Prefixes are registered even if the sandbox later fails:
-            // the client considers them sent and will use them again.
-            if let Err(err) = prefixes.register(&new_prefixes) {
-                return Err((id.clone(), format!("sandbox {id:?}: {err}")));
+        // Prefixes stay registered even if the sandbox later fails: the
+        // client considers them sent and will use them again.
+        Request::Create(create) => match prefixes.resolve_create(&create) {
+            Ok(mappings) => Ok(Job::Create {
+                id: create.id,
+                mappings,
+            }),
+            Err(err) => {
+                let message = format!("sandbox {:?}: {err}", create.id);
+                Err((create.id, message))
             }
-            let resolved = mappings
-                .iter()
-                .enumerate()
-                .map(|(index, m)| {
-                    prefixes.resolve(m).map_err(|err| {
-                        format!("sandbox {id:?}: mapping #{index} ({:?}): {err}", m.path)
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>();
-            match resolved {
-                Ok(mappings) => Ok(Job::Create { id, mappings }),
-                Err(message) => Err((id, message)),
-            }
-        }
+        },
     }
 }
 

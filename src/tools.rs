@@ -29,20 +29,9 @@ pub fn materialize(args: &MaterializeArgs) -> Result<(), String> {
             ))
         }
     };
-    let mut prefixes = PrefixTable::new();
-    prefixes
-        .register(&create.prefixes)
+    let mappings = PrefixTable::new()
+        .resolve_create(&create)
         .map_err(|e| format!("spec: {e}"))?;
-    let mappings = create
-        .mappings
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            prefixes
-                .resolve(m)
-                .map_err(|e| format!("spec: mapping #{i}: {e}"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
     let plan = layout::plan(&mappings, &dest)?;
     let options = Options {
         method: args.method,

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::types::{Mapping, PrefixId};
+use crate::types::{CreateSandbox, Mapping, PrefixId};
 
 /// A problem with one request's prefixes or mappings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +80,25 @@ impl PrefixTable {
             self.prefixes.insert(id, path.clone());
         }
         Ok(())
+    }
+
+    /// Registers `create`'s prefixes, then resolves each of its mappings, as
+    /// a daemon does on receiving it. The prefixes stay registered even if a
+    /// mapping then fails: the client counts them as sent.
+    pub fn resolve_create(
+        &mut self,
+        create: &CreateSandbox,
+    ) -> Result<Vec<ResolvedMapping>, ResolveError> {
+        self.register(&create.prefixes)?;
+        create
+            .mappings
+            .iter()
+            .enumerate()
+            .map(|(index, m)| {
+                self.resolve(m)
+                    .map_err(|err| ResolveError(format!("mapping #{index} ({:?}): {err}", m.path)))
+            })
+            .collect()
     }
 
     /// Resolves both sides of a mapping.
@@ -269,6 +288,22 @@ mod tests {
         for bad in [(0, "/z"), (3, "relative")] {
             assert!(t.register(&[(bad.0, bad.1.to_string())].into()).is_err());
         }
+    }
+
+    #[test]
+    fn a_create_registers_its_prefixes_even_when_a_mapping_fails() {
+        let mut t = PrefixTable::new();
+        let create = CreateSandbox {
+            id: "1".into(),
+            mappings: vec![mapping(1, "ok", 0, "/u"), mapping(1, "../up", 0, "/u")],
+            prefixes: [(1, "/ws".to_string())].into(),
+        };
+        let err = t.resolve_create(&create).unwrap_err();
+        assert!(err.0.starts_with("mapping #1 (\"../up\"):"), "{err}");
+        assert_eq!(
+            t.resolve(&mapping(1, "later", 0, "/u")).unwrap().path,
+            "/ws/later"
+        );
     }
 
     #[test]
