@@ -71,10 +71,28 @@ impl SandboxFs {
         Attr::from_metadata(ino, attr_source)
     }
 
-    fn forget_entry(&self, parent: &Node, name: &OsStr) {
-        if let Ok(dir) = parent.dir() {
+    /// Adopts the entry just made at `path` (lstat for its attributes).
+    fn adopt_made(&self, parent: &Arc<Node>, name: &OsStr, path: &Path) -> FsResult<Attr> {
+        Ok(self.adopt(parent, name, &std::fs::symlink_metadata(path)?))
+    }
+
+    /// Removes entry `name` of `parent` (a directory with rmdir(2), else
+    /// unlink(2)) and drops its node from the parent's cache.
+    fn remove_entry(&self, parent: u64, name: &OsStr, is_dir: bool) -> FsResult<()> {
+        let (dir, path) = self.mutable_entry(parent, name)?;
+        let c = c_path(&path)?;
+        // SAFETY: valid C string.
+        check(unsafe {
+            if is_dir {
+                libc::rmdir(c.as_ptr())
+            } else {
+                libc::unlink(c.as_ptr())
+            }
+        })?;
+        if let Ok(dir) = dir.dir() {
             dir.discovered().lock().remove(name);
         }
+        Ok(())
     }
 
     pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32) -> FsResult<Attr> {
@@ -82,7 +100,7 @@ impl SandboxFs {
         let c = c_path(&path)?;
         // SAFETY: valid C string.
         check(unsafe { libc::mkdir(c.as_ptr(), mode as libc::mode_t) })?;
-        Ok(self.adopt(&dir, name, &std::fs::symlink_metadata(&path)?))
+        self.adopt_made(&dir, name, &path)
     }
 
     pub fn mknod(&self, parent: u64, name: &OsStr, mode: u32, rdev: u32) -> FsResult<Attr> {
@@ -90,13 +108,13 @@ impl SandboxFs {
         let c = c_path(&path)?;
         // SAFETY: valid C string.
         check(unsafe { libc::mknod(c.as_ptr(), mode as libc::mode_t, rdev as libc::dev_t) })?;
-        Ok(self.adopt(&dir, name, &std::fs::symlink_metadata(&path)?))
+        self.adopt_made(&dir, name, &path)
     }
 
     pub fn symlink(&self, parent: u64, name: &OsStr, target: &Path) -> FsResult<Attr> {
         let (dir, path) = self.mutable_entry(parent, name)?;
         std::os::unix::fs::symlink(target, &path)?;
-        Ok(self.adopt(&dir, name, &std::fs::symlink_metadata(&path)?))
+        self.adopt_made(&dir, name, &path)
     }
 
     /// Creates and opens a file. Returns its attributes and handle.
@@ -128,25 +146,15 @@ impl SandboxFs {
         let (dir, path) = self.mutable_entry(newparent, newname)?;
         // linkat without AT_SYMLINK_FOLLOW: links the symlink itself.
         std::fs::hard_link(&source_path, &path)?;
-        Ok(self.adopt(&dir, newname, &std::fs::symlink_metadata(&path)?))
+        self.adopt_made(&dir, newname, &path)
     }
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> FsResult<()> {
-        let (dir, path) = self.mutable_entry(parent, name)?;
-        let c = c_path(&path)?;
-        // SAFETY: valid C string.
-        check(unsafe { libc::unlink(c.as_ptr()) })?;
-        self.forget_entry(&dir, name);
-        Ok(())
+        self.remove_entry(parent, name, false)
     }
 
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> FsResult<()> {
-        let (dir, path) = self.mutable_entry(parent, name)?;
-        let c = c_path(&path)?;
-        // SAFETY: valid C string.
-        check(unsafe { libc::rmdir(c.as_ptr()) })?;
-        self.forget_entry(&dir, name);
-        Ok(())
+        self.remove_entry(parent, name, true)
     }
 
     /// Renames within one writable mapping; across mappings answers EXDEV,
