@@ -40,6 +40,11 @@ options:
                            e.g. 60s, 500ms, 0s (default: 60s)
   --xattrs                 pass extended attributes through to underlying
                            files (default: report them unsupported)
+  --passthrough=auto|off   auto (default): the kernel reads and writes
+                           files directly (FUSE passthrough, Linux 6.9+,
+                           needs CAP_SYS_ADMIN), falling back, logged, to
+                           serving data through the daemon; off: always
+                           serve data through the daemon
   --node_cache             accepted for sandboxfs compatibility; no effect
   --reconfig_threads=N     apply up to N requests at once (default: number
                            of CPUs)
@@ -79,6 +84,8 @@ pub struct Options {
     pub mappings: Vec<ResolvedMapping>,
     pub ttl: Duration,
     pub xattrs: bool,
+    /// Try FUSE passthrough for file data.
+    pub passthrough: bool,
     pub reconfig_threads: usize,
     pub mount_point: PathBuf,
 }
@@ -137,6 +144,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
     let mut mappings = Vec::new();
     let mut ttl = Duration::from_secs(60);
     let mut xattrs = false;
+    let mut passthrough = true;
     let mut reconfig_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let mut positional = Vec::new();
 
@@ -183,6 +191,17 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
             "--mapping" => mappings.push(parse_mapping(&value("TYPE:PATH:TARGET")?)?),
             "--ttl" => ttl = parse_duration(&value("a duration such as 60s")?)?,
             "--xattrs" => xattrs = true,
+            "--passthrough" => {
+                passthrough = match value("auto or off")?.as_str() {
+                    "auto" => true,
+                    "off" => false,
+                    other => {
+                        return Err(usage(format!(
+                            "--passthrough takes auto or off, not {other:?}"
+                        )))
+                    }
+                }
+            }
             "--node_cache" => {}
             "--reconfig_threads" => {
                 let text = value("a number")?;
@@ -219,6 +238,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         mappings,
         ttl,
         xattrs,
+        passthrough,
         reconfig_threads,
         mount_point,
     }))

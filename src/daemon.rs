@@ -53,7 +53,7 @@ pub fn run(options: Options) -> Result<(), String> {
         .map_err(|err| format!("cannot install signal handlers: {err}"))?;
 
     let session = fuser::Session::new(
-        FuseShell::new(fs.clone(), options.ttl),
+        FuseShell::new(fs.clone(), options.ttl, options.passthrough),
         &mount_point,
         &session_config(options.allow),
     )

@@ -16,7 +16,10 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::tree::{Attr, Errno, FileKind, Invalidator, SandboxFs, SetAttr, SetTime, XattrReply};
+use crate::passthrough::{OpenMode, Passthrough};
+use crate::tree::{
+    Attr, Errno, FileKind, Invalidator, Opened, SandboxFs, SetAttr, SetTime, XattrReply,
+};
 
 /// Generation numbers are constant: inode numbers are never reused.
 const GENERATION: Generation = Generation(0);
@@ -25,11 +28,18 @@ pub struct FuseShell {
     fs: Arc<SandboxFs>,
     /// How long the kernel may cache entries and attributes.
     ttl: Duration,
+    passthrough: Passthrough,
 }
 
 impl FuseShell {
-    pub fn new(fs: Arc<SandboxFs>, ttl: Duration) -> FuseShell {
-        FuseShell { fs, ttl }
+    /// `passthrough`: try FUSE passthrough for file data (falls back, logged,
+    /// where the kernel or our privileges do not allow it).
+    pub fn new(fs: Arc<SandboxFs>, ttl: Duration, passthrough: bool) -> FuseShell {
+        FuseShell {
+            fs,
+            ttl,
+            passthrough: Passthrough::new(passthrough),
+        }
     }
 }
 
@@ -98,7 +108,38 @@ fn open_flags(keep_cache: bool) -> FopenFlags {
     }
 }
 
+/// How the shell answers one open of a file: through passthrough when it
+/// can, else with the daemon serving the data.
+enum OpenAnswer {
+    Passthrough(Arc<fuser::BackingId>),
+    Cached,
+}
+
 impl FuseShell {
+    /// Picks passthrough or cached service for a handle the core opened.
+    /// On EBUSY the handle has been released again.
+    fn answer_open(
+        &self,
+        ino: u64,
+        opened: &Opened,
+        register: impl FnOnce(&std::fs::File) -> std::io::Result<fuser::BackingId>,
+    ) -> Result<OpenAnswer, Errno> {
+        let Some(file) = self.fs.open_file(opened.fh) else {
+            return Err(Errno::EBADF);
+        };
+        match self
+            .passthrough
+            .open(ino, opened.fh, opened.file_id, || register(&file.file))
+        {
+            OpenMode::Passthrough(backing) => Ok(OpenAnswer::Passthrough(backing)),
+            OpenMode::Cached => Ok(OpenAnswer::Cached),
+            OpenMode::Busy => {
+                self.fs.release(opened.fh);
+                Err(Errno(libc::EBUSY))
+            }
+        }
+    }
+
     fn reply_entry(&self, reply: ReplyEntry, result: Result<Attr, Errno>) {
         match result {
             Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), GENERATION),
@@ -139,6 +180,18 @@ impl Filesystem for FuseShell {
         ] {
             if config.add_capabilities(wanted).is_err() {
                 log::info!("kernel does not offer {wanted:?}");
+            }
+        }
+        if self.passthrough.enabled() {
+            // Depth 1: backing files may not themselves be on a stacked file
+            // system, but ours can sit under one (e.g. overlayfs).
+            if config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_err() {
+                self.passthrough
+                    .disable("the kernel does not offer it (Linux 6.9+ needed)");
+            } else if config.set_max_stack_depth(1).is_err() {
+                self.passthrough.disable("the kernel refused stack depth 1");
+            } else {
+                log::info!("FUSE passthrough on: the kernel serves file data directly");
             }
         }
         Ok(())
@@ -269,8 +322,17 @@ impl Filesystem for FuseShell {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.open(ino.0, flags.0) {
-            Ok(opened) => reply.opened(FileHandle(opened.fh), open_flags(opened.keep_cache)),
+        let opened = match self.fs.open(ino.0, flags.0) {
+            Ok(opened) => opened,
+            Err(err) => return reply.error(errno(err)),
+        };
+        match self.answer_open(ino.0, &opened, |file| reply.open_backing(file)) {
+            Ok(OpenAnswer::Passthrough(backing)) => {
+                reply.opened_passthrough(FileHandle(opened.fh), FopenFlags::empty(), &backing)
+            }
+            Ok(OpenAnswer::Cached) => {
+                reply.opened(FileHandle(opened.fh), open_flags(opened.keep_cache))
+            }
             Err(err) => reply.error(errno(err)),
         }
     }
@@ -329,6 +391,7 @@ impl Filesystem for FuseShell {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.passthrough.release(fh.0);
         self.fs.release(fh.0);
         reply.ok();
     }
@@ -446,12 +509,25 @@ impl Filesystem for FuseShell {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.fs.create(parent.0, name, mode & !umask, flags) {
-            Ok((attr, fh)) => reply.created(
+        let (attr, opened) = match self.fs.create(parent.0, name, mode & !umask, flags) {
+            Ok(created) => created,
+            Err(err) => return reply.error(errno(err)),
+        };
+        let fh = FileHandle(opened.fh);
+        match self.answer_open(attr.ino, &opened, |file| reply.open_backing(file)) {
+            Ok(OpenAnswer::Passthrough(backing)) => reply.created_passthrough(
                 &self.ttl,
                 &file_attr(&attr),
                 GENERATION,
-                FileHandle(fh),
+                fh,
+                FopenFlags::empty(),
+                &backing,
+            ),
+            Ok(OpenAnswer::Cached) => reply.created(
+                &self.ttl,
+                &file_attr(&attr),
+                GENERATION,
+                fh,
                 FopenFlags::empty(),
             ),
             Err(err) => reply.error(errno(err)),

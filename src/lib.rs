@@ -14,6 +14,7 @@ pub mod fuzz_harness;
 pub mod layout;
 pub mod materialize;
 pub mod mount;
+pub mod passthrough;
 pub mod reconfig;
 pub mod synthetic;
 mod sys;

@@ -55,12 +55,20 @@ fn identity(meta: &std::fs::Metadata) -> u64 {
     hasher.finish() | 1
 }
 
-/// An opened file: its handle and whether the kernel may keep its cached
-/// pages (read-only files that are the same file as at their last open).
+/// An opened file: its handle, whether the kernel may keep its cached
+/// pages (read-only files that are the same file as at their last open),
+/// and which underlying file it is (device, inode), so that the shell can
+/// give all opens of one node the same passthrough backing file.
 #[derive(Clone, Copy, Debug)]
 pub struct Opened {
     pub fh: u64,
     pub keep_cache: bool,
+    pub file_id: (u64, u64),
+}
+
+fn file_id(meta: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
 }
 
 impl SandboxFs {
@@ -76,12 +84,23 @@ impl SandboxFs {
         let file = open_underlying(&node.require_path()?, flags & !libc::O_CREAT, 0)?;
         // Cached pages stay valid only if this is the file opened last
         // time: an input replaced behind our back must not show old bytes.
-        let keep_cache = !node.is_writable() && node.reopened_same(identity(&file.metadata()?));
+        let meta = file.metadata()?;
+        let keep_cache = !node.is_writable() && node.reopened_same(identity(&meta));
         let fh = self.files.insert(OpenFile {
             file,
             writable: (flags & libc::O_ACCMODE) != libc::O_RDONLY,
         });
-        Ok(Opened { fh, keep_cache })
+        Ok(Opened {
+            fh,
+            keep_cache,
+            file_id: file_id(&meta),
+        })
+    }
+
+    /// The underlying file behind handle `fh`, for the shell to register
+    /// as a passthrough backing file.
+    pub fn open_file(&self, fh: u64) -> Option<std::sync::Arc<OpenFile>> {
+        self.files.get(fh)
     }
 
     /// Reads up to `size` bytes at `offset`; fewer only at end of file.
@@ -130,6 +149,20 @@ impl SandboxFs {
         }
         crate::sys::fallocate(open.file.as_raw_fd(), mode, offset, length)?;
         Ok(())
+    }
+
+    /// A file created through the mount, opened: see [`SandboxFs::create`].
+    pub(super) fn register_created(&self, file: File, flags: i32) -> FsResult<Opened> {
+        let meta = file.metadata()?;
+        let fh = self.files.insert(OpenFile {
+            file,
+            writable: (flags & libc::O_ACCMODE) != libc::O_RDONLY,
+        });
+        Ok(Opened {
+            fh,
+            keep_cache: false,
+            file_id: file_id(&meta),
+        })
     }
 
     pub fn release(&self, fh: u64) {

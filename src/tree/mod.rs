@@ -33,13 +33,14 @@ use parking_lot::Mutex;
 
 pub use attr::{Attr, FileKind};
 pub use errno::{Errno, FsResult};
-pub use handles::DirEntry;
+pub use handles::{DirEntry, OpenFile};
+pub use io::Opened;
 pub use inodes::ROOT_INO;
 pub use mutate::{SetAttr, SetTime};
 pub use namespace::StatFs;
 pub use xattr::XattrReply;
 
-use handles::{HandleTable, OpenDir, OpenFile};
+use handles::{HandleTable, OpenDir};
 use inodes::InodeTable;
 use node::Node;
 

@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::attr::{Attr, FileKind};
 use super::errno::{Errno, FsResult};
-use super::handles::OpenFile;
+use super::io::Opened;
 use super::node::{Node, Origin};
 use super::{c_path, SandboxFs};
 use crate::sys::check;
@@ -124,15 +124,12 @@ impl SandboxFs {
         name: &OsStr,
         mode: u32,
         flags: i32,
-    ) -> FsResult<(Attr, u64)> {
+    ) -> FsResult<(Attr, Opened)> {
         let (dir, path) = self.mutable_entry(parent, name)?;
         let file = super::io::open_underlying(&path, flags | libc::O_CREAT, mode)?;
         let attr = self.adopt(&dir, name, &file.metadata()?);
-        let fh = self.files.insert(OpenFile {
-            file,
-            writable: (flags & libc::O_ACCMODE) != libc::O_RDONLY,
-        });
-        Ok((attr, fh))
+        let opened = self.register_created(file, flags)?;
+        Ok((attr, opened))
     }
 
     /// Hard-links `ino` as `newname` in `newparent`. The source must be
