@@ -1,0 +1,394 @@
+//! The FUSE data path against native access to the same files, same run.
+//!
+//! A 5,000-file input tree (2 KiB files, 20 per directory) is mapped one
+//! mapping per file, as Bazel maps an action's inputs, into two daemons:
+//! `passthrough` (the default, kernel passthrough for file data) and
+//! `cached` (`--passthrough=off`, data through the daemon with the page
+//! cache kept across opens). `native` touches the underlying files.
+//!
+//! Inputs live on tmpfs (/dev/shm) unless ACTIONFS_BENCH_DIR says
+//! otherwise; the 256 MiB file for the sequential reads lives on
+//! ACTIONFS_BENCH_DISK_DIR (default /var/tmp, the root disk) so that a cold
+//! read really reads the disk. Cold means the file's pages were dropped
+//! with posix_fadvise(DONTNEED) before each read, through every path that
+//! could hold them.
+
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use actionfs::synthetic::SyntheticTree;
+use actionfs_protocol::Mapping;
+use common::{rw, sandbox, Daemon, Fixture};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+const INPUTS: usize = 5_000;
+const SMALL: usize = 2_048;
+const BIG: usize = 256 << 20;
+const LISTED: usize = 1_000;
+
+fn env_dir(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(default))
+}
+
+/// One daemon with its fixture and the sandboxes made in it so far.
+struct Mounted {
+    name: &'static str,
+    daemon: Daemon,
+    /// Owns the mount point; declared after `daemon`, so dropped after it.
+    _fixture: Fixture,
+    next_id: AtomicUsize,
+}
+
+impl Mounted {
+    fn start(name: &'static str, args: &[&str]) -> Mounted {
+        let fixture = Fixture::new();
+        let daemon = fixture.start(args);
+        Mounted {
+            name,
+            _fixture: fixture,
+            daemon,
+            next_id: AtomicUsize::new(0),
+        }
+    }
+
+    /// Creates a fresh sandbox with `mappings`; returns its id.
+    fn create(&self, mappings: Vec<Mapping>) -> String {
+        let id = format!("s{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        self.daemon.create(sandbox(&id, mappings));
+        id
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.daemon.path(rel)
+    }
+}
+
+struct World {
+    tree: SyntheticTree,
+    /// A directory of LISTED files, mapped one mapping per file.
+    listed: Vec<PathBuf>,
+    big: PathBuf,
+    scratch: tempfile::TempDir,
+    mounts: Vec<Mounted>,
+    /// The id of the sandbox holding every input, in each mount.
+    ids: Vec<String>,
+    _inputs: tempfile::TempDir,
+    _disk: tempfile::TempDir,
+}
+
+fn input_mappings(tree: &SyntheticTree, listed: &[PathBuf], big: &Path) -> Vec<Mapping> {
+    let mut mappings: Vec<Mapping> = tree
+        .mappings("/ws")
+        .into_iter()
+        .map(|m| common::ro(&m.path, &m.underlying))
+        .collect();
+    for file in listed {
+        let name = file.file_name().unwrap().to_str().unwrap();
+        mappings.push(common::ro(&format!("/listed/{name}"), file));
+    }
+    mappings.push(common::ro("/big", big));
+    mappings
+}
+
+impl World {
+    fn new() -> World {
+        std::env::set_var(
+            "ACTIONFS_TEST_DIR",
+            env_dir("ACTIONFS_BENCH_DIR", "/dev/shm"),
+        );
+        let inputs =
+            tempfile::tempdir_in(env_dir("ACTIONFS_BENCH_DIR", "/dev/shm")).expect("inputs dir");
+        let tree = SyntheticTree::create(&inputs.path().join("tree"), INPUTS, SMALL).unwrap();
+        let listed_dir = inputs.path().join("listed");
+        fs::create_dir(&listed_dir).unwrap();
+        let listed: Vec<PathBuf> = (0..LISTED)
+            .map(|i| {
+                let path = listed_dir.join(format!("entry{i:04}.c"));
+                fs::write(&path, b"int x;\n").unwrap();
+                path
+            })
+            .collect();
+        let disk =
+            tempfile::tempdir_in(env_dir("ACTIONFS_BENCH_DISK_DIR", "/var/tmp")).expect("disk");
+        let big = disk.path().join("big");
+        let mut file = File::create(&big).unwrap();
+        let block: Vec<u8> = (0..1 << 20).map(|i| (i * 7 % 251) as u8).collect();
+        for _ in 0..BIG >> 20 {
+            file.write_all(&block).unwrap();
+        }
+        file.sync_all().unwrap();
+        let scratch = tempfile::tempdir_in(inputs.path()).unwrap();
+
+        let mounts = vec![
+            Mounted::start("passthrough", &[]),
+            Mounted::start("cached", &["--passthrough=off"]),
+        ];
+        let ids = mounts
+            .iter()
+            .map(|m| {
+                let mut mappings = input_mappings(&tree, &listed, &big);
+                mappings.push(rw("/out", scratch.path()));
+                m.create(mappings)
+            })
+            .collect();
+        World {
+            tree,
+            listed,
+            big,
+            scratch,
+            mounts,
+            ids,
+            _inputs: inputs,
+            _disk: disk,
+        }
+    }
+
+    /// The input files as seen natively and through each mount, in the
+    /// order of `self.mounts`: (name, paths).
+    fn views(&self) -> Vec<(&'static str, Vec<PathBuf>)> {
+        let mut views = vec![(
+            "native",
+            self.tree
+                .files
+                .iter()
+                .map(|f| self.tree.root.join(f))
+                .collect(),
+        )];
+        for (mount, id) in self.mounts.iter().zip(&self.ids) {
+            views.push((mount.name, self.paths_in(mount, id)));
+        }
+        views
+    }
+
+    fn paths_in(&self, mount: &Mounted, id: &str) -> Vec<PathBuf> {
+        self.tree
+            .files
+            .iter()
+            .map(|f| mount.path(&format!("{id}/ws/{}", f.display())))
+            .collect()
+    }
+
+    /// Where `rel` (inside the all-inputs sandbox) is in each view.
+    fn view_of(&self, native: &Path, rel: &str) -> Vec<(&'static str, PathBuf)> {
+        let mut views = vec![("native", native.to_owned())];
+        for (mount, id) in self.mounts.iter().zip(&self.ids) {
+            views.push((mount.name, mount.path(&format!("{id}/{rel}"))));
+        }
+        views
+    }
+}
+
+fn stat(path: &Path) {
+    fs::symlink_metadata(path).unwrap_or_else(|err| panic!("stat {path:?}: {err}"));
+}
+
+/// Round-robin over `paths`, `iters` calls of `op`.
+fn cycle(paths: &[PathBuf], iters: u64, op: impl Fn(&Path)) -> Duration {
+    let start = Instant::now();
+    for i in 0..iters as usize {
+        op(&paths[i % paths.len()]);
+    }
+    start.elapsed()
+}
+
+fn drop_pages(path: &Path) {
+    let file = File::open(path).unwrap();
+    // SAFETY: a valid fd; advice only.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+}
+
+fn read_all(path: &Path, buf: &mut [u8]) -> usize {
+    let mut file = File::open(path).unwrap();
+    let mut total = 0;
+    loop {
+        match file.read(buf).unwrap() {
+            0 => return total,
+            n => total += n,
+        }
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    let world = World::new();
+    let views = world.views();
+
+    // Cached stat: every input looked up once before timing.
+    let mut group = c.benchmark_group("stat_cached");
+    for (name, paths) in &views {
+        paths.iter().for_each(|p| stat(p));
+        group.bench_function(*name, |b| b.iter_custom(|n| cycle(paths, n, stat)));
+    }
+    group.finish();
+
+    // First stat: each timed stat names an input the kernel has not seen,
+    // in a sandbox made (untimed) for the batch. Native has nothing to
+    // look up for the first time, so it stats the underlying files.
+    let mut group = c.benchmark_group("stat_first");
+    group.bench_function("native", |b| {
+        b.iter_custom(|n| cycle(&views[0].1, n, stat))
+    });
+    for mount in &world.mounts {
+        group.bench_function(mount.name, |b| {
+            b.iter_custom(|n| {
+                let mut elapsed = Duration::ZERO;
+                let mut left = n as usize;
+                while left > 0 {
+                    let id = mount.create(input_mappings(&world.tree, &world.listed, &world.big));
+                    let paths = world.paths_in(mount, &id);
+                    let batch = left.min(paths.len());
+                    elapsed += cycle(&paths[..batch], batch as u64, stat);
+                    left -= batch;
+                    mount.daemon.destroy(&id);
+                }
+                elapsed
+            })
+        });
+    }
+    group.finish();
+
+    // Open, read 2 KiB, close; warm.
+    let mut group = c.benchmark_group("open_read_close_2KiB");
+    for (name, paths) in &views {
+        let read = |p: &Path| {
+            let mut buf = [0u8; SMALL + 1];
+            assert_eq!(read_all(p, &mut buf), SMALL);
+        };
+        paths.iter().for_each(|p| read(p));
+        group.bench_function(*name, |b| b.iter_custom(|n| cycle(paths, n, read)));
+    }
+    group.finish();
+
+    // Sequential read of 256 MiB, warm and cold.
+    let mut buf = vec![0u8; 1 << 20];
+    let big_views = world.view_of(&world.big, "big");
+    for cold in [false, true] {
+        let mut group = c.benchmark_group(if cold { "seq_read_cold" } else { "seq_read_warm" });
+        group.sample_size(10);
+        group.throughput(Throughput::Bytes(BIG as u64));
+        for (name, path) in &big_views {
+            read_all(path, &mut buf);
+            group.bench_function(*name, |b| {
+                b.iter_custom(|n| {
+                    let mut elapsed = Duration::ZERO;
+                    for _ in 0..n {
+                        if cold {
+                            // The mount's own cache (cached mode) first,
+                            // then the underlying file's.
+                            drop_pages(path);
+                            drop_pages(&world.big);
+                        }
+                        let start = Instant::now();
+                        assert_eq!(read_all(path, &mut buf), BIG);
+                        elapsed += start.elapsed();
+                    }
+                    elapsed
+                })
+            });
+        }
+        group.finish();
+    }
+
+    // readdir of 1,000 entries, each its own mapping.
+    let mut group = c.benchmark_group("readdir_1000");
+    let listed_native = world.listed[0].parent().unwrap().to_owned();
+    for (name, dir) in world.view_of(&listed_native, "listed") {
+        let list = |dir: &Path| {
+            assert_eq!(fs::read_dir(dir).unwrap().count(), LISTED);
+        };
+        list(&dir);
+        group.bench_function(name, |b| b.iter(|| list(&dir)));
+    }
+    group.finish();
+
+    // create + write 4 KiB + close in a writable mapping.
+    let mut group = c.benchmark_group("create_write_close_4KiB");
+    let outs = world.view_of(world.scratch.path(), "out");
+    let data = vec![b'o'; 4096];
+    for (n, (name, dir)) in outs.iter().enumerate() {
+        let counter = AtomicUsize::new(0);
+        group.bench_function(*name, |b| {
+            b.iter(|| {
+                let i = counter.fetch_add(1, Ordering::Relaxed);
+                let path = dir.join(format!("o{n}-{i}"));
+                File::create(&path).unwrap().write_all(&data).unwrap();
+            })
+        });
+    }
+    group.finish();
+    for entry in fs::read_dir(world.scratch.path()).unwrap() {
+        let _ = fs::remove_file(entry.unwrap().path());
+    }
+
+    reconfiguration(c, &world.mounts[0]);
+}
+
+/// CreateSandbox and DestroySandbox round trips through the daemon's
+/// request path, for 10 to 20k mappings.
+fn reconfiguration(c: &mut Criterion, mount: &Mounted) {
+    let dir = tempfile::tempdir_in(env_dir("ACTIONFS_BENCH_DIR", "/dev/shm")).unwrap();
+    let tree = SyntheticTree::create(&dir.path().join("t"), 20_000, 16).unwrap();
+    let all: Vec<Mapping> = tree
+        .mappings("/ws")
+        .into_iter()
+        .map(|m| common::ro(&m.path, &m.underlying))
+        .collect();
+    let client = mount.daemon.client();
+    let mut create = c.benchmark_group("create_sandbox");
+    for n in [10, 100, 1_000, 5_003, 10_000, 20_000] {
+        create.throughput(Throughput::Elements(n as u64));
+        create.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
+            b.iter_custom(|iters| {
+                let mut elapsed = Duration::ZERO;
+                for _ in 0..iters {
+                    let request = sandbox("bench", all[..n].to_vec());
+                    let start = Instant::now();
+                    client.create(&request).unwrap();
+                    elapsed += start.elapsed();
+                    client.destroy("bench").unwrap();
+                }
+                elapsed
+            })
+        });
+    }
+    create.finish();
+    let mut destroy = c.benchmark_group("destroy_sandbox");
+    for n in [10, 100, 1_000, 5_003, 10_000, 20_000] {
+        destroy.throughput(Throughput::Elements(n as u64));
+        destroy.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
+            b.iter_custom(|iters| {
+                let mut elapsed = Duration::ZERO;
+                for _ in 0..iters {
+                    client.create(&sandbox("bench", all[..n].to_vec())).unwrap();
+                    // What an action does: look at part of its inputs.
+                    for m in all[..n].iter().step_by(10) {
+                        stat(&mount.path(&format!("bench{}", m.path)));
+                    }
+                    let start = Instant::now();
+                    client.destroy("bench").unwrap();
+                    elapsed += start.elapsed();
+                }
+                elapsed
+            })
+        });
+    }
+    destroy.finish();
+}
+
+criterion_group! {
+    name = fuse_io;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    targets = benches
+}
+criterion_main!(fuse_io);
