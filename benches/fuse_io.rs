@@ -234,9 +234,7 @@ fn benches(c: &mut Criterion) {
     // in a sandbox made (untimed) for the batch. Native has nothing to
     // look up for the first time, so it stats the underlying files.
     let mut group = c.benchmark_group("stat_first");
-    group.bench_function("native", |b| {
-        b.iter_custom(|n| cycle(&views[0].1, n, stat))
-    });
+    group.bench_function("native", |b| b.iter_custom(|n| cycle(&views[0].1, n, stat)));
     for mount in &world.mounts {
         group.bench_function(mount.name, |b| {
             b.iter_custom(|n| {
@@ -272,7 +270,11 @@ fn benches(c: &mut Criterion) {
     let mut buf = vec![0u8; 1 << 20];
     let big_views = world.view_of(&world.big, "big");
     for cold in [false, true] {
-        let mut group = c.benchmark_group(if cold { "seq_read_cold" } else { "seq_read_warm" });
+        let mut group = c.benchmark_group(if cold {
+            "seq_read_cold"
+        } else {
+            "seq_read_warm"
+        });
         group.sample_size(10);
         group.throughput(Throughput::Bytes(BIG as u64));
         for (name, path) in &big_views {

@@ -36,6 +36,7 @@ pub fn run(options: Options) -> Result<(), String> {
     // SAFETY: umask cannot fail.
     unsafe { libc::umask(0) };
     raise_fd_limit();
+    one_malloc_arena();
 
     let mount_point = prepare_mount_point(&options.mount_point)?;
     mount::check_allow_permitted(options.allow)?;
@@ -109,6 +110,21 @@ pub fn run(options: Options) -> Result<(), String> {
         }
         Ok(Event::SessionEnded(Err(err))) => Err(format!("FUSE session failed: {err}")),
         Err(_) => Err("every daemon thread ended unexpectedly".to_owned()),
+    }
+}
+
+/// Makes every thread allocate from one glibc arena. With an arena per
+/// thread, memory freed when a sandbox is destroyed stays scattered over
+/// partly used pages in each arena and cannot be returned: measured with
+/// the stress trace (benches/memory.rs), 5 MiB stayed after destroying
+/// everything, against 0.9 MiB with one arena, which also cut the bytes
+/// per mapped node by a fifth. The daemon allocates little on its hot
+/// paths, so the shared arena's lock is not contended.
+fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
 

@@ -185,7 +185,10 @@ impl Filesystem for FuseShell {
         if self.passthrough.enabled() {
             // Depth 1: backing files may not themselves be on a stacked file
             // system, but ours can sit under one (e.g. overlayfs).
-            if config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_err() {
+            if config
+                .add_capabilities(InitFlags::FUSE_PASSTHROUGH)
+                .is_err()
+            {
                 self.passthrough
                     .disable("the kernel does not offer it (Linux 6.9+ needed)");
             } else if config.set_max_stack_depth(1).is_err() {

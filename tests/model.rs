@@ -349,6 +349,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         h.fs.create(dir, OsStr::new(name), 0o644, libc::O_WRONLY)
                             .unwrap()
                             .1
+                            .fh
                     }
                 };
                 h.fs.write(fh, 0, text.as_bytes()).unwrap();

@@ -87,7 +87,14 @@ impl InodeTable {
         if entry.lookups > 0 {
             return None;
         }
-        shard.remove(&ino).map(|e| e.node)
+        let node = shard.remove(&ino).map(|e| e.node);
+        // Tables never shrink by themselves: after a large sandbox is gone
+        // its inodes' slots would stay allocated for good.
+        if shard.capacity() > 64 && shard.len() < shard.capacity() / 4 {
+            let keep = shard.len() * 2;
+            shard.shrink_to(keep);
+        }
+        node
     }
 
     /// Number of inodes the kernel knows, root included.

@@ -18,8 +18,10 @@ mod handles;
 mod inodes;
 mod io;
 mod mutate;
+mod name;
 mod namespace;
 mod node;
+mod reaper;
 mod xattr;
 
 use std::collections::HashSet;
@@ -34,8 +36,8 @@ use parking_lot::Mutex;
 pub use attr::{Attr, FileKind};
 pub use errno::{Errno, FsResult};
 pub use handles::{DirEntry, OpenFile};
-pub use io::Opened;
 pub use inodes::ROOT_INO;
+pub use io::Opened;
 pub use mutate::{SetAttr, SetTime};
 pub use namespace::StatFs;
 pub use xattr::XattrReply;
@@ -43,6 +45,10 @@ pub use xattr::XattrReply;
 use handles::{HandleTable, OpenDir};
 use inodes::InodeTable;
 use node::Node;
+
+/// A create this large frees enough (its request, its plan) for a trim of
+/// the heap to be worth it.
+const TRIM_AFTER_MAPPINGS: usize = 1_000;
 
 /// Tells the kernel to drop what it cached about a name. Implemented by the
 /// FUSE shell; the core calls it when a sandbox disappears.
@@ -119,12 +125,15 @@ impl SandboxFs {
                 return Err(format!("sandbox {id:?} already exists"));
             }
             let root = self.root.dir().expect("the root is a directory");
-            if root.insert_explicit(name.clone(), tree).is_err() {
+            if root.insert_explicit(&name, tree).is_err() {
                 return Err(format!(
                     "sandbox {id:?} would hide the mapping of the same name at the root"
                 ));
             }
             sandboxes.insert(name.clone());
+        }
+        if mappings.len() >= TRIM_AFTER_MAPPINGS {
+            reaper::trim_soon();
         }
         // A mapped root may have shown an underlying entry under this name.
         if !matches!(self.root.origin(), node::Origin::Virtual) {
@@ -143,7 +152,11 @@ impl SandboxFs {
                 return Err(format!("sandbox {id:?} does not exist"));
             }
             let root = self.root.dir().expect("the root is a directory");
-            root.remove_explicit(&name);
+            if let Some(tree) = root.remove_explicit(&name) {
+                // Freeing a large tree takes a millisecond or more; the
+                // answer need not wait for it.
+                reaper::dispose(tree);
+            }
         }
         // Outside every lock: the kernel may call back into us meanwhile.
         self.invalidate_entry(ROOT_INO, &name);

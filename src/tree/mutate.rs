@@ -14,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use super::attr::{Attr, FileKind};
 use super::errno::{Errno, FsResult};
 use super::io::Opened;
+use super::name::Name;
 use super::node::{Node, Origin};
 use super::{c_path, SandboxFs};
 use crate::sys::check;
@@ -59,7 +60,7 @@ impl SandboxFs {
             parent.is_writable(),
             Origin::Child {
                 parent: Arc::downgrade(parent),
-                name: name.to_owned(),
+                name: Name::new(name),
             },
         ));
         if let Ok(dir) = parent.dir() {
@@ -270,7 +271,7 @@ fn move_discovered(
     let put = |node: Arc<Node>, parent: &Arc<Node>, name: &OsStr| {
         node.set_origin(Origin::Child {
             parent: Arc::downgrade(parent),
-            name: name.to_owned(),
+            name: Name::new(name),
         });
         if let Ok(dir) = parent.dir() {
             dir.discovered().lock().insert(OsString::from(name), node);

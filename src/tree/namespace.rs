@@ -10,6 +10,7 @@ use super::attr::{Attr, FileKind};
 use super::errno::{Errno, FsResult};
 use super::handles::{DirEntry, OpenDir};
 use super::inodes::ROOT_INO;
+use super::name::Name;
 use super::node::{Node, Origin};
 use super::{c_path, SandboxFs};
 use crate::sys::check;
@@ -61,7 +62,7 @@ impl SandboxFs {
                         parent.is_writable(),
                         Origin::Child {
                             parent: Arc::downgrade(&parent),
-                            name: name.to_owned(),
+                            name: Name::new(name),
                         },
                     ));
                     discovered.insert(name.to_owned(), node.clone());
@@ -84,8 +85,11 @@ impl SandboxFs {
             if let Some(parent) = parent.upgrade() {
                 if let Ok(dir) = parent.dir() {
                     let mut discovered = dir.discovered().lock();
-                    if discovered.get(&name).is_some_and(|n| Arc::ptr_eq(n, &node)) {
-                        discovered.remove(&name);
+                    if discovered
+                        .get(name.as_os_str())
+                        .is_some_and(|n| Arc::ptr_eq(n, &node))
+                    {
+                        discovered.remove(name.as_os_str());
                     }
                 }
             }

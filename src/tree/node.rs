@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
@@ -17,6 +17,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::attr::FileKind;
 use super::errno::{Errno, FsResult};
+use super::name::Name;
 
 /// Where a node's underlying object lives.
 #[derive(Clone, Debug)]
@@ -24,11 +25,50 @@ pub enum Origin {
     /// No underlying object: a directory that only holds nested mappings.
     Virtual,
     /// Fixed by a mapping.
-    Mapped(PathBuf),
+    Mapped(Underlying),
     /// The entry `name` of the parent's underlying directory. The parent is
     /// weak because parents own their children; the kernel keeps every
     /// ancestor of a node it knows looked up, so the parent outlives it.
-    Child { parent: Weak<Node>, name: OsString },
+    Child { parent: Weak<Node>, name: Name },
+}
+
+/// A mapping's underlying path, stored as its directory, shared by every
+/// mapping in that directory, and its last component: a Bazel sandbox maps
+/// many inputs from each directory, so this halves the bytes per node.
+#[derive(Clone, Debug)]
+pub struct Underlying {
+    dir: Arc<Path>,
+    /// Empty for a path with no last component (`/`).
+    name: Name,
+}
+
+impl Underlying {
+    /// `path` with its directory taken from (or added to) `dirs`.
+    pub fn new(path: &Path, dirs: &mut HashMap<PathBuf, Arc<Path>>) -> Underlying {
+        let (dir, name) = match (path.parent(), path.file_name()) {
+            (Some(dir), Some(name)) => (dir, name),
+            _ => (path, OsStr::new("")),
+        };
+        let dir = match dirs.get(dir) {
+            Some(shared) => shared.clone(),
+            None => {
+                let shared: Arc<Path> = Arc::from(dir);
+                dirs.insert(dir.to_owned(), shared.clone());
+                shared
+            }
+        };
+        Underlying {
+            dir,
+            name: Name::new(name),
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        match self.name.as_os_str() {
+            name if name.is_empty() => self.dir.to_path_buf(),
+            name => self.dir.join(name),
+        }
+    }
 }
 
 /// One name in the view.
@@ -43,8 +83,55 @@ pub struct Node {
     /// directory, its entries).
     writable: bool,
     origin: Mutex<Origin>,
-    /// Set for directories only.
-    dir: Option<DirData>,
+    /// Set for directories only; boxed so that files, most nodes, do not
+    /// carry its space.
+    dir: Option<Box<DirData>>,
+}
+
+/// A directory's explicit entries. Inside a sandbox they never change
+/// after creation, so they are a sorted slice: a third of a hash map's
+/// size for the thousands of inputs a directory can hold. Only the view's
+/// root, where sandboxes come and go, switches to a map on first change.
+enum Explicit {
+    Sorted(Box<[(Name, Arc<Node>)]>),
+    Map(HashMap<Name, Arc<Node>>),
+}
+
+impl Explicit {
+    fn get(&self, name: &OsStr) -> Option<&Arc<Node>> {
+        match self {
+            Explicit::Sorted(entries) => entries
+                .binary_search_by(|(entry, _)| entry.as_os_str().cmp(name))
+                .ok()
+                .map(|at| &entries[at].1),
+            Explicit::Map(map) => map.get(name),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Explicit::Sorted(entries) => entries.len(),
+            Explicit::Map(map) => map.len(),
+        }
+    }
+
+    fn for_each(&self, mut f: impl FnMut(&Name, &Arc<Node>)) {
+        match self {
+            Explicit::Sorted(entries) => entries.iter().for_each(|(n, node)| f(n, node)),
+            Explicit::Map(map) => map.iter().for_each(|(n, node)| f(n, node)),
+        }
+    }
+
+    fn map(&mut self) -> &mut HashMap<Name, Arc<Node>> {
+        if let Explicit::Sorted(entries) = self {
+            let map = std::mem::take(entries).into_vec().into_iter().collect();
+            *self = Explicit::Map(map);
+        }
+        match self {
+            Explicit::Map(map) => map,
+            Explicit::Sorted(_) => unreachable!("converted above"),
+        }
+    }
 }
 
 /// What a directory node holds beyond a plain node.
@@ -52,7 +139,7 @@ pub struct DirData {
     /// Entries fixed by mappings and the directories that lead to them.
     /// They shadow the underlying directory's entries of the same name and
     /// cannot be removed or renamed through the mount.
-    explicit: RwLock<HashMap<OsString, Arc<Node>>>,
+    explicit: RwLock<Explicit>,
     /// Entries of the underlying directory that the kernel has looked up,
     /// kept so that a name keeps its inode while the kernel knows it.
     discovered: Mutex<HashMap<OsString, Arc<Node>>>,
@@ -62,10 +149,12 @@ pub struct DirData {
 
 impl Node {
     pub fn new(kind: FileKind, writable: bool, origin: Origin) -> Node {
-        let dir = (kind == FileKind::Directory).then(|| DirData {
-            explicit: RwLock::default(),
-            discovered: Mutex::default(),
-            created: SystemTime::now(),
+        let dir = (kind == FileKind::Directory).then(|| {
+            Box::new(DirData {
+                explicit: RwLock::new(Explicit::Sorted(Box::default())),
+                discovered: Mutex::default(),
+                created: SystemTime::now(),
+            })
         });
         Node {
             ino: AtomicU64::new(0),
@@ -78,9 +167,11 @@ impl Node {
     }
 
     /// A directory whose explicit entries are given up front.
-    pub fn new_dir(writable: bool, origin: Origin, explicit: HashMap<OsString, Arc<Node>>) -> Node {
+    pub fn new_dir(writable: bool, origin: Origin, mut explicit: Vec<(Name, Arc<Node>)>) -> Node {
+        explicit.sort_unstable_by(|(a, _), (b, _)| a.as_os_str().cmp(b.as_os_str()));
         let node = Node::new(FileKind::Directory, writable, origin);
-        *node.dir.as_ref().expect("a directory").explicit.write() = explicit;
+        *node.dir.as_ref().expect("a directory").explicit.write() =
+            Explicit::Sorted(explicit.into_boxed_slice());
         node
     }
 
@@ -132,10 +223,10 @@ impl Node {
     pub fn underlying_path(&self) -> FsResult<Option<PathBuf>> {
         match &*self.origin.lock() {
             Origin::Virtual => Ok(None),
-            Origin::Mapped(path) => Ok(Some(path.clone())),
+            Origin::Mapped(underlying) => Ok(Some(underlying.path())),
             Origin::Child { parent, name } => {
                 let parent = parent.upgrade().ok_or(Errno::ESTALE)?;
-                Ok(parent.underlying_path()?.map(|p| p.join(name)))
+                Ok(parent.underlying_path()?.map(|p| p.join(name.as_os_str())))
             }
         }
     }
@@ -150,13 +241,13 @@ impl Node {
     pub fn mapping_root(&self) -> Option<PathBuf> {
         match &*self.origin.lock() {
             Origin::Virtual => None,
-            Origin::Mapped(path) => Some(path.clone()),
+            Origin::Mapped(underlying) => Some(underlying.path()),
             Origin::Child { parent, .. } => parent.upgrade()?.mapping_root(),
         }
     }
 
     pub fn dir(&self) -> FsResult<&DirData> {
-        self.dir.as_ref().ok_or(Errno::ENOTDIR)
+        self.dir.as_deref().ok_or(Errno::ENOTDIR)
     }
 }
 
@@ -166,16 +257,15 @@ impl DirData {
     }
 
     pub fn has_explicit(&self, name: &OsStr) -> bool {
-        self.explicit.read().contains_key(name)
+        self.explicit.read().get(name).is_some()
     }
 
     /// A copy of the explicit entries, for listing.
     pub fn explicit_entries(&self) -> Vec<(OsString, Arc<Node>)> {
-        self.explicit
-            .read()
-            .iter()
-            .map(|(name, node)| (name.clone(), node.clone()))
-            .collect()
+        let explicit = self.explicit.read();
+        let mut entries = Vec::with_capacity(explicit.len());
+        explicit.for_each(|name, node| entries.push((name.as_os_str().to_owned(), node.clone())));
+        entries
     }
 
     pub fn explicit_count(&self) -> usize {
@@ -183,17 +273,17 @@ impl DirData {
     }
 
     /// Adds an explicit entry unless the name is taken.
-    pub fn insert_explicit(&self, name: OsString, node: Arc<Node>) -> Result<(), Arc<Node>> {
+    pub fn insert_explicit(&self, name: &OsStr, node: Arc<Node>) -> Result<(), Arc<Node>> {
         let mut explicit = self.explicit.write();
-        if let Some(existing) = explicit.get(&name) {
+        if let Some(existing) = explicit.get(name) {
             return Err(existing.clone());
         }
-        explicit.insert(name, node);
+        explicit.map().insert(Name::new(name), node);
         Ok(())
     }
 
     pub fn remove_explicit(&self, name: &OsStr) -> Option<Arc<Node>> {
-        self.explicit.write().remove(name)
+        self.explicit.write().map().remove(name)
     }
 
     pub fn discovered(&self) -> &Mutex<HashMap<OsString, Arc<Node>>> {
@@ -202,5 +292,30 @@ impl DirData {
 
     pub fn created(&self) -> SystemTime {
         self.created
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_records_stay_compact() {
+        // Most of the daemon's memory is one of these per mapped input; a
+        // file node must not carry directory fields or a full path.
+        assert!(
+            std::mem::size_of::<Node>() <= 80,
+            "{}",
+            std::mem::size_of::<Node>()
+        );
+        let mut dirs = HashMap::new();
+        let a = Underlying::new(Path::new("/in/dir/a.c"), &mut dirs);
+        let b = Underlying::new(Path::new("/in/dir/b.c"), &mut dirs);
+        assert!(Arc::ptr_eq(&a.dir, &b.dir), "one directory, stored once");
+        assert_eq!(a.path(), Path::new("/in/dir/a.c"));
+        assert_eq!(
+            Underlying::new(Path::new("/"), &mut dirs).path(),
+            Path::new("/")
+        );
     }
 }

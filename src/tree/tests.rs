@@ -114,8 +114,8 @@ fn a_renamed_directory_takes_its_known_children_along() {
     let (file, fh) = fs
         .create(a, OsStr::new("f"), 0o644, libc::O_WRONLY)
         .unwrap();
-    fs.write(fh, 0, b"data").unwrap();
-    fs.release(fh);
+    fs.write(fh.fh, 0, b"data").unwrap();
+    fs.release(fh.fh);
     fs.rename(w, OsStr::new("a"), w, OsStr::new("b"), 0)
         .unwrap();
     // The file's inode now resolves under its new parent name.

@@ -3,6 +3,8 @@
 //! it with the protocol crate's client. Nothing is mocked.
 #![allow(dead_code)]
 
+pub mod traces;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //!
 //! Both ways of serving a sandbox start here: the FUSE view turns a layout
 //! into nodes, the native materializer into files. Applying the mappings
-//! validates them: each underlying path is `lstat`ed exactly once (a symlink
+//! validates them: each underlying path is `lstat`ed exactly once ([`kinds`]; a symlink
 //! is taken as itself, never followed), and the tree can still change shape
 //! while mappings apply (a directory made to hold `/a/b` may later be mapped
 //! itself by `/a`). Nothing outside this tree changes, so an error leaves
@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use actionfs_protocol::ResolvedMapping;
 
 use crate::file_kind::FileKind;
+
+mod kinds;
 
 /// The underlying object of one mapping.
 #[derive(Clone, Debug)]
@@ -49,8 +51,23 @@ impl Entry {
 /// mount would make the daemon wait on itself.
 pub fn plan(mappings: &[ResolvedMapping], forbidden: &Path) -> Result<Entry, String> {
     let mut root = Entry::default();
-    for (index, mapping) in mappings.iter().enumerate() {
-        apply(&mut root, mapping, forbidden).map_err(|problem| {
+    // Never lstat inside the mount: the daemon would be asking itself.
+    let allowed = |m: &&ResolvedMapping| !m.underlying.starts_with(forbidden);
+    let underlying: Vec<&Path> = mappings
+        .iter()
+        .filter(allowed)
+        .map(|m| m.underlying.as_path())
+        .collect();
+    let mut allowed_kinds = kinds::lstat_kinds(&underlying).into_iter();
+    let kinds = mappings.iter().map(|m| {
+        if allowed(&m) {
+            allowed_kinds.next().expect("one kind per allowed mapping")
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::EPERM))
+        }
+    });
+    for (index, (mapping, kind)) in mappings.iter().zip(kinds).enumerate() {
+        apply(&mut root, mapping, kind, forbidden).map_err(|problem| {
             format!(
                 "mapping #{index} ({:?} -> {:?}): {problem}",
                 mapping.path, mapping.underlying
@@ -60,15 +77,18 @@ pub fn plan(mappings: &[ResolvedMapping], forbidden: &Path) -> Result<Entry, Str
     Ok(root)
 }
 
-fn apply(root: &mut Entry, mapping: &ResolvedMapping, forbidden: &Path) -> Result<(), String> {
+fn apply(
+    root: &mut Entry,
+    mapping: &ResolvedMapping,
+    kind: std::io::Result<FileKind>,
+    forbidden: &Path,
+) -> Result<(), String> {
     if mapping.underlying.starts_with(forbidden) {
         return Err(format!(
             "underlying path is inside the mount point {forbidden:?}"
         ));
     }
-    let meta = std::fs::symlink_metadata(&mapping.underlying)
-        .map_err(|err| format!("cannot use underlying path: lstat: {err}"))?;
-    let kind = FileKind::from_std(meta.file_type());
+    let kind = kind.map_err(|err| format!("cannot use underlying path: lstat: {err}"))?;
 
     let mut entry = root;
     let mut walked = String::new();

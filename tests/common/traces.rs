@@ -1,0 +1,64 @@
+//! The request streams recorded between a real Bazel 4.2.3 and sandboxfs
+//! 0.2.0 (../shared/traces/bazel-4.2.3), made replayable here: their
+//! placeholder roots point into a scratch directory, and every underlying
+//! path they name is created.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use actionfs_protocol::{Decoded, PrefixTable, Request, RequestReader};
+
+pub fn traces_dir() -> PathBuf {
+    let dir = std::env::var_os("ACTIONFS_TRACES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/bazel-4.2.3")
+        });
+    assert!(
+        dir.is_dir(),
+        "trace directory {dir:?} is missing: clone next to shared/ or set ACTIONFS_TRACES"
+    );
+    dir
+}
+
+/// Decodes a recorded stream after pointing its placeholder roots at
+/// `root`.
+pub fn load(stem: &str, root: &Path) -> Vec<Request> {
+    let raw = fs::read_to_string(traces_dir().join(format!("{stem}.requests.json"))).unwrap();
+    let raw = raw
+        .replace(
+            "/BAZEL_OUTPUT_BASE",
+            root.join("output_base").to_str().unwrap(),
+        )
+        .replace("/BAZEL_WORKSPACE", root.join("workspace").to_str().unwrap());
+    RequestReader::new(raw.as_bytes())
+        .map(|item| match item {
+            Ok(Decoded::Request(request)) => request,
+            other => panic!("{stem}: undecodable recorded request: {other:?}"),
+        })
+        .collect()
+}
+
+/// Creates every underlying path the stream names: writable mappings are
+/// scratch directories, the rest files holding their own path.
+pub fn populate(requests: &[Request]) -> usize {
+    let mut prefixes = PrefixTable::new();
+    let mut files = BTreeSet::new();
+    for request in requests {
+        let Request::Create(create) = request else {
+            continue;
+        };
+        prefixes.register(&create.prefixes).unwrap();
+        for mapping in &create.mappings {
+            let resolved = prefixes.resolve(mapping).unwrap();
+            if resolved.writable {
+                fs::create_dir_all(&resolved.underlying).unwrap();
+            } else if files.insert(resolved.underlying.clone()) {
+                fs::create_dir_all(resolved.underlying.parent().unwrap()).unwrap();
+                fs::write(&resolved.underlying, resolved.underlying.to_str().unwrap()).unwrap();
+            }
+        }
+    }
+    files.len()
+}

@@ -1,0 +1,155 @@
+//! FUSE passthrough: with it, the kernel reads and writes the underlying
+//! files itself and no READ or WRITE reaches the daemon; without the
+//! privilege for it, the daemon says so once and serves data itself.
+//!
+//! Which requests reached the daemon is read from its debug log, where
+//! fuser logs every request it receives. (/dev/fuse is root-only on the
+//! test machines, so the unprivileged case runs as root of a user
+//! namespace rather than as another user.)
+
+mod common;
+
+use std::fs;
+use std::io::Write;
+use std::process::Command;
+
+use actionfs_protocol::Client;
+use common::*;
+
+/// Kernel requests of `kind` (e.g. "READ") in the daemon's debug log.
+fn requests_of(log: &str, kind: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("FUSE(") && l.split_whitespace().any(|w| w == kind))
+        .count()
+}
+
+/// Reads an input and writes, appends to and reads back an output through
+/// the mount, checking every byte against the underlying files.
+fn exercise(fx: &Fixture, d: &Daemon) {
+    let content: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    fs::write(fx.path("src/input"), &content).unwrap();
+    d.create(sandbox(
+        "s",
+        vec![
+            ro("/in", &fx.path("src/input")),
+            rw("/out", &fx.path("scratch")),
+        ],
+    ));
+    for _ in 0..2 {
+        assert_eq!(fs::read(d.path("s/in")).unwrap(), content);
+    }
+    let out = d.path("s/out/result");
+    fs::write(&out, &content[..1000]).unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&out)
+        .unwrap()
+        .write_all(b"tail")
+        .unwrap();
+    let mut expected = content[..1000].to_vec();
+    expected.extend_from_slice(b"tail");
+    assert_eq!(fs::read(fx.path("scratch/result")).unwrap(), expected);
+    assert_eq!(fs::read(&out).unwrap(), expected);
+    assert_eq!(fs::metadata(&out).unwrap().len(), 1004);
+    // Read-only stays read-only whichever way data flows.
+    assert_eq!(
+        errno(fs::OpenOptions::new().write(true).open(d.path("s/in"))),
+        libc::EPERM
+    );
+    d.destroy("s");
+}
+
+#[test]
+fn with_passthrough_file_data_never_reaches_the_daemon() {
+    let fx = Fixture::new();
+    let mut command = fx.command(&[]);
+    command.env("RUST_LOG", "debug");
+    let d = Daemon {
+        client: Some(Client::start(command).unwrap()),
+        mnt: fx.mnt(),
+    };
+    exercise(&fx, &d);
+    assert_eq!(d.terminate(), 0);
+    let log = fx.log();
+    assert!(log.contains("FUSE passthrough on"), "{log}");
+    assert!(
+        requests_of(&log, "OPEN") >= 2,
+        "opens are still the daemon's"
+    );
+    assert_eq!(
+        requests_of(&log, "READ"),
+        0,
+        "reads went through the daemon"
+    );
+    assert_eq!(
+        requests_of(&log, "WRITE"),
+        0,
+        "writes went through the daemon"
+    );
+}
+
+#[test]
+fn passthrough_off_serves_data_through_the_daemon() {
+    let fx = Fixture::new();
+    let mut command = fx.command(&["--passthrough=off"]);
+    command.env("RUST_LOG", "debug");
+    let d = Daemon {
+        client: Some(Client::start(command).unwrap()),
+        mnt: fx.mnt(),
+    };
+    exercise(&fx, &d);
+    assert_eq!(d.terminate(), 0);
+    let log = fx.log();
+    assert!(!log.contains("FUSE passthrough on"), "{log}");
+    assert!(requests_of(&log, "READ") > 0);
+    assert!(requests_of(&log, "WRITE") > 0);
+}
+
+#[test]
+fn without_cap_sys_admin_passthrough_falls_back_and_says_so_once() {
+    // Root of a new user namespace may mount FUSE (in its own mount
+    // namespace) but lacks CAP_SYS_ADMIN where passthrough checks for it.
+    // Everything runs inside: the mount is invisible outside.
+    let fx = Fixture::new();
+    let content: String = (0..50_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    fs::write(fx.path("src/input"), &content).unwrap();
+    fs::write(
+        fx.path("requests"),
+        format!(
+            r#"{{"C":{{"i":"s","m":[{{"p":"/in","u":"{}"}},{{"p":"/out","u":"{}","w":true}}]}}}}"#,
+            fx.path("src/input").display(),
+            fx.path("scratch").display()
+        ),
+    )
+    .unwrap();
+    let script = r#"
+        "$BIN" --input="$DIR/requests" --output="$DIR/answers" "$DIR/mnt" 2>"$DIR/daemon.log" &
+        daemon=$!
+        for _ in $(seq 100); do [ -e "$DIR/mnt/s/in" ] && break; sleep 0.05; done
+        cat "$DIR/mnt/s/in" > "$DIR/read1" && cat "$DIR/mnt/s/in" > "$DIR/read2" &&
+            printf written > "$DIR/mnt/s/out/result"
+        status=$?
+        kill -TERM $daemon; wait $daemon
+        exit $status
+    "#;
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c", script])
+        .env("BIN", BIN)
+        .env("DIR", fx.dir.path())
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let log = fx.log();
+    assert!(out.status.success(), "{out:?}\n{log}");
+    assert_eq!(fs::read_to_string(fx.path("read1")).unwrap(), content);
+    assert_eq!(fs::read_to_string(fx.path("read2")).unwrap(), content);
+    assert_eq!(fs::read(fx.path("scratch/result")).unwrap(), b"written");
+    assert_eq!(
+        log.matches("FUSE passthrough off").count(),
+        1,
+        "one warning, not one per open:\n{log}"
+    );
+    assert!(log.contains("needs CAP_SYS_ADMIN"), "{log}");
+}
