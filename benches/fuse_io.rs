@@ -12,14 +12,19 @@
 //! read really reads the disk. Cold means the file's pages were dropped
 //! with posix_fadvise(DONTNEED) before each read, through every path that
 //! could hold them.
+//!
+//! Per-input operations use paths relative to the workspace directory, as
+//! an action does from its working directory: the same components are
+//! walked natively and through the mount.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
+use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -153,28 +158,25 @@ impl World {
         }
     }
 
-    /// The input files as seen natively and through each mount, in the
-    /// order of `self.mounts`: (name, paths).
-    fn views(&self) -> Vec<(&'static str, Vec<PathBuf>)> {
-        let mut views = vec![(
-            "native",
-            self.tree
-                .files
-                .iter()
-                .map(|f| self.tree.root.join(f))
-                .collect(),
-        )];
+    /// The workspace directory natively and through each mount, in the
+    /// order of `self.mounts`, opened as an action's working directory.
+    fn workspaces(&self) -> Vec<(&'static str, File)> {
+        let mut views = vec![("native", File::open(&self.tree.root).unwrap())];
         for (mount, id) in self.mounts.iter().zip(&self.ids) {
-            views.push((mount.name, self.paths_in(mount, id)));
+            views.push((
+                mount.name,
+                File::open(mount.path(&format!("{id}/ws"))).unwrap(),
+            ));
         }
         views
     }
 
-    fn paths_in(&self, mount: &Mounted, id: &str) -> Vec<PathBuf> {
+    /// The inputs' paths relative to the workspace.
+    fn relative(&self) -> Vec<CString> {
         self.tree
             .files
             .iter()
-            .map(|f| mount.path(&format!("{id}/ws/{}", f.display())))
+            .map(|f| CString::new(f.as_os_str().as_bytes()).unwrap())
             .collect()
     }
 
@@ -192,11 +194,53 @@ fn stat(path: &Path) {
     fs::symlink_metadata(path).unwrap_or_else(|err| panic!("stat {path:?}: {err}"));
 }
 
-/// Round-robin over `paths`, `iters` calls of `op`.
-fn cycle(paths: &[PathBuf], iters: u64, op: impl Fn(&Path)) -> Duration {
+/// fstatat(dir, rel): a stat from an action's working directory.
+fn stat_at(dir: &File, rel: &CString) {
+    // SAFETY: zeroed stat is valid; valid fd, C string and out pointer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            rel.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    assert_eq!(rc, 0, "stat {rel:?}: {}", std::io::Error::last_os_error());
+}
+
+/// openat + read until EOF + close, from an action's working directory.
+fn read_at(dir: &File, rel: &CString, buf: &mut [u8]) -> usize {
+    // SAFETY: valid fd and C string; the fd is owned by the File below.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            rel.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    assert!(fd >= 0, "open {rel:?}: {}", std::io::Error::last_os_error());
+    // SAFETY: just opened, owned by nobody else.
+    let mut file = unsafe { File::from_raw_fd(fd) };
+    let mut total = 0;
+    loop {
+        match file.read(buf).unwrap() {
+            0 => return total,
+            n => total += n,
+        }
+    }
+}
+
+/// Round-robin over `rel`, `iters` calls of `op` from `dir`.
+fn cycle_at(
+    dir: &File,
+    rel: &[CString],
+    iters: u64,
+    mut op: impl FnMut(&File, &CString),
+) -> Duration {
     let start = Instant::now();
     for i in 0..iters as usize {
-        op(&paths[i % paths.len()]);
+        op(dir, &rel[i % rel.len()]);
     }
     start.elapsed()
 }
@@ -220,13 +264,16 @@ fn read_all(path: &Path, buf: &mut [u8]) -> usize {
 
 fn benches(c: &mut Criterion) {
     let world = World::new();
-    let views = world.views();
+    let workspaces = world.workspaces();
+    let rel = world.relative();
 
     // Cached stat: every input looked up once before timing.
     let mut group = c.benchmark_group("stat_cached");
-    for (name, paths) in &views {
-        paths.iter().for_each(|p| stat(p));
-        group.bench_function(*name, |b| b.iter_custom(|n| cycle(paths, n, stat)));
+    for (name, dir) in &workspaces {
+        rel.iter().for_each(|r| stat_at(dir, r));
+        group.bench_function(*name, |b| {
+            b.iter_custom(|n| cycle_at(dir, &rel, n, stat_at))
+        });
     }
     group.finish();
 
@@ -234,7 +281,9 @@ fn benches(c: &mut Criterion) {
     // in a sandbox made (untimed) for the batch. Native has nothing to
     // look up for the first time, so it stats the underlying files.
     let mut group = c.benchmark_group("stat_first");
-    group.bench_function("native", |b| b.iter_custom(|n| cycle(&views[0].1, n, stat)));
+    group.bench_function("native", |b| {
+        b.iter_custom(|n| cycle_at(&workspaces[0].1, &rel, n, stat_at))
+    });
     for mount in &world.mounts {
         group.bench_function(mount.name, |b| {
             b.iter_custom(|n| {
@@ -242,10 +291,11 @@ fn benches(c: &mut Criterion) {
                 let mut left = n as usize;
                 while left > 0 {
                     let id = mount.create(input_mappings(&world.tree, &world.listed, &world.big));
-                    let paths = world.paths_in(mount, &id);
-                    let batch = left.min(paths.len());
-                    elapsed += cycle(&paths[..batch], batch as u64, stat);
+                    let ws = File::open(mount.path(&format!("{id}/ws"))).unwrap();
+                    let batch = left.min(rel.len());
+                    elapsed += cycle_at(&ws, &rel[..batch], batch as u64, stat_at);
                     left -= batch;
+                    drop(ws);
                     mount.daemon.destroy(&id);
                 }
                 elapsed
@@ -256,13 +306,13 @@ fn benches(c: &mut Criterion) {
 
     // Open, read 2 KiB, close; warm.
     let mut group = c.benchmark_group("open_read_close_2KiB");
-    for (name, paths) in &views {
-        let read = |p: &Path| {
-            let mut buf = [0u8; SMALL + 1];
-            assert_eq!(read_all(p, &mut buf), SMALL);
-        };
-        paths.iter().for_each(|p| read(p));
-        group.bench_function(*name, |b| b.iter_custom(|n| cycle(paths, n, read)));
+    for (name, dir) in &workspaces {
+        let mut buf = [0u8; SMALL + 1];
+        let mut read = |dir: &File, r: &CString| assert_eq!(read_at(dir, r, &mut buf), SMALL);
+        rel.iter().for_each(|r| read(dir, r));
+        group.bench_function(*name, |b| {
+            b.iter_custom(|n| cycle_at(dir, &rel, n, &mut read))
+        });
     }
     group.finish();
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use actionfs_protocol::{Mapping, PrefixTable, ResolvedMapping};
 
+use crate::hybrid::cutoff::NativeBelow;
 use crate::materialize::Method;
 
 /// The version line Bazel parses: it must be `sandboxfs X.Y.Z` exactly, and
@@ -45,6 +46,21 @@ options:
                            needs CAP_SYS_ADMIN), falling back, logged, to
                            serving data through the daemon; off: always
                            serve data through the daemon
+  --native_below=N|auto|0  build sandboxes of fewer than N mappings as real
+                           files outside the mount (shown as MOUNTPOINT/ID,
+                           a symlink to them) instead of in the FUSE view;
+                           auto: the cutoff measured by `actionfs calibrate`
+                           (see --calibration), else the shipped default;
+                           0 (default): every sandbox in the FUSE view
+  --native_method=M        how native sandboxes place inputs: symlink
+                           (default), hardlink, clone, copy or auto
+  --native_dir=PATH        where native sandboxes are built (default:
+                           MOUNTPOINT.native; same file system as the
+                           inputs for hardlink and clone)
+  --calibration=PATH       the file `calibrate --write` saved, for
+                           --native_below=auto (default: the first of
+                           $ACTIONFS_CALIBRATION, ~/.config/actionfs/
+                           calibration.json, /etc/actionfs/calibration.json)
   --node_cache             accepted for sandboxfs compatibility; no effect
   --reconfig_threads=N     apply up to N requests at once (default: number
                            of CPUs)
@@ -86,6 +102,11 @@ pub struct Options {
     pub xattrs: bool,
     /// Try FUSE passthrough for file data.
     pub passthrough: bool,
+    pub native_below: NativeBelow,
+    pub native_method: Method,
+    /// `None`: next to the mount point.
+    pub native_dir: Option<PathBuf>,
+    pub calibration: Option<PathBuf>,
     pub reconfig_threads: usize,
     pub mount_point: PathBuf,
 }
@@ -145,6 +166,10 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
     let mut ttl = Duration::from_secs(60);
     let mut xattrs = false;
     let mut passthrough = true;
+    let mut native_below = NativeBelow::Off;
+    let mut native_method = Method::Symlink;
+    let mut native_dir = None;
+    let mut calibration = None;
     let mut reconfig_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let mut positional = Vec::new();
 
@@ -202,6 +227,19 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
                     }
                 }
             }
+            "--native_below" => {
+                native_below = NativeBelow::parse(&value("a count, 0 or auto")?).map_err(usage)?
+            }
+            "--native_method" => {
+                let text = value("a method")?;
+                native_method = Method::parse(&text).ok_or_else(|| {
+                    usage(format!(
+                        "--native_method takes symlink, hardlink, clone, copy or auto, not {text:?}"
+                    ))
+                })?;
+            }
+            "--native_dir" => native_dir = Some(PathBuf::from(value("a path")?)),
+            "--calibration" => calibration = Some(PathBuf::from(value("a path")?)),
             "--node_cache" => {}
             "--reconfig_threads" => {
                 let text = value("a number")?;
@@ -239,6 +277,10 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         ttl,
         xattrs,
         passthrough,
+        native_below,
+        native_method,
+        native_dir,
+        calibration,
         reconfig_threads,
         mount_point,
     }))

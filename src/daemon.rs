@@ -18,6 +18,8 @@ use signal_hook::iterator::Signals;
 
 use crate::cli::{Allow, Options};
 use crate::fuse_shell::{FuseShell, NotifierInvalidator};
+use crate::hybrid::cutoff;
+use crate::hybrid::NativeSandboxes;
 use crate::mount;
 use crate::reconfig::{self, ResponseSink};
 use crate::tree::{FsConfig, SandboxFs};
@@ -50,6 +52,7 @@ pub fn run(options: Options) -> Result<(), String> {
         },
         &options.mappings,
     )?);
+    let native = open_native(&options, &mount_point)?;
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|err| format!("cannot install signal handlers: {err}"))?;
 
@@ -86,16 +89,56 @@ pub fn run(options: Options) -> Result<(), String> {
     {
         let sink = Arc::new(ResponseSink::new(output));
         let threads = options.reconfig_threads;
+        let native = native.clone();
         std::thread::Builder::new()
             .name("requests".into())
             .spawn(move || {
-                reconfig::serve(input, fs, sink, threads);
+                reconfig::serve(input, fs, native, sink, threads);
                 log::info!("request input ended; still serving the mount");
             })
             .map_err(|err| format!("cannot start the request reader: {err}"))?;
     }
     drop(events);
 
+    let outcome = wait_and_unmount(&event, &mount_point);
+    // Native sandboxes outlive the mount unless removed: an undestroyed
+    // FUSE sandbox vanishes with the unmount, and so must they.
+    if let Some(native) = native {
+        native.destroy_all();
+    }
+    outcome
+}
+
+/// Opens the native sandbox directory if hybrid mode is on.
+fn open_native(
+    options: &Options,
+    mount_point: &Path,
+) -> Result<Option<Arc<NativeSandboxes>>, String> {
+    let (below, source) = cutoff::resolve(&options.native_below, options.calibration.as_deref())?;
+    if below == 0 {
+        return Ok(None);
+    }
+    let dir = match &options.native_dir {
+        Some(dir) => dir.clone(),
+        None => {
+            let mut name = mount_point.as_os_str().to_owned();
+            name.push(".native");
+            name.into()
+        }
+    };
+    let native = NativeSandboxes::open(&dir, below, options.native_method)?;
+    log::info!(
+        "hybrid: sandboxes of fewer than {below} mappings (from {source}) are built in {dir:?} by {}",
+        options.native_method.name()
+    );
+    Ok(Some(Arc::new(native)))
+}
+
+/// Waits for a signal or the end of the session; unmounts on a signal.
+fn wait_and_unmount(
+    event: &std::sync::mpsc::Receiver<Event>,
+    mount_point: &Path,
+) -> Result<(), String> {
     match event.recv() {
         Ok(Event::Signal(signal)) => {
             log::info!("signal {signal}: unmounting {mount_point:?}");

@@ -11,6 +11,7 @@ pub mod file_kind;
 pub mod fuse_shell;
 #[doc(hidden)]
 pub mod fuzz_harness;
+pub mod hybrid;
 pub mod layout;
 pub mod materialize;
 pub mod mount;

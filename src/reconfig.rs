@@ -15,10 +15,12 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use actionfs_protocol::{
-    Decoded, PrefixTable, Request, RequestReader, ResolvedMapping, Response, ResponseWriter,
+    validate_sandbox_id, Decoded, PrefixTable, Request, RequestReader, ResolvedMapping, Response,
+    ResponseWriter,
 };
 use parking_lot::Mutex;
 
+use crate::hybrid::{NativeOutcome, NativeSandboxes};
 use crate::tree::SandboxFs;
 
 /// Where answers go. If the reader of our output goes away (EPIPE), answers
@@ -62,8 +64,15 @@ enum Job {
 
 /// Reads and applies requests from `input` until it ends or turns
 /// malformed; returns once every request read has been answered.
-pub fn serve<R: Read>(input: R, fs: Arc<SandboxFs>, sink: Arc<ResponseSink>, workers: usize) {
-    let (queues, handles) = start_workers(workers.max(1), &fs, &sink);
+/// `native`: where small sandboxes are built natively, if anywhere.
+pub fn serve<R: Read>(
+    input: R,
+    fs: Arc<SandboxFs>,
+    native: Option<Arc<NativeSandboxes>>,
+    sink: Arc<ResponseSink>,
+    workers: usize,
+) {
+    let (queues, handles) = start_workers(workers.max(1), &fs, &native, &sink);
     let mut prefixes = PrefixTable::new();
     for item in RequestReader::new(input) {
         let job = match item {
@@ -121,6 +130,38 @@ fn prepare(prefixes: &mut PrefixTable, request: Request) -> Result<Job, (String,
     }
 }
 
+/// Builds a sandbox natively and shows it in the view, or falls back to
+/// FUSE where the materializer cannot build it. Returns how it was made.
+fn create_native(
+    fs: &SandboxFs,
+    native: &NativeSandboxes,
+    id: &str,
+    mappings: &[ResolvedMapping],
+) -> (Result<(), String>, &'static str) {
+    if let Err(err) = validate_sandbox_id(id) {
+        return (Err(err.to_string()), "native");
+    }
+    if fs.has_sandbox(id) {
+        return (Err(format!("sandbox {id:?} already exists")), "native");
+    }
+    match native.create(id, mappings, &fs.config().mount_point) {
+        NativeOutcome::Built { link } => {
+            let shown = fs.create_sandbox_link(id, &link);
+            if shown.is_err() {
+                if let Err(err) = native.destroy(id) {
+                    log::error!("{err}");
+                }
+            }
+            (shown, "native")
+        }
+        NativeOutcome::Rejected(message) => (Err(message), "native"),
+        NativeOutcome::Unsupported(why) => {
+            log::info!("sandbox {id:?}: served by FUSE, as it cannot be built natively: {why}");
+            (fs.create_sandbox(id, mappings), "FUSE (fallback)")
+        }
+    }
+}
+
 fn worker_for(id: &str, workers: usize) -> usize {
     let mut hasher = DefaultHasher::new();
     id.hash(&mut hasher);
@@ -130,18 +171,20 @@ fn worker_for(id: &str, workers: usize) -> usize {
 fn start_workers(
     count: usize,
     fs: &Arc<SandboxFs>,
+    native: &Option<Arc<NativeSandboxes>>,
     sink: &Arc<ResponseSink>,
 ) -> (Vec<Sender<Job>>, Vec<JoinHandle<()>>) {
     (0..count)
         .map(|n| {
             let (tx, rx) = channel::<Job>();
             let fs = fs.clone();
+            let native = native.clone();
             let sink = sink.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("reconfig-{n}"))
                 .spawn(move || {
                     for job in rx {
-                        sink.send(&apply(&fs, job));
+                        sink.send(&apply(&fs, native.as_deref(), job));
                     }
                 })
                 .expect("cannot start a reconfiguration thread");
@@ -150,16 +193,23 @@ fn start_workers(
         .unzip()
 }
 
-fn apply(fs: &SandboxFs, job: Job) -> Response {
+fn apply(fs: &SandboxFs, native: Option<&NativeSandboxes>, job: Job) -> Response {
     let started = Instant::now();
     let (id, result, what) = match job {
         Job::Create { id, mappings } => {
-            let result = fs.create_sandbox(&id, &mappings);
-            let what = format!("create with {} mappings", mappings.len());
+            let native = native.filter(|n| n.wants(mappings.len()));
+            let (result, how) = match native {
+                Some(native) => create_native(fs, native, &id, &mappings),
+                None => (fs.create_sandbox(&id, &mappings), "FUSE"),
+            };
+            let what = format!("{how} create with {} mappings", mappings.len());
             (id, result, what)
         }
         Job::Destroy { id } => {
-            let result = fs.destroy_sandbox(&id);
+            let result = fs.destroy_sandbox(&id).and_then(|()| match native {
+                Some(native) => native.destroy(&id).map(drop),
+                None => Ok(()),
+            });
             (id, result, "destroy".to_owned())
         }
     };

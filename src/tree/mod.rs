@@ -113,12 +113,36 @@ impl SandboxFs {
     /// changed.
     pub fn create_sandbox(&self, id: &str, mappings: &[ResolvedMapping]) -> Result<(), String> {
         validate_sandbox_id(id).map_err(|err| err.to_string())?;
-        let name = OsString::from(id);
-        if self.sandboxes.lock().contains(&name) {
+        if self.has_sandbox(id) {
             return Err(format!("sandbox {id:?} already exists"));
         }
         let tree = build::build_tree(mappings, &self.config.mount_point)
             .map_err(|problem| format!("sandbox {id:?}: {problem}"))?;
+        self.insert_sandbox(id, tree)?;
+        if mappings.len() >= TRIM_AFTER_MAPPINGS {
+            reaper::trim_soon();
+        }
+        Ok(())
+    }
+
+    /// Creates sandbox `id` as a symlink to a sandbox built outside the
+    /// view: `link` is a symlink on disk, shown as it is.
+    pub fn create_sandbox_link(&self, id: &str, link: &Path) -> Result<(), String> {
+        validate_sandbox_id(id).map_err(|err| err.to_string())?;
+        let node = Arc::new(Node::new(
+            FileKind::Symlink,
+            false,
+            node::Origin::Mapped(node::Underlying::new(link, &mut Default::default())),
+        ));
+        self.insert_sandbox(id, node)
+    }
+
+    pub fn has_sandbox(&self, id: &str) -> bool {
+        self.sandboxes.lock().contains(OsStr::new(id))
+    }
+
+    fn insert_sandbox(&self, id: &str, tree: Arc<Node>) -> Result<(), String> {
+        let name = OsString::from(id);
         {
             let mut sandboxes = self.sandboxes.lock();
             if sandboxes.contains(&name) {
@@ -131,9 +155,6 @@ impl SandboxFs {
                 ));
             }
             sandboxes.insert(name.clone());
-        }
-        if mappings.len() >= TRIM_AFTER_MAPPINGS {
-            reaper::trim_soon();
         }
         // A mapped root may have shown an underlying entry under this name.
         if !matches!(self.root.origin(), node::Origin::Virtual) {
