@@ -62,7 +62,14 @@ pub fn run(options: Options) -> Result<(), String> {
         &session_config(options.allow),
     )
     .map_err(|err| format!("cannot mount at {mount_point:?}: {err}"))?;
-    fs.set_invalidator(Box::new(NotifierInvalidator(session.notifier())));
+    let device = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned();
+    if let Err(err) = &device {
+        log::warn!("cannot duplicate the /dev/fuse descriptor ({err}); destroy will invalidate whole subtrees");
+    }
+    fs.set_invalidator(Box::new(NotifierInvalidator::new(
+        session.notifier(),
+        device.ok(),
+    )));
     log::info!("mounted at {mount_point:?}");
 
     let (events, event) = channel();

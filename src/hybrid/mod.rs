@@ -15,6 +15,7 @@
 //! directory, a failing system call) falls back to FUSE, logged.
 
 pub mod cutoff;
+pub mod workload;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

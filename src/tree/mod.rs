@@ -53,7 +53,15 @@ const TRIM_AFTER_MAPPINGS: usize = 1_000;
 /// Tells the kernel to drop what it cached about a name. Implemented by the
 /// FUSE shell; the core calls it when a sandbox disappears.
 pub trait Invalidator: Send + Sync {
+    /// Drops the entry and everything the kernel cached below it.
     fn invalidate_entry(&self, parent_ino: u64, name: &OsStr);
+    /// Marks the entry expired, so that the next path walk through it asks
+    /// us again; what is cached below it is left for that walk (or memory
+    /// pressure) to drop. As good as `invalidate_entry` for making a name
+    /// vanish, without a cost per cached descendant.
+    fn expire_entry(&self, parent_ino: u64, name: &OsStr) {
+        self.invalidate_entry(parent_ino, name);
+    }
 }
 
 /// Settings of the core that do not change while mounted.
@@ -106,6 +114,12 @@ impl SandboxFs {
     fn invalidate_entry(&self, parent_ino: u64, name: &OsStr) {
         if let Some(invalidator) = self.invalidator.get() {
             invalidator.invalidate_entry(parent_ino, name);
+        }
+    }
+
+    fn expire_entry(&self, parent_ino: u64, name: &OsStr) {
+        if let Some(invalidator) = self.invalidator.get() {
+            invalidator.expire_entry(parent_ino, name);
         }
     }
 
@@ -180,7 +194,11 @@ impl SandboxFs {
             }
         }
         // Outside every lock: the kernel may call back into us meanwhile.
-        self.invalidate_entry(ROOT_INO, &name);
+        // Expiring (not invalidating) keeps the cost flat however much of
+        // the sandbox the kernel cached: the next walk through the name
+        // asks us, gets ENOENT (or the new sandbox of a reused id) and
+        // drops the old subtree then.
+        self.expire_entry(ROOT_INO, &name);
         Ok(())
     }
 

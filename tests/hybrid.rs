@@ -1,0 +1,192 @@
+//! Hybrid mode: sandboxes below `--native_below` are built as real files
+//! outside the mount and shown as `MOUNT/ID`, a symlink to them; larger
+//! ones, and layouts the materializer cannot make, are FUSE views. Either
+//! way the action sees the same files, its outputs land in the scratch
+//! directory, and destroying removes what actionfs made and nothing else.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::*;
+
+/// Everything under `dir`, relative, sorted (directories included).
+fn listing(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            out.push(path.strip_prefix(dir).unwrap().display().to_string());
+            if path.symlink_metadata().unwrap().is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A Bazel-shaped sandbox: the workspace is the writable scratch
+/// directory, inputs are nested read-only mappings.
+fn bazel_like(fx: &Fixture, id: &str, inputs: usize) -> actionfs_protocol::CreateSandbox {
+    let mut mappings = vec![rw("/ws", &fx.path("scratch"))];
+    for i in 0..inputs {
+        let src = fx.write(&format!("src/pkg/in{i}.c"), &format!("input {i}"));
+        mappings.push(ro(&format!("/ws/pkg/in{i}.c"), &src));
+    }
+    sandbox(id, mappings)
+}
+
+fn native_dir(fx: &Fixture) -> std::path::PathBuf {
+    fx.path("mnt.native")
+}
+
+/// Native trees and links left: only the client's probe sandbox, `empty`
+/// (no mappings, so native), which is never destroyed.
+fn assert_only_the_probe_is_native(fx: &Fixture) {
+    for sub in ["trees", "links"] {
+        assert_eq!(listing(&native_dir(fx).join(sub)), ["empty"], "{sub}");
+    }
+}
+
+/// Starts a daemon that logs at info level.
+fn start_logged(fx: &Fixture, args: &[&str]) -> Daemon {
+    let mut command = fx.command(args);
+    command.env("RUST_LOG", "info");
+    Daemon {
+        client: Some(actionfs_protocol::Client::start(command).unwrap()),
+        mnt: fx.mnt(),
+    }
+}
+
+#[test]
+fn small_sandboxes_are_native_large_ones_fuse_and_both_look_the_same() {
+    let fx = Fixture::new();
+    fs::write(fx.path("scratch/owned-by-user"), "keep me").unwrap();
+    let d = fx.start(&["--native_below=5"]);
+    d.create(bazel_like(&fx, "small", 3));
+    let root = fs::symlink_metadata(d.path("small")).unwrap();
+    assert!(
+        root.file_type().is_symlink(),
+        "native sandbox shown as a symlink"
+    );
+    assert_eq!(
+        fs::read_link(d.path("small")).unwrap(),
+        native_dir(&fx).join("trees/small")
+    );
+    for i in 0..3 {
+        let content = fs::read_to_string(d.path(&format!("small/ws/pkg/in{i}.c"))).unwrap();
+        assert_eq!(content, format!("input {i}"));
+    }
+    // The action writes its output into the workspace: it lands in the
+    // scratch directory on disk, as Bazel expects.
+    fs::write(d.path("small/ws/out.o"), "object").unwrap();
+    assert_eq!(
+        fs::read_to_string(fx.path("scratch/out.o")).unwrap(),
+        "object"
+    );
+    d.destroy("small");
+    assert_eq!(errno(fs::symlink_metadata(d.path("small"))), libc::ENOENT);
+    // What actionfs put into the scratch directory is gone; the user's
+    // files and the action's output stay.
+    assert_eq!(listing(&fx.path("scratch")), ["out.o", "owned-by-user"]);
+    assert_only_the_probe_is_native(&fx);
+
+    fs::remove_file(fx.path("scratch/out.o")).unwrap();
+    d.create(bazel_like(&fx, "large", 5));
+    let root = fs::symlink_metadata(d.path("large")).unwrap();
+    assert!(root.is_dir(), "at the cutoff, a FUSE view");
+    assert_eq!(
+        fs::read_to_string(d.path("large/ws/pkg/in4.c")).unwrap(),
+        "input 4"
+    );
+    d.destroy("large");
+    assert_eq!(listing(&fx.path("scratch")), ["owned-by-user"]);
+    assert_eq!(d.terminate(), 0);
+}
+
+#[test]
+fn bad_requests_get_the_fuse_answer_and_leave_nothing_behind() {
+    let fx = Fixture::new();
+    let input = fx.write("src/in", "x");
+    let missing = fx.path("src/missing");
+    let bad = || sandbox("bad", vec![ro("/a", &input), ro("/b", &missing)]);
+    let fuse = fx.start(&[]);
+    let fuse_answer = fuse.create_err(bad());
+    drop(fuse);
+    let d = fx.start(&["--native_below=100"]);
+    assert_eq!(d.create_err(bad()), fuse_answer);
+    assert!(fuse_answer.contains("lstat"), "{fuse_answer}");
+    assert_only_the_probe_is_native(&fx);
+    // Ids are checked before anything is built.
+    d.create(sandbox("twice", vec![ro("/a", &input)]));
+    assert!(d
+        .create_err(sandbox("twice", vec![ro("/a", &input)]))
+        .contains("already exists"));
+    assert!(d
+        .create_err(sandbox("../escape", vec![ro("/a", &input)]))
+        .contains("escape"));
+    assert!(!fx.path("escape").exists() && !native_dir(&fx).join("escape").exists());
+    d.destroy("twice");
+    assert_eq!(d.terminate(), 0);
+}
+
+#[test]
+fn layouts_the_materializer_cannot_build_fall_back_to_fuse() {
+    let fx = Fixture::new();
+    let input = fx.write("src/in", "x");
+    // An existing file where an input would go inside the writable
+    // directory: FUSE shadows it, a native tree cannot.
+    fs::write(fx.path("scratch/in"), "user's").unwrap();
+    let d = start_logged(&fx, &["--native_below=100"]);
+    d.create(sandbox(
+        "s",
+        vec![rw("/ws", &fx.path("scratch")), ro("/ws/in", &input)],
+    ));
+    assert!(fs::symlink_metadata(d.path("s")).unwrap().is_dir());
+    assert_eq!(fs::read_to_string(d.path("s/ws/in")).unwrap(), "x");
+    d.destroy("s");
+    assert_eq!(fs::read_to_string(fx.path("scratch/in")).unwrap(), "user's");
+    assert_eq!(d.terminate(), 0);
+    assert!(fx.log().contains("served by FUSE"), "{}", fx.log());
+}
+
+#[test]
+fn shutdown_removes_native_sandboxes_never_destroyed() {
+    let fx = Fixture::new();
+    let d = fx.start(&["--native_below=100"]);
+    d.create(bazel_like(&fx, "left", 4));
+    assert!(
+        fx.path("scratch/pkg/in0.c").exists(),
+        "inputs made in place"
+    );
+    assert_eq!(d.terminate(), 0);
+    assert!(!is_mounted(&fx.mnt()));
+    assert!(
+        listing(&fx.path("scratch")).is_empty(),
+        "in-place inputs removed"
+    );
+    assert!(
+        listing(&native_dir(&fx).join("trees")).is_empty(),
+        "probe too"
+    );
+}
+
+#[test]
+fn auto_takes_the_calibrated_cutoff() {
+    let fx = Fixture::new();
+    fs::write(fx.path("calibration.json"), r#"{"native_below": 3}"#).unwrap();
+    let calibration = format!("--calibration={}", fx.path("calibration.json").display());
+    let d = start_logged(&fx, &["--native_below=auto", &calibration]);
+    d.create(bazel_like(&fx, "two", 1));
+    d.create(bazel_like(&fx, "three", 2));
+    assert!(fs::symlink_metadata(d.path("two"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(fs::symlink_metadata(d.path("three")).unwrap().is_dir());
+    assert_eq!(d.terminate(), 0);
+    assert!(fx.log().contains("fewer than 3 mappings"), "{}", fx.log());
+}
