@@ -10,7 +10,6 @@
 //! it measures bytes, not time. Run: `cargo bench --bench memory`.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::time::Duration;

@@ -66,7 +66,7 @@ pub fn run(options: Options) -> Result<(), String> {
     if let Err(err) = &device {
         log::warn!("cannot duplicate the /dev/fuse descriptor ({err}); destroy will invalidate whole subtrees");
     }
-    fs.set_invalidator(Box::new(NotifierInvalidator::new(
+    fs.set_invalidator(Arc::new(NotifierInvalidator::new(
         session.notifier(),
         device.ok(),
     )));
@@ -151,7 +151,7 @@ fn wait_and_unmount(
             log::info!("signal {signal}: unmounting {mount_point:?}");
             // Lazy, so that open files do not keep the mount (or us) alive;
             // exiting then closes /dev/fuse and fails whatever is left.
-            mount::unmount_lazily(&mount_point)
+            mount::unmount_lazily(mount_point)
                 .map_err(|err| format!("cannot unmount {mount_point:?}: {err}"))
         }
         Ok(Event::SessionEnded(Ok(()))) => {

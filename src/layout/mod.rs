@@ -52,7 +52,7 @@ impl Entry {
 pub fn plan(mappings: &[ResolvedMapping], forbidden: &Path) -> Result<Entry, String> {
     let mut root = Entry::default();
     // Never lstat inside the mount: the daemon would be asking itself.
-    let allowed = |m: &&ResolvedMapping| !m.underlying.starts_with(forbidden);
+    let allowed = |m: &&ResolvedMapping| !is_within(&m.underlying, forbidden);
     let underlying: Vec<&Path> = mappings
         .iter()
         .filter(allowed)
@@ -77,13 +77,29 @@ pub fn plan(mappings: &[ResolvedMapping], forbidden: &Path) -> Result<Entry, Str
     Ok(root)
 }
 
+/// `path.starts_with(base)`, component-wise, without walking components
+/// for the usual path that is plainly outside: this check runs once per
+/// mapping, and comparing components was a twentieth of a large create.
+fn is_within(path: &Path, base: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (p, b) = (path.as_os_str().as_bytes(), base.as_os_str().as_bytes());
+    let plain = |bytes: &[u8]| {
+        !bytes.windows(2).any(|w| w == b"//" || w == b"/.") && !bytes.ends_with(b"/")
+    };
+    if plain(p) && plain(b) && b.len() > 1 {
+        p.starts_with(b) && (p.len() == b.len() || p[b.len()] == b'/')
+    } else {
+        path.starts_with(base)
+    }
+}
+
 fn apply(
     root: &mut Entry,
     mapping: &ResolvedMapping,
     kind: std::io::Result<FileKind>,
     forbidden: &Path,
 ) -> Result<(), String> {
-    if mapping.underlying.starts_with(forbidden) {
+    if is_within(&mapping.underlying, forbidden) {
         return Err(format!(
             "underlying path is inside the mount point {forbidden:?}"
         ));
@@ -121,4 +137,27 @@ fn apply(
         kind,
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn is_within_agrees_with_component_wise_starts_with() {
+        let bases = ["/mnt", "/mnt/", "/", "/a/b", "/a//b", "/a/./b"];
+        let paths = [
+            "/mnt", "/mnt/x", "/mntx", "/mnt//x", "/m", "/", "/a/b/c", "/a/bc", "/a//b/c",
+            "/a/./b/c", "/a/b/", "/x/mnt",
+        ];
+        for base in bases {
+            for path in paths {
+                assert_eq!(
+                    is_within(Path::new(path), Path::new(base)),
+                    Path::new(path).starts_with(base),
+                    "{path} within {base}"
+                );
+            }
+        }
+    }
 }

@@ -16,13 +16,8 @@ const SHARDS: usize = 64;
 /// Inode number of the root directory, fixed by FUSE.
 pub const ROOT_INO: u64 = 1;
 
-struct Entry {
-    node: Arc<Node>,
-    lookups: u64,
-}
-
 pub struct InodeTable {
-    shards: Vec<Mutex<HashMap<u64, Entry>>>,
+    shards: Vec<Mutex<HashMap<u64, Arc<Node>>>>,
     next_ino: AtomicU64,
 }
 
@@ -34,17 +29,12 @@ impl InodeTable {
             next_ino: AtomicU64::new(ROOT_INO + 1),
         };
         root.assign_ino(ROOT_INO);
-        table.shard(ROOT_INO).lock().insert(
-            ROOT_INO,
-            Entry {
-                node: root,
-                lookups: 1,
-            },
-        );
+        root.lookups.store(1, Ordering::Relaxed);
+        table.shard(ROOT_INO).lock().insert(ROOT_INO, root);
         table
     }
 
-    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, Entry>> {
+    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, Arc<Node>>> {
         &self.shards[(ino as usize) % SHARDS]
     }
 
@@ -60,19 +50,17 @@ impl InodeTable {
     /// Records one kernel lookup of `node` and returns its inode number.
     pub fn remember(&self, node: &Arc<Node>) -> u64 {
         let ino = self.ino_of(node);
-        self.shard(ino)
-            .lock()
-            .entry(ino)
-            .and_modify(|entry| entry.lookups += 1)
-            .or_insert_with(|| Entry {
-                node: node.clone(),
-                lookups: 1,
-            });
+        let mut shard = self.shard(ino).lock();
+        shard.entry(ino).or_insert_with(|| node.clone());
+        // Counted under the shard lock, as forget decrements it.
+        let held = node.lookups.load(Ordering::Relaxed);
+        node.lookups
+            .store(held.saturating_add(1), Ordering::Relaxed);
         ino
     }
 
     pub fn get(&self, ino: u64) -> Option<Arc<Node>> {
-        self.shard(ino).lock().get(&ino).map(|e| e.node.clone())
+        self.shard(ino).lock().get(&ino).cloned()
     }
 
     /// Drops `count` kernel lookups; returns the node if the kernel no
@@ -82,12 +70,14 @@ impl InodeTable {
             return None;
         }
         let mut shard = self.shard(ino).lock();
-        let entry = shard.get_mut(&ino)?;
-        entry.lookups = entry.lookups.saturating_sub(count);
-        if entry.lookups > 0 {
+        let node = shard.get(&ino)?;
+        let held = node.lookups.load(Ordering::Relaxed);
+        let left = held.saturating_sub(count.min(u32::MAX as u64) as u32);
+        node.lookups.store(left, Ordering::Relaxed);
+        if left > 0 {
             return None;
         }
-        let node = shard.remove(&ino).map(|e| e.node);
+        let node = shard.remove(&ino);
         // Tables never shrink by themselves: after a large sandbox is gone
         // its inodes' slots would stay allocated for good.
         if shard.capacity() > 64 && shard.len() < shard.capacity() / 4 {

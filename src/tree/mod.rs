@@ -82,7 +82,7 @@ pub struct SandboxFs {
     dirs: HandleTable<OpenDir>,
     /// Names of the root that are sandboxes (as opposed to `--mapping`s).
     sandboxes: Mutex<HashSet<OsString>>,
-    invalidator: OnceLock<Box<dyn Invalidator>>,
+    invalidator: OnceLock<Arc<dyn Invalidator>>,
 }
 
 impl SandboxFs {
@@ -105,7 +105,7 @@ impl SandboxFs {
     }
 
     /// Connects the kernel's cache invalidation, once mounted.
-    pub fn set_invalidator(&self, invalidator: Box<dyn Invalidator>) {
+    pub fn set_invalidator(&self, invalidator: Arc<dyn Invalidator>) {
         if self.invalidator.set(invalidator).is_err() {
             log::warn!("cache invalidator set twice; keeping the first");
         }
@@ -181,24 +181,35 @@ impl SandboxFs {
     /// forget the name, so it is gone from view.
     pub fn destroy_sandbox(&self, id: &str) -> Result<(), String> {
         let name = OsString::from(id);
+        let removed;
         {
             let mut sandboxes = self.sandboxes.lock();
             if !sandboxes.remove(&name) {
                 return Err(format!("sandbox {id:?} does not exist"));
             }
             let root = self.root.dir().expect("the root is a directory");
-            if let Some(tree) = root.remove_explicit(&name) {
-                // Freeing a large tree takes a millisecond or more; the
-                // answer need not wait for it.
-                reaper::dispose(tree);
-            }
+            removed = root.remove_explicit(&name);
         }
         // Outside every lock: the kernel may call back into us meanwhile.
-        // Expiring (not invalidating) keeps the cost flat however much of
-        // the sandbox the kernel cached: the next walk through the name
-        // asks us, gets ENOENT (or the new sandbox of a reused id) and
-        // drops the old subtree then.
+        // Expiring (not invalidating) keeps the answer's cost flat however
+        // much of the sandbox the kernel cached: the next walk through the
+        // name asks us and gets ENOENT (or the new sandbox of a reused id).
         self.expire_entry(ROOT_INO, &name);
+        // The cached subtree still holds its inodes, and so their nodes
+        // here; invalidating it after the answer makes the kernel forget
+        // them, so that memory returns. (If the id is reused meanwhile,
+        // this only drops the new sandbox's entry from the cache.)
+        if let Some(invalidator) = self.invalidator.get() {
+            let invalidator = invalidator.clone();
+            reaper::later(Box::new(move || {
+                invalidator.invalidate_entry(ROOT_INO, &name)
+            }));
+        }
+        // Freeing a large tree takes a millisecond or more; the answer need
+        // not wait for it either.
+        if let Some(tree) = removed {
+            reaper::dispose(tree);
+        }
         Ok(())
     }
 

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
@@ -75,6 +75,9 @@ impl Underlying {
 pub struct Node {
     /// Inode number; 0 until the kernel first looks the node up.
     ino: AtomicU64,
+    /// Lookups the kernel holds (kept here rather than in the inode table,
+    /// in what would be padding); changed only under the table's shard lock.
+    pub(super) lookups: AtomicU32,
     /// Identity of the underlying file at the last open (0: never opened),
     /// so the kernel keeps cached pages only while it is the same file.
     opened_identity: AtomicU64,
@@ -158,6 +161,7 @@ impl Node {
         });
         Node {
             ino: AtomicU64::new(0),
+            lookups: AtomicU32::new(0),
             opened_identity: AtomicU64::new(0),
             kind,
             writable,

@@ -11,6 +11,8 @@ use super::node::Node;
 /// Work for the reaper thread.
 enum Job {
     Free(#[allow(dead_code)] Arc<Node>),
+    /// Cache invalidation that the answer to a request need not wait for.
+    Later(Box<dyn FnOnce() + Send>),
     /// Return freed memory to the system (after building a large sandbox,
     /// whose request and plan were freed).
     Trim,
@@ -24,6 +26,11 @@ pub fn dispose(tree: Arc<Node>) {
     send(Job::Free(tree));
 }
 
+/// Runs `work` on the reaper thread, in order with the other jobs.
+pub fn later(work: Box<dyn FnOnce() + Send>) {
+    send(Job::Later(work));
+}
+
 /// Returns freed memory to the system soon, off the caller's thread.
 pub fn trim_soon() {
     send(Job::Trim);
@@ -35,11 +42,11 @@ fn send(job: Job) {
         let started = std::thread::Builder::new()
             .name("reaper".into())
             .spawn(move || {
-                while let Ok(tree) = receiver.recv() {
-                    drop(tree);
-                    // Trim once per burst of destroys, not once per tree.
-                    while let Ok(tree) = receiver.try_recv() {
-                        drop(tree);
+                while let Ok(job) = receiver.recv() {
+                    run(job);
+                    // Trim once per burst of jobs, not once per job.
+                    while let Ok(job) = receiver.try_recv() {
+                        run(job);
                     }
                     return_free_memory();
                 }
@@ -53,6 +60,14 @@ fn send(job: Job) {
     // A send fails only if the thread never started: the job comes back
     // and is dropped here (freeing a tree inline).
     drop(sent);
+}
+
+fn run(job: Job) {
+    match job {
+        Job::Free(tree) => drop(tree),
+        Job::Later(work) => work(),
+        Job::Trim => {}
+    }
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
