@@ -69,7 +69,7 @@ fn benches(c: &mut Criterion) {
     let lab = Lab::new(&bench_dir(), largest).expect("lab");
     let hybrid_cutoff = std::env::var("ACTIONFS_HYBRID_CUTOFF")
         .map(|n| n.parse().expect("a cutoff"))
-        .unwrap_or(cutoff::SHIPPED);
+        .unwrap_or_else(|_| cutoff::shipped_for(&lab.dir));
     let always = "--native_below=1000000000".to_owned();
     let mut modes: Vec<(&str, Vec<String>)> = vec![
         ("fuse", vec!["--native_below=0".to_owned()]),
@@ -84,6 +84,7 @@ fn benches(c: &mut Criterion) {
             vec![always, "--native_method=clone".to_owned()],
         ));
     }
+    // `--native_below=0` would turn hybrid mode off; the same as fuse.
     modes.push(("hybrid", vec![format!("--native_below={hybrid_cutoff}")]));
     eprintln!("hybrid cutoff {hybrid_cutoff}, lab in {:?}", lab.dir);
     let mounts: Vec<(&str, Mounted)> = modes

@@ -52,7 +52,8 @@ options:
                            files outside the mount (shown as MOUNTPOINT/ID,
                            a symlink to them) instead of in the FUSE view;
                            auto: the cutoff measured by `actionfs calibrate`
-                           (see --calibration), else the shipped default;
+                           (see --calibration), else the shipped default
+                           (tmpfs: all native; disk: all FUSE);
                            0 (default): every sandbox in the FUSE view
   --native_method=M        how native sandboxes place inputs: symlink
                            (default), hardlink, clone, copy or auto

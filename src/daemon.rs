@@ -121,18 +121,22 @@ fn open_native(
     options: &Options,
     mount_point: &Path,
 ) -> Result<Option<Arc<NativeSandboxes>>, String> {
-    let (below, source) = cutoff::resolve(&options.native_below, options.calibration.as_deref())?;
-    if below == 0 {
-        return Ok(None);
-    }
     let dir = match &options.native_dir {
         Some(dir) => dir.clone(),
         None => {
             let mut name = mount_point.as_os_str().to_owned();
             name.push(".native");
-            name.into()
+            std::path::PathBuf::from(name)
         }
     };
+    let (below, source) =
+        cutoff::resolve(&options.native_below, options.calibration.as_deref(), &dir)?;
+    if below == 0 {
+        if options.native_below != cutoff::NativeBelow::Off {
+            log::info!("hybrid: every sandbox in FUSE (cutoff 0 from {source})");
+        }
+        return Ok(None);
+    }
     let native = NativeSandboxes::open(&dir, below, options.native_method)?;
     log::info!(
         "hybrid: sandboxes of fewer than {below} mappings (from {source}) are built in {dir:?} by {}",

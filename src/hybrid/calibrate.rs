@@ -5,7 +5,8 @@
 //! For each input count the two modes run alternately (so that noise hits
 //! both alike), for both read fractions; the comparison uses the median of
 //! each. The cutoff is the smallest measured count from which FUSE is
-//! faster at every larger count, on the sum of the two fractions' medians.
+//! faster at every larger count, on the sum of the two fractions' medians
+//! (0, every sandbox in FUSE, if that is the smallest count measured).
 //! If FUSE wins nowhere, the per-input cost of each mode (a straight-line
 //! fit) says whether it would win further out: where the lines cross, or
 //! never ([`ALWAYS_NATIVE`]).
@@ -125,8 +126,8 @@ fn choose(points: &[Point]) -> (usize, String) {
     let first_win = (0..points.len()).find(|&i| points[i..].iter().all(Point::fuse_wins));
     match first_win {
         Some(0) => (
-            points[0].inputs,
-            "FUSE was faster at every size measured".to_owned(),
+            0,
+            "FUSE was faster at every size measured: every sandbox in FUSE".to_owned(),
         ),
         Some(i) => (
             points[i].inputs,
@@ -246,7 +247,7 @@ mod tests {
             point(20000, 90, 200),
         ];
         assert_eq!(choose(&curve).0, 10000);
-        assert_eq!(choose(&curve[3..]).0, 10000);
+        assert_eq!(choose(&curve[3..]).0, 0, "FUSE everywhere: hybrid off");
     }
 
     #[test]

@@ -1,16 +1,51 @@
 //! The input count below which sandboxes are built natively: given, off,
 //! or `auto` (measured on this machine by `actionfs calibrate`, else the
-//! default shipped from the benchmarks in docs/BENCHMARKS.md).
+//! default shipped from the benchmarks in docs/BENCHMARKS.md for the kind
+//! of file system the native sandboxes would live on).
 
 use std::path::{Path, PathBuf};
 
-/// Cutoff shipped with actionfs, from the hybrid benchmark
-/// (docs/BENCHMARKS.md, "Hybrid sandboxes"): on the 2-vCPU machine it was
-/// measured on, a native symlink sandbox beat the FUSE view at every size
-/// from 10 to 20,000 inputs, on tmpfs and on xfs, and cost less per input,
-/// so `auto` without a calibration builds every sandbox natively.
-/// `calibrate` measures it anew where FUSE round trips are cheaper.
-pub const SHIPPED: usize = super::calibrate::ALWAYS_NATIVE;
+/// Cutoffs shipped with actionfs, from the hybrid benchmark and calibrate
+/// runs (docs/BENCHMARKS.md, "Hybrid sandboxes"), by the kind of file
+/// system native sandboxes would be built on. On tmpfs a native symlink
+/// sandbox beat the FUSE view at every size from 10 to 20,000 inputs, so
+/// there every sandbox is native. On the root disk (ext4), where creating
+/// inodes costs 50-700 us after the deletes a build does, FUSE won at
+/// every size from 10 to 5,000 inputs by 4.6x to 10x, so there none is.
+pub const SHIPPED_TMPFS: usize = super::calibrate::ALWAYS_NATIVE;
+pub const SHIPPED_DISK: usize = 0;
+
+/// The shipped cutoff for native sandboxes built in `dir` (or, if it does
+/// not exist yet, its nearest existing ancestor).
+pub fn shipped_for(dir: &Path) -> usize {
+    if on_tmpfs(dir) {
+        SHIPPED_TMPFS
+    } else {
+        SHIPPED_DISK
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn on_tmpfs(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(existing) = dir.ancestors().find(|a| a.exists()) else {
+        return false;
+    };
+    let Ok(c) = std::ffi::CString::new(existing.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: zeroed statfs is valid; valid C string and out pointer.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    st.f_type == libc::TMPFS_MAGIC
+}
+
+#[cfg(not(target_os = "linux"))]
+fn on_tmpfs(_dir: &Path) -> bool {
+    false
+}
 
 /// What `--native_below` asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,7 +53,7 @@ pub enum NativeBelow {
     /// `0`: always FUSE.
     Off,
     Fixed(usize),
-    /// The calibrated cutoff, else [`SHIPPED`].
+    /// The calibrated cutoff, else [`shipped_for`] the native directory.
     Auto,
 }
 
@@ -64,8 +99,13 @@ pub fn read_calibration(path: &Path) -> Result<usize, String> {
 }
 
 /// The cutoff to use and where it came from (for the log). `explicit` is
-/// a calibration file named on the command line, which must be readable.
-pub fn resolve(asked: &NativeBelow, explicit: Option<&Path>) -> Result<(usize, String), String> {
+/// a calibration file named on the command line, which must be readable;
+/// `native_dir` is where native sandboxes would be built.
+pub fn resolve(
+    asked: &NativeBelow,
+    explicit: Option<&Path>,
+    native_dir: &Path,
+) -> Result<(usize, String), String> {
     match asked {
         NativeBelow::Off => Ok((0, "--native_below=0".to_owned())),
         NativeBelow::Fixed(n) => Ok((*n, "--native_below".to_owned())),
@@ -80,7 +120,15 @@ pub fn resolve(asked: &NativeBelow, explicit: Option<&Path>) -> Result<(usize, S
                     Err(_) => {}
                 }
             }
-            Ok((SHIPPED, "the shipped default".to_owned()))
+            let kind = if on_tmpfs(native_dir) {
+                "tmpfs"
+            } else {
+                "disk"
+            };
+            Ok((
+                shipped_for(native_dir),
+                format!("the shipped default for {kind}"),
+            ))
         }
     }
 }
@@ -98,10 +146,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.json");
         std::fs::write(&file, r#"{"native_below": 321, "curve": []}"#).unwrap();
-        assert_eq!(resolve(&NativeBelow::Auto, Some(&file)).unwrap().0, 321);
-        assert_eq!(resolve(&NativeBelow::Fixed(7), Some(&file)).unwrap().0, 7);
+        let native = dir.path();
+        assert_eq!(
+            resolve(&NativeBelow::Auto, Some(&file), native).unwrap().0,
+            321
+        );
+        assert_eq!(
+            resolve(&NativeBelow::Fixed(7), Some(&file), native)
+                .unwrap()
+                .0,
+            7
+        );
         std::fs::write(&file, "{}").unwrap();
-        assert!(resolve(&NativeBelow::Auto, Some(&file)).is_err());
-        assert!(resolve(&NativeBelow::Auto, Some(&dir.path().join("none"))).is_err());
+        assert!(resolve(&NativeBelow::Auto, Some(&file), native).is_err());
+        assert!(resolve(&NativeBelow::Auto, Some(&dir.path().join("none")), native).is_err());
+        if Path::new("/dev/shm").is_dir() {
+            assert_eq!(shipped_for(Path::new("/dev/shm/not-yet")), SHIPPED_TMPFS);
+        }
     }
 }

@@ -18,6 +18,9 @@ enum Job {
     Trim,
 }
 
+/// How long the reaper waits after being woken before it works.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(2);
+
 static REAPER: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
 
 /// Drops `tree` on the reaper thread, or right here if that thread cannot
@@ -43,6 +46,10 @@ fn send(job: Job) {
             .name("reaper".into())
             .spawn(move || {
                 while let Ok(job) = receiver.recv() {
+                    // Let the answer that queued this job reach the client
+                    // first: the work below takes the malloc arena's lock
+                    // and a CPU (of two, here) for up to a millisecond.
+                    std::thread::sleep(SETTLE);
                     run(job);
                     // Trim once per burst of jobs, not once per job.
                     while let Ok(job) = receiver.try_recv() {
