@@ -19,31 +19,29 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use actionfs::hybrid::workload;
 use actionfs::synthetic::SyntheticTree;
 use actionfs_protocol::Mapping;
 use common::{rw, sandbox, Daemon, Fixture};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use support::{bench_dir, dir_from_env};
 
 const INPUTS: usize = 5_000;
 const SMALL: usize = 2_048;
 const BIG: usize = 256 << 20;
 const LISTED: usize = 1_000;
-
-fn env_dir(var: &str, default: &str) -> PathBuf {
-    std::env::var_os(var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(default))
-}
 
 /// One daemon with its fixture and the sandboxes made in it so far.
 struct Mounted {
@@ -107,12 +105,8 @@ fn input_mappings(tree: &SyntheticTree, listed: &[PathBuf], big: &Path) -> Vec<M
 
 impl World {
     fn new() -> World {
-        std::env::set_var(
-            "ACTIONFS_TEST_DIR",
-            env_dir("ACTIONFS_BENCH_DIR", "/dev/shm"),
-        );
-        let inputs =
-            tempfile::tempdir_in(env_dir("ACTIONFS_BENCH_DIR", "/dev/shm")).expect("inputs dir");
+        std::env::set_var("ACTIONFS_TEST_DIR", bench_dir());
+        let inputs = tempfile::tempdir_in(bench_dir()).expect("inputs dir");
         let tree = SyntheticTree::create(&inputs.path().join("tree"), INPUTS, SMALL).unwrap();
         let listed_dir = inputs.path().join("listed");
         fs::create_dir(&listed_dir).unwrap();
@@ -123,8 +117,8 @@ impl World {
                 path
             })
             .collect();
-        let disk =
-            tempfile::tempdir_in(env_dir("ACTIONFS_BENCH_DISK_DIR", "/var/tmp")).expect("disk");
+        let disk = tempfile::tempdir_in(dir_from_env("ACTIONFS_BENCH_DISK_DIR", "/var/tmp"))
+            .expect("disk");
         let big = disk.path().join("big");
         let mut file = File::create(&big).unwrap();
         let block: Vec<u8> = (0..1 << 20).map(|i| (i * 7 % 251) as u8).collect();
@@ -209,28 +203,6 @@ fn stat_at(dir: &File, rel: &CString) {
     assert_eq!(rc, 0, "stat {rel:?}: {}", std::io::Error::last_os_error());
 }
 
-/// openat + read until EOF + close, from an action's working directory.
-fn read_at(dir: &File, rel: &CString, buf: &mut [u8]) -> usize {
-    // SAFETY: valid fd and C string; the fd is owned by the File below.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            rel.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
-    assert!(fd >= 0, "open {rel:?}: {}", std::io::Error::last_os_error());
-    // SAFETY: just opened, owned by nobody else.
-    let mut file = unsafe { File::from_raw_fd(fd) };
-    let mut total = 0;
-    loop {
-        match file.read(buf).unwrap() {
-            0 => return total,
-            n => total += n,
-        }
-    }
-}
-
 /// Round-robin over `rel`, `iters` calls of `op` from `dir`.
 fn cycle_at(
     dir: &File,
@@ -308,7 +280,9 @@ fn benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("open_read_close_2KiB");
     for (name, dir) in &workspaces {
         let mut buf = [0u8; SMALL + 1];
-        let mut read = |dir: &File, r: &CString| assert_eq!(read_at(dir, r, &mut buf), SMALL);
+        let mut read = |dir: &File, r: &CString| {
+            assert_eq!(workload::read_at(dir, r, &mut buf).unwrap(), SMALL)
+        };
         rel.iter().for_each(|r| read(dir, r));
         group.bench_function(*name, |b| {
             b.iter_custom(|n| cycle_at(dir, &rel, n, &mut read))
@@ -387,7 +361,7 @@ fn benches(c: &mut Criterion) {
 /// CreateSandbox and DestroySandbox round trips through the daemon's
 /// request path, for 10 to 20k mappings.
 fn reconfiguration(c: &mut Criterion, mount: &Mounted) {
-    let dir = tempfile::tempdir_in(env_dir("ACTIONFS_BENCH_DIR", "/dev/shm")).unwrap();
+    let dir = tempfile::tempdir_in(bench_dir()).unwrap();
     let tree = SyntheticTree::create(&dir.path().join("t"), 20_000, 16).unwrap();
     let all: Vec<Mapping> = tree
         .mappings("/ws")

@@ -10,7 +10,10 @@
 //! turns the results into the table, the significance tests and the plot
 //! of docs/BENCHMARKS.md.
 
-use std::path::{Path, PathBuf};
+#[path = "support/mod.rs"]
+mod support;
+
+use std::path::Path;
 use std::time::Duration;
 
 use actionfs::hybrid::cutoff;
@@ -19,24 +22,9 @@ use actionfs::layout;
 use actionfs::materialize::{self, Method, Options};
 use actionfs_protocol::ResolvedMapping;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
+use support::{bench_dir, sizes};
 
 const BIN: &str = env!("CARGO_BIN_EXE_actionfs");
-
-fn sizes() -> Vec<usize> {
-    match std::env::var("ACTIONFS_BENCH_SIZES") {
-        Ok(list) => list
-            .split(',')
-            .map(|n| n.trim().parse().expect("a size"))
-            .collect(),
-        Err(_) => vec![10, 30, 100, 300, 1_000, 3_000, 10_000, 20_000],
-    }
-}
-
-fn bench_dir() -> PathBuf {
-    std::env::var_os("ACTIONFS_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/shm"))
-}
 
 /// Whether the lab's file system can clone files (FICLONE / clonefile).
 fn clones_work(lab: &Lab) -> bool {
@@ -64,7 +52,7 @@ fn clones_work(lab: &Lab) -> bool {
 }
 
 fn benches(c: &mut Criterion) {
-    let sizes = sizes();
+    let sizes = sizes(&[10, 30, 100, 300, 1_000, 3_000, 10_000, 20_000]);
     let largest = *sizes.iter().max().unwrap();
     let lab = Lab::new(&bench_dir(), largest).expect("lab");
     let hybrid_cutoff = std::env::var("ACTIONFS_HYBRID_CUTOFF")

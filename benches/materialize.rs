@@ -11,6 +11,9 @@
 //! `scripts/bench-report` turns the results into the tables of
 //! docs/BENCHMARKS.md.
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -28,24 +31,9 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode,
     Throughput,
 };
+use support::{bench_dir, sizes};
 
 const FILE_SIZE: usize = 2048;
-
-fn bench_dir() -> PathBuf {
-    std::env::var_os("ACTIONFS_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/shm"))
-}
-
-fn sizes() -> Vec<usize> {
-    match std::env::var("ACTIONFS_BENCH_SIZES") {
-        Ok(list) => list
-            .split(',')
-            .map(|n| n.trim().parse().expect("a size"))
-            .collect(),
-        Err(_) => vec![10, 100, 1_000, 10_000, 100_000],
-    }
-}
 
 /// A named way to build or delete a tree at a path.
 type Case<'a> = (&'static str, Box<dyn Fn(&Path) + 'a>);
@@ -189,7 +177,7 @@ fn configure(group: &mut BenchmarkGroup<WallTime>, n: usize) {
 fn bench_materialize(c: &mut Criterion) {
     let base = bench_dir();
     let can_clone = clone_supported(&base);
-    for n in sizes() {
+    for n in sizes(&[10, 100, 1_000, 10_000, 100_000]) {
         let source = tempfile::tempdir_in(&base).unwrap();
         let tree = SyntheticTree::create(&source.path().join("src"), n, FILE_SIZE).unwrap();
         let layout = layout::plan(&tree.mappings("/ws"), Path::new("/nonexistent")).unwrap();

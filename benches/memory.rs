@@ -11,6 +11,8 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::time::Duration;
 
@@ -30,10 +32,7 @@ fn rss_bytes(pid: u32) -> u64 {
 
 fn main() {
     // `cargo bench` passes --bench; nothing else is taken.
-    std::env::set_var(
-        "ACTIONFS_TEST_DIR",
-        std::env::var_os("ACTIONFS_BENCH_DIR").unwrap_or_else(|| "/dev/shm".into()),
-    );
+    std::env::set_var("ACTIONFS_TEST_DIR", support::bench_dir());
     let fx = Fixture::new();
     let requests = load("stress-linuxsandbox", fx.dir.path());
     populate(&requests);

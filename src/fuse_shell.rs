@@ -181,31 +181,27 @@ fn open_flags(keep_cache: bool) -> FopenFlags {
     }
 }
 
-/// How the shell answers one open of a file: through passthrough when it
-/// can, else with the daemon serving the data.
-enum OpenAnswer {
-    Passthrough(Arc<fuser::BackingId>),
-    Cached,
-}
-
 impl FuseShell {
-    /// Picks passthrough or cached service for a handle the core opened.
-    /// On EBUSY the handle has been released again.
+    /// Picks passthrough (the backing id to answer with) or cached service
+    /// (`None`) for a handle the core opened. On EBUSY the handle has been
+    /// released again.
     fn answer_open(
         &self,
         ino: u64,
         opened: &Opened,
         register: impl FnOnce(&std::fs::File) -> std::io::Result<fuser::BackingId>,
-    ) -> Result<OpenAnswer, Errno> {
-        let Some(file) = self.fs.open_file(opened.fh) else {
-            return Err(Errno::EBADF);
+    ) -> Result<Option<Arc<fuser::BackingId>>, Errno> {
+        // The open file is looked up only if a backing id must be made.
+        let register = || match self.fs.open_file(opened.fh) {
+            Some(file) => register(&file.file),
+            None => Err(std::io::Error::from_raw_os_error(libc::EBADF)),
         };
         match self
             .passthrough
-            .open(ino, opened.fh, opened.file_id, || register(&file.file))
+            .open(ino, opened.fh, opened.file_id, register)
         {
-            OpenMode::Passthrough(backing) => Ok(OpenAnswer::Passthrough(backing)),
-            OpenMode::Cached => Ok(OpenAnswer::Cached),
+            OpenMode::Passthrough(backing) => Ok(Some(backing)),
+            OpenMode::Cached => Ok(None),
             OpenMode::Busy => {
                 self.fs.release(opened.fh);
                 Err(Errno(libc::EBUSY))
@@ -403,12 +399,10 @@ impl Filesystem for FuseShell {
             Err(err) => return reply.error(errno(err)),
         };
         match self.answer_open(ino.0, &opened, |file| reply.open_backing(file)) {
-            Ok(OpenAnswer::Passthrough(backing)) => {
+            Ok(Some(backing)) => {
                 reply.opened_passthrough(FileHandle(opened.fh), FopenFlags::empty(), &backing)
             }
-            Ok(OpenAnswer::Cached) => {
-                reply.opened(FileHandle(opened.fh), open_flags(opened.keep_cache))
-            }
+            Ok(None) => reply.opened(FileHandle(opened.fh), open_flags(opened.keep_cache)),
             Err(err) => reply.error(errno(err)),
         }
     }
@@ -593,7 +587,7 @@ impl Filesystem for FuseShell {
         };
         let fh = FileHandle(opened.fh);
         match self.answer_open(attr.ino, &opened, |file| reply.open_backing(file)) {
-            Ok(OpenAnswer::Passthrough(backing)) => reply.created_passthrough(
+            Ok(Some(backing)) => reply.created_passthrough(
                 &self.ttl,
                 &file_attr(&attr),
                 GENERATION,
@@ -601,7 +595,7 @@ impl Filesystem for FuseShell {
                 FopenFlags::empty(),
                 &backing,
             ),
-            Ok(OpenAnswer::Cached) => reply.created(
+            Ok(None) => reply.created(
                 &self.ttl,
                 &file_attr(&attr),
                 GENERATION,

@@ -147,11 +147,6 @@ impl Passthrough {
             }
         }
     }
-
-    /// Inodes with open handles counted here (for leak checks in tests).
-    pub fn open_inodes(&self) -> usize {
-        self.inodes.iter().map(|s| s.lock().len()).sum()
-    }
 }
 
 fn shard(key: u64) -> usize {

@@ -51,16 +51,6 @@ fn assert_only_the_probe_is_native(fx: &Fixture) {
     }
 }
 
-/// Starts a daemon that logs at info level.
-fn start_logged(fx: &Fixture, args: &[&str]) -> Daemon {
-    let mut command = fx.command(args);
-    command.env("RUST_LOG", "info");
-    Daemon {
-        client: Some(actionfs_protocol::Client::start(command).unwrap()),
-        mnt: fx.mnt(),
-    }
-}
-
 #[test]
 fn small_sandboxes_are_native_large_ones_fuse_and_both_look_the_same() {
     let fx = Fixture::new();
@@ -140,7 +130,7 @@ fn layouts_the_materializer_cannot_build_fall_back_to_fuse() {
     // An existing file where an input would go inside the writable
     // directory: FUSE shadows it, a native tree cannot.
     fs::write(fx.path("scratch/in"), "user's").unwrap();
-    let d = start_logged(&fx, &["--native_below=100"]);
+    let d = fx.start_logged(&["--native_below=100"], "info");
     d.create(sandbox(
         "s",
         vec![rw("/ws", &fx.path("scratch")), ro("/ws/in", &input)],
@@ -179,7 +169,7 @@ fn auto_takes_the_calibrated_cutoff() {
     let fx = Fixture::new();
     fs::write(fx.path("calibration.json"), r#"{"native_below": 3}"#).unwrap();
     let calibration = format!("--calibration={}", fx.path("calibration.json").display());
-    let d = start_logged(&fx, &["--native_below=auto", &calibration]);
+    let d = fx.start_logged(&["--native_below=auto", &calibration], "info");
     d.create(bazel_like(&fx, "two", 1));
     d.create(bazel_like(&fx, "three", 2));
     assert!(fs::symlink_metadata(d.path("two"))

@@ -13,7 +13,6 @@ use std::fs;
 use std::io::Write;
 use std::process::Command;
 
-use actionfs_protocol::Client;
 use common::*;
 
 /// Kernel requests of `kind` (e.g. "READ") in the daemon's debug log.
@@ -62,12 +61,7 @@ fn exercise(fx: &Fixture, d: &Daemon) {
 #[test]
 fn with_passthrough_file_data_never_reaches_the_daemon() {
     let fx = Fixture::new();
-    let mut command = fx.command(&[]);
-    command.env("RUST_LOG", "debug");
-    let d = Daemon {
-        client: Some(Client::start(command).unwrap()),
-        mnt: fx.mnt(),
-    };
+    let d = fx.start_logged(&[], "debug");
     exercise(&fx, &d);
     assert_eq!(d.terminate(), 0);
     let log = fx.log();
@@ -91,12 +85,7 @@ fn with_passthrough_file_data_never_reaches_the_daemon() {
 #[test]
 fn passthrough_off_serves_data_through_the_daemon() {
     let fx = Fixture::new();
-    let mut command = fx.command(&["--passthrough=off"]);
-    command.env("RUST_LOG", "debug");
-    let d = Daemon {
-        client: Some(Client::start(command).unwrap()),
-        mnt: fx.mnt(),
-    };
+    let d = fx.start_logged(&["--passthrough=off"], "debug");
     exercise(&fx, &d);
     assert_eq!(d.terminate(), 0);
     let log = fx.log();

@@ -84,14 +84,6 @@ impl NativeSandboxes {
         mappings < self.below
     }
 
-    pub fn cutoff(&self) -> usize {
-        self.below
-    }
-
-    pub fn is_native(&self, id: &str) -> bool {
-        self.live.lock().contains_key(id)
-    }
-
     /// Builds sandbox `id` (a validated id, not yet in use) natively.
     /// `forbidden`: the mount point, which underlying paths may not enter.
     pub fn create(

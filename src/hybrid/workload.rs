@@ -179,7 +179,9 @@ fn stat_at(dir: &File, rel: &CString) -> io::Result<()> {
     Ok(())
 }
 
-fn read_at(dir: &File, rel: &CString, buf: &mut [u8]) -> io::Result<usize> {
+/// openat + read until end of file + close, from an action's working
+/// directory; returns the bytes read.
+pub fn read_at(dir: &File, rel: &CString, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: valid fd and C string; the fd is owned by the File below.
     let fd = unsafe {
         libc::openat(

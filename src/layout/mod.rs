@@ -52,20 +52,20 @@ impl Entry {
 pub fn plan(mappings: &[ResolvedMapping], forbidden: &Path) -> Result<Entry, String> {
     let mut root = Entry::default();
     // Never lstat inside the mount: the daemon would be asking itself.
-    let allowed = |m: &&ResolvedMapping| !is_within(&m.underlying, forbidden);
+    let inside: Vec<bool> = mappings
+        .iter()
+        .map(|m| is_within(&m.underlying, forbidden))
+        .collect();
     let underlying: Vec<&Path> = mappings
         .iter()
-        .filter(allowed)
-        .map(|m| m.underlying.as_path())
+        .zip(&inside)
+        .filter(|(_, &inside)| !inside)
+        .map(|(m, _)| m.underlying.as_path())
         .collect();
-    let mut allowed_kinds = kinds::lstat_kinds(&underlying).into_iter();
-    let kinds = mappings.iter().map(|m| {
-        if allowed(&m) {
-            allowed_kinds.next().expect("one kind per allowed mapping")
-        } else {
-            Err(std::io::Error::from_raw_os_error(libc::EPERM))
-        }
-    });
+    let mut outside_kinds = kinds::lstat_kinds(&underlying).into_iter();
+    let kinds = inside
+        .iter()
+        .map(|&inside| (!inside).then(|| outside_kinds.next().expect("one kind per path outside")));
     for (index, (mapping, kind)) in mappings.iter().zip(kinds).enumerate() {
         apply(&mut root, mapping, kind, forbidden).map_err(|problem| {
             format!(
@@ -93,17 +93,19 @@ fn is_within(path: &Path, base: &Path) -> bool {
     }
 }
 
+/// `kind`: the underlying path's lstat, or `None` if it is inside the
+/// mount point `forbidden`.
 fn apply(
     root: &mut Entry,
     mapping: &ResolvedMapping,
-    kind: std::io::Result<FileKind>,
+    kind: Option<std::io::Result<FileKind>>,
     forbidden: &Path,
 ) -> Result<(), String> {
-    if is_within(&mapping.underlying, forbidden) {
+    let Some(kind) = kind else {
         return Err(format!(
             "underlying path is inside the mount point {forbidden:?}"
         ));
-    }
+    };
     let kind = kind.map_err(|err| format!("cannot use underlying path: lstat: {err}"))?;
 
     let mut entry = root;

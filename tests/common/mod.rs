@@ -64,7 +64,18 @@ impl Fixture {
 
     /// Starts a daemon and waits until its mount answers.
     pub fn start(&self, args: &[&str]) -> Daemon {
-        let client = Client::start(self.command(args))
+        self.start_command(self.command(args))
+    }
+
+    /// `start`, with the daemon logging at `level` (RUST_LOG) to the log.
+    pub fn start_logged(&self, args: &[&str], level: &str) -> Daemon {
+        let mut command = self.command(args);
+        command.env("RUST_LOG", level);
+        self.start_command(command)
+    }
+
+    fn start_command(&self, command: Command) -> Daemon {
+        let client = Client::start(command)
             .unwrap_or_else(|err| panic!("daemon did not start: {err}\nlog:\n{}", self.log()));
         Daemon {
             client: Some(client),
