@@ -17,11 +17,6 @@
 //! an action does from its working directory: the same components are
 //! walked natively and through the mount.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "support/mod.rs"]
-mod support;
-
 use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -31,12 +26,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use actionfs::hybrid::workload;
-use actionfs::synthetic::SyntheticTree;
+use actionfs::calibrate::synthetic::SyntheticTree;
+use actionfs::calibrate::workload;
 use actionfs_protocol::Mapping;
-use common::{rw, sandbox, Daemon, Fixture};
+use actionfs_testkit::bench::{bench_dir, dir_from_env};
+use actionfs_testkit::{rw, sandbox, Daemon, Fixture};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use support::{bench_dir, dir_from_env};
 
 const INPUTS: usize = 5_000;
 const SMALL: usize = 2_048;
@@ -93,13 +88,13 @@ fn input_mappings(tree: &SyntheticTree, listed: &[PathBuf], big: &Path) -> Vec<M
     let mut mappings: Vec<Mapping> = tree
         .mappings("/ws")
         .into_iter()
-        .map(|m| common::ro(&m.path, &m.underlying))
+        .map(|m| actionfs_testkit::ro(&m.path, &m.underlying))
         .collect();
     for file in listed {
         let name = file.file_name().unwrap().to_str().unwrap();
-        mappings.push(common::ro(&format!("/listed/{name}"), file));
+        mappings.push(actionfs_testkit::ro(&format!("/listed/{name}"), file));
     }
-    mappings.push(common::ro("/big", big));
+    mappings.push(actionfs_testkit::ro("/big", big));
     mappings
 }
 
@@ -366,7 +361,7 @@ fn reconfiguration(c: &mut Criterion, mount: &Mounted) {
     let all: Vec<Mapping> = tree
         .mappings("/ws")
         .into_iter()
-        .map(|m| common::ro(&m.path, &m.underlying))
+        .map(|m| actionfs_testkit::ro(&m.path, &m.underlying))
         .collect();
     let client = mount.daemon.client();
     let mut create = c.benchmark_group("create_sandbox");

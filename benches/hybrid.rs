@@ -10,19 +10,16 @@
 //! turns the results into the table, the significance tests and the plot
 //! of docs/BENCHMARKS.md.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
+use actionfs::calibrate::workload::{Lab, Mounted};
 use actionfs::hybrid::cutoff;
-use actionfs::hybrid::workload::{Lab, Mounted};
 use actionfs::layout;
 use actionfs::materialize::{self, Method, Options};
 use actionfs_protocol::ResolvedMapping;
+use actionfs_testkit::bench::{bench_dir, sizes};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
-use support::{bench_dir, sizes};
 
 const BIN: &str = env!("CARGO_BIN_EXE_actionfs");
 

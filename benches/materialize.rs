@@ -11,9 +11,6 @@
 //! `scripts/bench-report` turns the results into the tables of
 //! docs/BENCHMARKS.md.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -23,15 +20,15 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use actionfs::calibrate::synthetic::SyntheticTree;
 use actionfs::layout::{self, Entry};
 use actionfs::materialize::{self, Method, Options, Trash};
-use actionfs::synthetic::SyntheticTree;
+use actionfs_testkit::bench::{bench_dir, sizes};
 use criterion::measurement::WallTime;
 use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode,
     Throughput,
 };
-use support::{bench_dir, sizes};
 
 const FILE_SIZE: usize = 2048;
 

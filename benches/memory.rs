@@ -9,16 +9,11 @@
 //! that memory comes back and does not creep. Not a criterion benchmark:
 //! it measures bytes, not time. Run: `cargo bench --bench memory`.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "support/mod.rs"]
-mod support;
-
 use std::time::Duration;
 
 use actionfs_protocol::{PrefixTable, Request};
-use common::traces::{load, populate};
-use common::Fixture;
+use actionfs_testkit::traces::{load, populate};
+use actionfs_testkit::Fixture;
 
 fn rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -32,7 +27,7 @@ fn rss_bytes(pid: u32) -> u64 {
 
 fn main() {
     // `cargo bench` passes --bench; nothing else is taken.
-    std::env::set_var("ACTIONFS_TEST_DIR", support::bench_dir());
+    std::env::set_var("ACTIONFS_TEST_DIR", actionfs_testkit::bench::bench_dir());
     let fx = Fixture::new();
     let requests = load("stress-linuxsandbox", fx.dir.path());
     populate(&requests);
@@ -86,7 +81,7 @@ fn main() {
         row(round, "all destroyed", rss_bytes(pid));
         if std::env::var_os("DROP").is_some() {
             std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-            daemon.create(common::sandbox("trim", vec![]));
+            daemon.create(actionfs_testkit::sandbox("trim", vec![]));
             settle();
             daemon.destroy("trim");
             settle();

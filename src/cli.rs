@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use actionfs_protocol::{Mapping, PrefixTable, ResolvedMapping};
 
-use crate::hybrid::calibrate::CalibrateArgs;
+use crate::calibrate::CalibrateArgs;
+use crate::config::{Allow, DaemonConfig};
 use crate::hybrid::cutoff::NativeBelow;
 use crate::materialize::Method;
 
@@ -92,36 +93,6 @@ recommended --native_below, and with --write saves it for
 --native_below=auto. --method is the native method (default symlink).
 ";
 
-/// Who may access the mount.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Allow {
-    OwnerOnly,
-    RootAndOwner,
-    Everyone,
-}
-
-/// Everything the daemon needs to run.
-#[derive(Clone, Debug)]
-pub struct Options {
-    pub allow: Allow,
-    /// `None` means stdin.
-    pub input: Option<PathBuf>,
-    /// `None` means stdout.
-    pub output: Option<PathBuf>,
-    pub mappings: Vec<ResolvedMapping>,
-    pub ttl: Duration,
-    pub xattrs: bool,
-    /// Try FUSE passthrough for file data.
-    pub passthrough: bool,
-    pub native_below: NativeBelow,
-    pub native_method: Method,
-    /// `None`: next to the mount point.
-    pub native_dir: Option<PathBuf>,
-    pub calibration: Option<PathBuf>,
-    pub reconfig_threads: usize,
-    pub mount_point: PathBuf,
-}
-
 /// `actionfs materialize`.
 #[derive(Clone, Debug)]
 pub struct MaterializeArgs {
@@ -138,7 +109,7 @@ pub struct MaterializeArgs {
 pub enum Command {
     Help,
     Version,
-    Serve(Options),
+    Serve(DaemonConfig),
     Materialize(MaterializeArgs),
     Rmtree { dir: PathBuf, verbose: bool },
     Calibrate(CalibrateArgs),
@@ -285,7 +256,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
             )))
         }
     };
-    Ok(Command::Serve(Options {
+    Ok(Command::Serve(DaemonConfig {
         allow,
         input,
         output,
@@ -488,7 +459,7 @@ mod tests {
         parse(args.iter().map(OsString::from))
     }
 
-    fn options(args: &[&str]) -> Options {
+    fn options(args: &[&str]) -> DaemonConfig {
         match parse_strs(args) {
             Ok(Command::Serve(options)) => options,
             other => panic!("{args:?} gave {other:?}"),

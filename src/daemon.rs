@@ -16,8 +16,8 @@ use fuser::{Config, MountOption, SessionACL};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::cli::{Allow, Options};
-use crate::fuse_shell::{FuseShell, NotifierInvalidator};
+use crate::config::{Allow, DaemonConfig};
+use crate::fuse::{FuseShell, NotifierInvalidator};
 use crate::hybrid::cutoff;
 use crate::hybrid::NativeSandboxes;
 use crate::mount;
@@ -32,7 +32,7 @@ enum Event {
 
 /// Runs the daemon until it is told to stop. Returns an error message for
 /// exit status 1.
-pub fn run(options: Options) -> Result<(), String> {
+pub fn run(options: DaemonConfig) -> Result<(), String> {
     // Modes from the kernel already have the caller's umask applied; ours
     // must not mask them again.
     // SAFETY: umask cannot fail.
@@ -118,7 +118,7 @@ pub fn run(options: Options) -> Result<(), String> {
 
 /// Opens the native sandbox directory if hybrid mode is on.
 fn open_native(
-    options: &Options,
+    options: &DaemonConfig,
     mount_point: &Path,
 ) -> Result<Option<Arc<NativeSandboxes>>, String> {
     let dir = match &options.native_dir {
@@ -194,7 +194,7 @@ fn prepare_mount_point(path: &Path) -> Result<std::path::PathBuf, String> {
     Ok(absolute)
 }
 
-fn open_input(options: &Options) -> Result<Box<dyn Read + Send>, String> {
+fn open_input(options: &DaemonConfig) -> Result<Box<dyn Read + Send>, String> {
     match &options.input {
         None => Ok(Box::new(io::stdin())),
         Some(path) => File::open(path)
@@ -203,7 +203,7 @@ fn open_input(options: &Options) -> Result<Box<dyn Read + Send>, String> {
     }
 }
 
-fn open_output(options: &Options) -> Result<Box<dyn Write + Send>, String> {
+fn open_output(options: &DaemonConfig) -> Result<Box<dyn Write + Send>, String> {
     match &options.output {
         None => Ok(Box::new(io::stdout())),
         Some(path) => File::create(path)

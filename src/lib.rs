@@ -5,19 +5,17 @@
 //! FUSE shell ([`fuse_shell`]) serves the kernel's requests from the same
 //! tree. [`daemon`] wires these together and owns the mount's lifecycle.
 
+pub mod calibrate;
 pub mod cli;
+pub mod config;
 pub mod daemon;
 pub mod file_kind;
-pub mod fuse_shell;
-#[doc(hidden)]
-pub mod fuzz_harness;
+pub mod fuse;
 pub mod hybrid;
 pub mod layout;
 pub mod materialize;
 pub mod mount;
-pub mod passthrough;
 pub mod reconfig;
-pub mod synthetic;
 mod sys;
 pub mod tools;
 pub mod tree;

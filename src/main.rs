@@ -28,7 +28,7 @@ fn main() -> ExitCode {
         Ok(Command::Serve(options)) => exit(actionfs::daemon::run(options)),
         Ok(Command::Materialize(args)) => exit(actionfs::tools::materialize(&args)),
         Ok(Command::Rmtree { dir, verbose }) => exit(actionfs::tools::rmtree(&dir, verbose)),
-        Ok(Command::Calibrate(args)) => exit(actionfs::hybrid::calibrate::run(&args)),
+        Ok(Command::Calibrate(args)) => exit(actionfs::calibrate::run(&args)),
     }
 }
 

@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::cli::Allow;
+use crate::config::Allow;
 
 /// True if `path` is a FUSE mount whose daemon is gone: every access fails
 /// with ENOTCONN ("Transport endpoint is not connected").

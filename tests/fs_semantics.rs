@@ -1,8 +1,6 @@
 //! What the mounted view does, checked with real system calls on a real
 //! mount served by the real binary.
 
-mod common;
-
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
@@ -10,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use common::*;
+use actionfs_testkit::*;
 
 fn c(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).unwrap()

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use actionfs::fuzz_harness::{apply_stream, decode_stream, Fixture};
+use actionfs_testkit::fuzz::{apply_stream, decode_stream, Fixture};
 
 /// Contents of every saved input; entries that vanish while being read (a
 /// fuzzer reducing the corpus meanwhile) are skipped.

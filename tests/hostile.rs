@@ -2,8 +2,6 @@
 //! real mount. Each class of bad input gets a clear answer, the daemon keeps
 //! serving, and no partial sandbox is left (docs/BAD_INPUT.md).
 
-mod common;
-
 use std::ffi::CString;
 use std::fs;
 use std::io::Write;
@@ -14,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use actionfs_protocol::Mapping;
-use common::*;
+use actionfs_testkit::*;
 
 /// Sends raw bytes for sandbox `id` and returns the error it got.
 fn raw_error(d: &Daemon, id: &str, bytes: &[u8]) -> String {

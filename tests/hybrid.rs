@@ -4,12 +4,10 @@
 //! way the action sees the same files, its outputs land in the scratch
 //! directory, and destroying removes what actionfs made and nothing else.
 
-mod common;
-
 use std::fs;
 use std::path::Path;
 
-use common::*;
+use actionfs_testkit::*;
 
 /// Everything under `dir`, relative, sorted (directories included).
 fn listing(dir: &Path) -> Vec<String> {

@@ -1,14 +1,12 @@
 //! How the daemon starts and stops: signals, closed pipes, stale mounts,
 //! and the command-line contract Bazel relies on.
 
-mod common;
-
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use actionfs_testkit::*;
 
 fn stops_cleanly_on(signal: i32) {
     let fx = Fixture::new();
@@ -153,7 +151,7 @@ fn an_external_unmount_ends_the_daemon_with_status_zero() {
 
 #[test]
 fn version_first_line_is_what_bazel_parses() {
-    let out = Command::new(BIN).arg("--version").output().unwrap();
+    let out = Command::new(bin()).arg("--version").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let mut lines = text.lines();
@@ -168,7 +166,7 @@ fn version_first_line_is_what_bazel_parses() {
 
 #[test]
 fn help_lists_every_flag() {
-    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let out = Command::new(bin()).arg("--help").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     for flag in [
@@ -193,7 +191,7 @@ fn usage_errors_exit_2_and_runtime_errors_exit_1_with_one_line() {
     let fx = Fixture::new();
     let file = fx.write("src/file", "x");
     let run = |args: &[&str]| {
-        let out = Command::new(BIN)
+        let out = Command::new(bin())
             .args(args)
             .stdin(Stdio::null())
             .output()

@@ -2,8 +2,6 @@
 //! promises (no symlink followed, nothing half-made, nothing outside the
 //! tree removed), the trash, and the `materialize`/`rmtree` subcommands.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -12,7 +10,7 @@ use std::process::Command;
 use actionfs::layout::{self, Entry};
 use actionfs::materialize::{self, Made, Method, Options, Trash};
 use actionfs_protocol::ResolvedMapping;
-use common::*;
+use actionfs_testkit::*;
 
 fn mapping(path: &str, underlying: &Path, writable: bool) -> ResolvedMapping {
     ResolvedMapping {
@@ -253,7 +251,7 @@ fn permission_denied_part_way_is_reported_and_undone() {
     let dest = fx.path("dest");
     let spec_arg = format!("--spec={}", fx.path("spec.json").display());
     let dest_arg = dest.display().to_string();
-    let out = as_nobody(&[BIN, "materialize", "--method=copy", &spec_arg, &dest_arg]);
+    let out = as_nobody(&[bin(), "materialize", "--method=copy", &spec_arg, &dest_arg]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -273,7 +271,7 @@ fn escaping_paths_are_refused_before_anything_is_made() {
             r#"{{"C":{{"i":"x","m":[{{"p":"/ok","u":"{0}"}},{{"p":"{bad}","u":"{0}"}}]}}}}"#,
             input.display()
         );
-        let out = Command::new(BIN)
+        let out = Command::new(bin())
             .args(["materialize", "--spec=-"])
             .arg(&dest)
             .stdin(std::process::Stdio::piped())
@@ -320,7 +318,7 @@ fn teardown_never_follows_symlinks_and_refuses_roots() {
         );
     }
     assert!(fx.path("outside").exists());
-    let out = Command::new(BIN).args(["rmtree", "/"]).output().unwrap();
+    let out = Command::new(bin()).args(["rmtree", "/"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
 
@@ -342,7 +340,7 @@ fn rmtree_grants_itself_access_only_where_refused() {
     fs::set_permissions(tree.join("ro/inner"), fs::Permissions::from_mode(0o500)).unwrap();
     fs::set_permissions(tree.join("ro"), fs::Permissions::from_mode(0o500)).unwrap();
     let tree_arg = tree.display().to_string();
-    let out = as_nobody(&[BIN, "rmtree", "-v", &tree_arg]);
+    let out = as_nobody(&[bin(), "rmtree", "-v", &tree_arg]);
     assert!(
         out.status.success(),
         "{}",

@@ -7,13 +7,11 @@
 //! test machines, so the unprivileged case runs as root of a user
 //! namespace rather than as another user.)
 
-mod common;
-
 use std::fs;
 use std::io::Write;
 use std::process::Command;
 
-use common::*;
+use actionfs_testkit::*;
 
 /// Kernel requests of `kind` (e.g. "READ") in the daemon's debug log.
 fn requests_of(log: &str, kind: &str) -> usize {
@@ -125,7 +123,7 @@ fn without_cap_sys_admin_passthrough_falls_back_and_says_so_once() {
     "#;
     let out = Command::new("unshare")
         .args(["--user", "--map-root-user", "--mount", "sh", "-c", script])
-        .env("BIN", BIN)
+        .env("BIN", bin())
         .env("DIR", fx.dir.path())
         .env("RUST_LOG", "info")
         .output()

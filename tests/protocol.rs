@@ -1,14 +1,12 @@
 //! The request/response protocol as the real daemon speaks it: answers,
 //! errors, and the promise that a failed request leaves nothing behind.
 
-mod common;
-
 use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
 use actionfs_protocol::{CreateSandbox, Mapping, Response};
-use common::*;
+use actionfs_testkit::*;
 
 /// Asserts that a failed create of `id` left nothing: the id is not in the
 /// mount, and creating it properly afterwards works.

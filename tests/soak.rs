@@ -7,15 +7,13 @@
 //! mount is left. Bounded by ACTIONFS_SOAK_SECS (default 10; run by hand
 //! with 1800 for half an hour, with --nocapture to see the figures).
 
-mod common;
-
 use std::fs;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
-use common::*;
+use actionfs_testkit::*;
 
 const SANDBOXES_PER_WAVE: usize = 6;
 const INPUTS_PER_SANDBOX: usize = 60;

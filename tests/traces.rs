@@ -3,14 +3,12 @@
 //! every create and destroy must succeed, as it did for the reference, and
 //! mapped files must read back as the files they map.
 
-mod common;
-
 use std::fs;
 use std::time::Instant;
 
 use actionfs_protocol::{PrefixTable, Request, Response};
-use common::traces::{load, populate, traces_dir};
-use common::*;
+use actionfs_testkit::traces::{load, populate, traces_dir};
+use actionfs_testkit::*;
 
 fn recorded_answers(stem: &str) -> Vec<Response> {
     let raw = fs::read_to_string(traces_dir().join(format!("{stem}.responses.json"))).unwrap();

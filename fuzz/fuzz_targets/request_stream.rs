@@ -2,5 +2,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|bytes: &[u8]| {
-    actionfs::fuzz_harness::decode_stream(bytes);
+    actionfs_testkit::fuzz::decode_stream(bytes);
 });

@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use actionfs::fuzz_harness::{apply_stream, Fixture};
+use actionfs_testkit::fuzz::{apply_stream, Fixture};
 
 fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();

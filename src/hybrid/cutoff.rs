@@ -5,6 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+/// The cutoff meaning "build every sandbox natively".
+pub const ALWAYS_NATIVE: usize = 1_000_000_000;
+
 /// Cutoffs shipped with actionfs, from the hybrid benchmark and calibrate
 /// runs (docs/BENCHMARKS.md, "Hybrid sandboxes"), by the kind of file
 /// system native sandboxes would be built on. On tmpfs a native symlink
@@ -12,7 +15,7 @@ use std::path::{Path, PathBuf};
 /// there every sandbox is native. On the root disk (ext4), where creating
 /// inodes costs 50-700 us after the deletes a build does, FUSE won at
 /// every size from 10 to 5,000 inputs by 4.6x to 10x, so there none is.
-pub const SHIPPED_TMPFS: usize = super::calibrate::ALWAYS_NATIVE;
+pub const SHIPPED_TMPFS: usize = ALWAYS_NATIVE;
 pub const SHIPPED_DISK: usize = 0;
 
 /// The shipped cutoff for native sandboxes built in `dir` (or, if it does

@@ -14,9 +14,7 @@
 //! root, an input that would collide with a file already in a writable
 //! directory, a failing system call) falls back to FUSE, logged.
 
-pub mod calibrate;
 pub mod cutoff;
-pub mod workload;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -328,7 +328,7 @@ impl Build {
             // so nothing needs a walk afterwards.
             FileKind::Directory
                 if self.method == Method::Clone
-                    && super::platform::CLONES_DIRECTORIES
+                    && crate::sys::CLONES_DIRECTORIES
                     && child.children.is_empty() =>
             {
                 leaves.push(leaf(LeafKind::File)?);

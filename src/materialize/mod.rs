@@ -14,13 +14,6 @@ mod place;
 mod remove;
 mod trash;
 
-#[cfg(target_os = "linux")]
-#[path = "../../linux/clone.rs"]
-mod platform;
-#[cfg(target_os = "macos")]
-#[path = "../../macos/clone.rs"]
-mod platform;
-
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::dirfd::{open_file_at, readlink_at, DirFd};
-use super::platform;
+use crate::sys;
 
 /// How regular files are materialized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,13 +131,13 @@ fn place_file(method: Method, leaf: &Leaf, dest: &DirFd) -> io::Result<Made> {
             .link_at(src, &leaf.source_name, name)
             .map(|()| Made::Hardlink),
         Method::Clone => {
-            platform::clone_file(src, &leaf.source_name, dest, name).map(|()| Made::Clone)
+            sys::clone_file(src, &leaf.source_name, dest.fd(), name).map(|()| Made::Clone)
         }
         Method::Copy => copy_file(src, &leaf.source_name, dest, name).map(|()| Made::Copy),
         Method::Auto => match dest.link_at(src, &leaf.source_name, name) {
             Ok(()) => Ok(Made::Hardlink),
             Err(err) if may_fall_back(&err) => {
-                match platform::clone_file(src, &leaf.source_name, dest, name) {
+                match sys::clone_file(src, &leaf.source_name, dest.fd(), name) {
                     Ok(()) => Ok(Made::Clone),
                     Err(err) if may_fall_back(&err) => symlink_to(&leaf.source_path, dest, name),
                     Err(err) => Err(err),

@@ -1,15 +1,13 @@
 //! The few system calls whose form differs between Linux and macOS, behind
-//! one interface; the platform forms live in `linux/` and `macos/` at the top
-//! of the repository. Everything else uses calls both platforms share.
+//! one interface: `linux.rs` and `macos.rs` hold the platform forms.
+//! Everything else uses calls both platforms share.
 
 #[cfg(target_os = "linux")]
-#[path = "../../linux/sys.rs"]
 mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::*;
 
 #[cfg(target_os = "macos")]
-#[path = "../../macos/sys.rs"]
 mod macos;
 #[cfg(target_os = "macos")]
 pub use macos::*;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use actionfs_protocol::codec::encode_request;
 use actionfs_protocol::{validate_sandbox_id, Decoded, PrefixTable, Request, RequestReader};
 
-use crate::tree::{FsConfig, SandboxFs, ROOT_INO};
+use actionfs::tree::{FsConfig, SandboxFs, ROOT_INO};
 
 /// Decodes a byte stream; checks that every valid request survives an
 /// encode/decode round trip and that its prefixes and mappings resolve

@@ -1,23 +1,58 @@
-//! Shared helpers for the integration tests: each test gets its own
-//! directory with a mount point, starts the real binary on it, and talks to
-//! it with the protocol crate's client. Nothing is mocked.
-#![allow(dead_code)]
+//! What actionfs's integration tests, benchmarks and fuzz targets share,
+//! kept out of the shipped binary: each test gets its own directory with a
+//! mount point, starts the real binary on it, and talks to it with the
+//! protocol crate's client. Nothing is mocked.
+//!
+//! - this file: fixtures, the running daemon, small file-system helpers;
+//! - [`tier`]: what a test needs from the machine, and skipping (or, in CI,
+//!   failing) where it is missing;
+//! - [`traces`]: the recorded Bazel request streams, made replayable;
+//! - [`fuzz`]: what the fuzz targets run, replayed by a regression test;
+//! - [`bench`]: what the benchmarks read from their environment.
 
+pub mod bench;
+pub mod fuzz;
+pub mod tier;
 pub mod traces;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use actionfs_protocol::{Client, CreateSandbox, Mapping};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_actionfs");
+/// The daemon binary under test: `$ACTIONFS_BIN`, else the `actionfs` that
+/// cargo built next to the running test or benchmark (target/PROFILE/).
+pub fn bin() -> &'static str {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("ACTIONFS_BIN") {
+            return bin.into_string().expect("ACTIONFS_BIN is UTF-8");
+        }
+        let exe = std::env::current_exe().expect("the test's own path");
+        // target/PROFILE/deps/TEST-HASH -> target/PROFILE/actionfs
+        let profile_dir = exe.parent().and_then(Path::parent).expect("target/PROFILE");
+        let bin = profile_dir.join("actionfs");
+        assert!(
+            bin.is_file(),
+            "{bin:?} is missing: build it (cargo test and cargo bench do) or set ACTIONFS_BIN"
+        );
+        bin.into_os_string().into_string().expect("UTF-8 path")
+    })
+}
 
 /// A scratch directory holding `mnt/` (the mount point), `src/` (read-only
 /// inputs) and `scratch/` (a writable directory), plus the daemon's log.
 pub struct Fixture {
     pub dir: tempfile::TempDir,
+}
+
+impl Default for Fixture {
+    fn default() -> Fixture {
+        Fixture::new()
+    }
 }
 
 impl Fixture {
@@ -51,7 +86,13 @@ impl Fixture {
     /// The daemon command with `args` before the mount point; its log goes
     /// to `daemon.log` in the fixture.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(BIN);
+        self.command_of(bin(), args)
+    }
+
+    /// `command`, for another build of the daemon (e.g. a baseline binary
+    /// a benchmark compares against).
+    pub fn command_of(&self, binary: &str, args: &[&str]) -> Command {
+        let mut command = Command::new(binary);
         command
             .args(args)
             .arg(self.mnt())
@@ -74,7 +115,7 @@ impl Fixture {
         self.start_command(command)
     }
 
-    fn start_command(&self, command: Command) -> Daemon {
+    pub fn start_command(&self, command: Command) -> Daemon {
         let client = Client::start(command)
             .unwrap_or_else(|err| panic!("daemon did not start: {err}\nlog:\n{}", self.log()));
         Daemon {

@@ -1,5 +1,4 @@
 //! What the benchmarks read from their environment.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 

@@ -14,11 +14,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::workload::Lab;
-use crate::materialize::Method;
+pub mod synthetic;
+pub mod workload;
 
-/// The cutoff meaning "build every sandbox natively".
-pub const ALWAYS_NATIVE: usize = 1_000_000_000;
+use workload::Lab;
+
+use crate::hybrid::cutoff::ALWAYS_NATIVE;
+use crate::materialize::Method;
 
 const FRACTIONS: [f64; 2] = [0.1, 1.0];
 

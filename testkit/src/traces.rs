@@ -13,7 +13,7 @@ pub fn traces_dir() -> PathBuf {
     let dir = std::env::var_os("ACTIONFS_TRACES")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/bazel-4.2.3")
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/bazel-4.2.3")
         });
     assert!(
         dir.is_dir(),

@@ -11,15 +11,13 @@ use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, BsdFileFlags, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::passthrough::{OpenMode, Passthrough};
-use crate::tree::{
-    Attr, Errno, FileKind, Invalidator, Opened, SandboxFs, SetAttr, SetTime, XattrReply,
-};
+use super::passthrough::{OpenMode, Passthrough};
+use crate::tree::{Attr, Errno, FileKind, Opened, SandboxFs, SetAttr, SetTime, XattrReply};
 
 /// Generation numbers are constant: inode numbers are never reused.
 const GENERATION: Generation = Generation(0);
@@ -39,93 +37,6 @@ impl FuseShell {
             fs,
             ttl,
             passthrough: Passthrough::new(passthrough),
-        }
-    }
-}
-
-/// Lets the core invalidate kernel cache entries: through fuser, and by
-/// writing FUSE_NOTIFY_INVAL_ENTRY with FUSE_EXPIRE_ONLY (Linux 6.2+)
-/// to the session's /dev/fuse descriptor itself, as fuser has no call for
-/// that flag.
-pub struct NotifierInvalidator {
-    notifier: Notifier,
-    device: Option<std::os::fd::OwnedFd>,
-    /// Cleared when the kernel refuses the flag; then expiring invalidates.
-    expire_works: std::sync::atomic::AtomicBool,
-}
-
-impl NotifierInvalidator {
-    /// `device`: a duplicate of the session's /dev/fuse descriptor.
-    pub fn new(notifier: Notifier, device: Option<std::os::fd::OwnedFd>) -> NotifierInvalidator {
-        NotifierInvalidator {
-            notifier,
-            device,
-            expire_works: std::sync::atomic::AtomicBool::new(true),
-        }
-    }
-}
-
-/// FUSE_NOTIFY_INVAL_ENTRY, and its flag asking only to expire the entry.
-const NOTIFY_INVAL_ENTRY: i32 = 3;
-const EXPIRE_ONLY: u32 = 1;
-
-/// The notification message: out header (len, notify code as error,
-/// unique 0), then parent, name length and flags, then the name and a NUL.
-fn expire_message(parent_ino: u64, name: &OsStr) -> Vec<u8> {
-    use std::os::unix::ffi::OsStrExt;
-    let name = name.as_bytes();
-    let len = 16 + 16 + name.len() + 1;
-    let mut message = Vec::with_capacity(len);
-    message.extend_from_slice(&(len as u32).to_ne_bytes());
-    message.extend_from_slice(&NOTIFY_INVAL_ENTRY.to_ne_bytes());
-    message.extend_from_slice(&0u64.to_ne_bytes());
-    message.extend_from_slice(&parent_ino.to_ne_bytes());
-    message.extend_from_slice(&(name.len() as u32).to_ne_bytes());
-    message.extend_from_slice(&EXPIRE_ONLY.to_ne_bytes());
-    message.extend_from_slice(name);
-    message.push(0);
-    message
-}
-
-impl Invalidator for NotifierInvalidator {
-    fn invalidate_entry(&self, parent_ino: u64, name: &OsStr) {
-        // ENOENT means the kernel had nothing cached: nothing to do.
-        if let Err(err) = self.notifier.inval_entry(INodeNo(parent_ino), name) {
-            if err.raw_os_error() != Some(libc::ENOENT) {
-                log::warn!("cannot invalidate kernel cache entry {name:?}: {err}");
-            }
-        }
-    }
-
-    fn expire_entry(&self, parent_ino: u64, name: &OsStr) {
-        use std::os::fd::AsRawFd;
-        use std::sync::atomic::Ordering;
-        let Some(device) = self
-            .device
-            .as_ref()
-            .filter(|_| self.expire_works.load(Ordering::Relaxed))
-        else {
-            return self.invalidate_entry(parent_ino, name);
-        };
-        let message = expire_message(parent_ino, name);
-        // SAFETY: a valid fd and buffer; one write is one notification.
-        let written =
-            unsafe { libc::write(device.as_raw_fd(), message.as_ptr().cast(), message.len()) };
-        if written == message.len() as isize {
-            return;
-        }
-        let err = std::io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::ENOENT) => {}
-            Some(libc::EINVAL) => {
-                log::info!("kernel cannot expire entries (Linux 6.2+); invalidating instead");
-                self.expire_works.store(false, Ordering::Relaxed);
-                self.invalidate_entry(parent_ino, name);
-            }
-            _ => {
-                log::warn!("cannot expire kernel cache entry {name:?}: {err}");
-                self.invalidate_entry(parent_ino, name);
-            }
         }
     }
 }

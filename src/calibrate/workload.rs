@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use actionfs_protocol::{Client, CreateSandbox, Mapping};
 
+use super::synthetic::SyntheticTree;
 use crate::materialize::remove_tree;
-use crate::synthetic::SyntheticTree;
 
 /// Bytes per input file, and of the one output.
 pub const FILE_SIZE: usize = 2048;

@@ -1,0 +1,41 @@
+//! What the daemon is asked to do: the runtime's own configuration types,
+//! filled in by the command line (`cli`) or by tests, and read by the
+//! daemon, the mount and the core.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use actionfs_protocol::ResolvedMapping;
+
+use crate::hybrid::cutoff::NativeBelow;
+use crate::materialize::Method;
+
+/// Who may access the mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allow {
+    OwnerOnly,
+    RootAndOwner,
+    Everyone,
+}
+
+/// Everything the daemon needs to run, however it was asked for.
+#[derive(Clone, Debug)]
+pub struct DaemonConfig {
+    pub allow: Allow,
+    /// `None` means stdin.
+    pub input: Option<PathBuf>,
+    /// `None` means stdout.
+    pub output: Option<PathBuf>,
+    pub mappings: Vec<ResolvedMapping>,
+    pub ttl: Duration,
+    pub xattrs: bool,
+    /// Try FUSE passthrough for file data.
+    pub passthrough: bool,
+    pub native_below: NativeBelow,
+    pub native_method: Method,
+    /// `None`: next to the mount point.
+    pub native_dir: Option<PathBuf>,
+    pub calibration: Option<PathBuf>,
+    pub reconfig_threads: usize,
+    pub mount_point: PathBuf,
+}
