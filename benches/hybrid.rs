@@ -31,7 +31,7 @@ fn clones_work(lab: &Lab) -> bool {
         underlying: source,
         writable: false,
     };
-    let Ok(plan) = layout::plan(&[mapping], Path::new("/nonexistent-mount")) else {
+    let Ok(plan) = layout::plan(&[mapping], Path::new("/nonexistent-mount"), None) else {
         return false;
     };
     let dest = lab.dir.join("clone-probe");

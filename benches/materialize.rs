@@ -177,7 +177,7 @@ fn bench_materialize(c: &mut Criterion) {
     for n in sizes(&[10, 100, 1_000, 10_000, 100_000]) {
         let source = tempfile::tempdir_in(&base).unwrap();
         let tree = SyntheticTree::create(&source.path().join("src"), n, FILE_SIZE).unwrap();
-        let layout = layout::plan(&tree.mappings("/ws"), Path::new("/nonexistent")).unwrap();
+        let layout = layout::plan(&tree.mappings("/ws"), Path::new("/nonexistent"), None).unwrap();
         let scratch = Scratch {
             dir: tempfile::tempdir_in(&base).unwrap(),
             next: AtomicUsize::new(0),

@@ -215,7 +215,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
                 }
             }
             "--native_below" => {
-                native_below = NativeBelow::parse(&value("a count, 0 or auto")?).map_err(usage)?
+                let text = value("a count, 0 or auto")?;
+                native_below = NativeBelow::parse(&text).ok_or_else(|| {
+                    usage(format!(
+                        "--native_below takes a count, 0 or auto, not {text:?}"
+                    ))
+                })?
             }
             "--native_method" => {
                 let text = value("a method")?;

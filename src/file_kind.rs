@@ -33,6 +33,20 @@ impl FileKind {
         }
     }
 
+    /// The type a directory entry gives (`getdents`' d_type).
+    pub fn from_dirent(kind: nix::dir::Type) -> FileKind {
+        use nix::dir::Type;
+        match kind {
+            Type::Directory => FileKind::Directory,
+            Type::File => FileKind::RegularFile,
+            Type::Symlink => FileKind::Symlink,
+            Type::Fifo => FileKind::NamedPipe,
+            Type::Socket => FileKind::Socket,
+            Type::CharacterDevice => FileKind::CharDevice,
+            Type::BlockDevice => FileKind::BlockDevice,
+        }
+    }
+
     // mode_t is u16 on macOS and u32 on Linux: the conversions are needed.
     #[allow(clippy::useless_conversion)]
     pub fn from_mode(mode: u32) -> FileKind {

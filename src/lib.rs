@@ -9,6 +9,7 @@ pub mod calibrate;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod dirfd;
 pub mod file_kind;
 pub mod fuse;
 pub mod hybrid;

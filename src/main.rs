@@ -33,7 +33,7 @@ fn main() -> ExitCode {
 }
 
 /// Status 0, or 1 with the error on one line.
-fn exit(result: Result<(), String>) -> ExitCode {
+fn exit(result: Result<(), impl std::fmt::Display>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

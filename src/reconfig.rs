@@ -1,27 +1,39 @@
-//! Applying the request stream to the tree.
+//! Applying the request stream to the sandboxes.
 //!
 //! One reader decodes requests in order and resolves their prefixes (prefix
 //! registration must follow stream order, since later requests use earlier
 //! prefixes). It then hands each request to a worker chosen by hashing the
 //! sandbox id: requests for one id run in order on one worker, requests for
 //! different ids run in parallel, and each is answered as soon as it is done.
+//!
+//! What a request does is the [`Backend`]'s business (the daemon's is
+//! `hybrid::Sandboxes`), so the loop is tested here with a stand-in. Every
+//! request gets exactly one answer, even when the backend panics: a client
+//! such as Bazel waits for it with no timeout.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use actionfs_protocol::{
-    validate_sandbox_id, Decoded, PrefixTable, Request, RequestReader, ResolvedMapping, Response,
-    ResponseWriter,
+    Decoded, PrefixTable, Request, RequestReader, ResolvedMapping, Response, ResponseWriter,
 };
 use parking_lot::Mutex;
 
-use crate::hybrid::{NativeOutcome, NativeSandboxes};
-use crate::tree::SandboxFs;
+/// Why a request was refused; its text is the answer's error.
+pub type Refusal = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the request loop drives.
+pub trait Backend: Send + Sync {
+    /// Creates sandbox `id`; on success says how it was made (for the log).
+    fn create(&self, id: &str, mappings: &[ResolvedMapping]) -> Result<&'static str, Refusal>;
+    fn destroy(&self, id: &str) -> Result<(), Refusal>;
+}
 
 /// Where answers go. If the reader of our output goes away (EPIPE), answers
 /// are dropped from then on and the file system keeps serving.
@@ -62,17 +74,24 @@ enum Job {
     },
 }
 
+impl Job {
+    fn id(&self) -> &str {
+        match self {
+            Job::Create { id, .. } | Job::Destroy { id } => id,
+        }
+    }
+}
+
 /// Reads and applies requests from `input` until it ends or turns
-/// malformed; returns once every request read has been answered.
-/// `native`: where small sandboxes are built natively, if anywhere.
+/// malformed; returns once every request read has been answered. Fails
+/// only if the workers cannot be started.
 pub fn serve<R: Read>(
     input: R,
-    fs: Arc<SandboxFs>,
-    native: Option<Arc<NativeSandboxes>>,
+    backend: Arc<dyn Backend>,
     sink: Arc<ResponseSink>,
     workers: usize,
-) {
-    let (queues, handles) = start_workers(workers.max(1), &fs, &native, &sink);
+) -> io::Result<()> {
+    let (queues, handles) = start_workers(workers.max(1), &backend, &sink)?;
     let mut prefixes = PrefixTable::new();
     for item in RequestReader::new(input) {
         let job = match item {
@@ -96,19 +115,20 @@ pub fn serve<R: Read>(
                 break;
             }
         };
-        let id = match &job {
-            Job::Create { id, .. } | Job::Destroy { id } => id,
-        };
-        let queue = &queues[worker_for(id, queues.len())];
-        if queue.send(job).is_err() {
-            log::error!("reconfiguration worker died; stopping");
-            break;
+        let queue = &queues[worker_for(job.id(), queues.len())];
+        if let Err(lost) = queue.send(job) {
+            // Workers catch panics, so this is unreachable in practice;
+            // the request still gets its answer.
+            let id = lost.0.id().to_owned();
+            log::error!("reconfiguration worker for sandbox {id:?} is gone");
+            sink.send(&Response::error(id, "internal error: worker gone"));
         }
     }
     drop(queues);
     for handle in handles {
         let _ = handle.join();
     }
+    Ok(())
 }
 
 /// Registers the request's prefixes and resolves its mappings.
@@ -130,97 +150,299 @@ fn prepare(prefixes: &mut PrefixTable, request: Request) -> Result<Job, (String,
     }
 }
 
-/// Builds a sandbox natively and shows it in the view, or falls back to
-/// FUSE where the materializer cannot build it. Returns how it was made.
-fn create_native(
-    fs: &SandboxFs,
-    native: &NativeSandboxes,
-    id: &str,
-    mappings: &[ResolvedMapping],
-) -> (Result<(), String>, &'static str) {
-    if let Err(err) = validate_sandbox_id(id) {
-        return (Err(err.to_string()), "native");
-    }
-    if fs.has_sandbox(id) {
-        return (Err(format!("sandbox {id:?} already exists")), "native");
-    }
-    match native.create(id, mappings, &fs.config().mount_point) {
-        NativeOutcome::Built { link } => {
-            let shown = fs.create_sandbox_link(id, &link);
-            if shown.is_err() {
-                if let Err(err) = native.destroy(id) {
-                    log::error!("{err}");
-                }
-            }
-            (shown, "native")
-        }
-        NativeOutcome::Rejected(message) => (Err(message), "native"),
-        NativeOutcome::Unsupported(why) => {
-            log::info!("sandbox {id:?}: served by FUSE, as it cannot be built natively: {why}");
-            (fs.create_sandbox(id, mappings), "FUSE (fallback)")
-        }
-    }
-}
-
 fn worker_for(id: &str, workers: usize) -> usize {
     let mut hasher = DefaultHasher::new();
     id.hash(&mut hasher);
     (hasher.finish() % workers as u64) as usize
 }
 
+type Workers = (Vec<Sender<Job>>, Vec<JoinHandle<()>>);
+
 fn start_workers(
     count: usize,
-    fs: &Arc<SandboxFs>,
-    native: &Option<Arc<NativeSandboxes>>,
+    backend: &Arc<dyn Backend>,
     sink: &Arc<ResponseSink>,
-) -> (Vec<Sender<Job>>, Vec<JoinHandle<()>>) {
-    (0..count)
-        .map(|n| {
-            let (tx, rx) = channel::<Job>();
-            let fs = fs.clone();
-            let native = native.clone();
-            let sink = sink.clone();
-            let handle = std::thread::Builder::new()
-                .name(format!("reconfig-{n}"))
-                .spawn(move || {
-                    for job in rx {
-                        sink.send(&apply(&fs, native.as_deref(), job));
-                    }
-                })
-                .expect("cannot start a reconfiguration thread");
-            (tx, handle)
-        })
-        .unzip()
+) -> io::Result<Workers> {
+    let mut queues = Vec::with_capacity(count);
+    let mut handles = Vec::with_capacity(count);
+    for n in 0..count {
+        let (tx, rx) = channel::<Job>();
+        let backend = backend.clone();
+        let sink = sink.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("reconfig-{n}"))
+            .spawn(move || {
+                for job in rx {
+                    sink.send(&apply(&*backend, job));
+                }
+            })?;
+        queues.push(tx);
+        handles.push(handle);
+    }
+    Ok((queues, handles))
 }
 
-fn apply(fs: &SandboxFs, native: Option<&NativeSandboxes>, job: Job) -> Response {
+/// Applies one job and builds its answer. A panic in the backend is a bug;
+/// it is answered as an internal error and logged, and serving goes on.
+fn apply(backend: &dyn Backend, job: Job) -> Response {
     let started = Instant::now();
-    let (id, result, what) = match job {
-        Job::Create { id, mappings } => {
-            let native = native.filter(|n| n.wants(mappings.len()));
-            let (result, how) = match native {
-                Some(native) => create_native(fs, native, &id, &mappings),
-                None => (fs.create_sandbox(&id, &mappings), "FUSE"),
-            };
-            let what = format!("{how} create with {} mappings", mappings.len());
-            (id, result, what)
-        }
-        Job::Destroy { id } => {
-            let result = fs.destroy_sandbox(&id).and_then(|()| match native {
-                Some(native) => native.destroy(&id).map(drop),
-                None => Ok(()),
-            });
-            (id, result, "destroy".to_owned())
-        }
-    };
-    match result {
-        Ok(()) => {
+    let id = job.id().to_owned();
+    let outcome = catch_unwind(AssertUnwindSafe(|| match &job {
+        Job::Create { id, mappings } => backend
+            .create(id, mappings)
+            .map(|how| format!("{how} create with {} mappings", mappings.len())),
+        Job::Destroy { id } => backend.destroy(id).map(|()| "destroy".to_owned()),
+    }));
+    match outcome {
+        Ok(Ok(what)) => {
             log::debug!("sandbox {id:?}: {what} took {:?}", started.elapsed());
             Response::ok(id)
         }
-        Err(message) => {
+        Ok(Err(refusal)) => {
+            let message = refusal.to_string();
             log::warn!("{message}");
             Response::error(id, message)
         }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_owned());
+            log::error!("sandbox {id:?}: internal error (a bug): {what}; still serving");
+            Response::error(
+                id.clone(),
+                format!("sandbox {id:?}: internal error: {what}"),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Condvar;
+
+    /// A stand-in backend that records what it was asked, in order per id,
+    /// and fails or panics on request.
+    #[derive(Default)]
+    struct Recorder {
+        calls: Mutex<Vec<(String, String, Vec<String>)>>,
+        threads: Mutex<std::collections::HashMap<String, String>>,
+        /// `create` of this id blocks until released.
+        hold: Mutex<Option<String>>,
+        released: (std::sync::Mutex<bool>, Condvar),
+        creates: AtomicUsize,
+    }
+
+    impl Recorder {
+        fn note(&self, what: &str, id: &str, mappings: Vec<String>) {
+            let thread = std::thread::current().name().unwrap_or("").to_owned();
+            let mut threads = self.threads.lock();
+            let first = threads.entry(id.to_owned()).or_insert(thread.clone());
+            assert_eq!(*first, thread, "requests for {id} ran on two workers");
+            self.calls
+                .lock()
+                .push((what.to_owned(), id.to_owned(), mappings));
+        }
+
+        fn release(&self) {
+            *self.released.0.lock().unwrap() = true;
+            self.released.1.notify_all();
+        }
+    }
+
+    impl Backend for Recorder {
+        fn create(&self, id: &str, mappings: &[ResolvedMapping]) -> Result<&'static str, Refusal> {
+            self.creates.fetch_add(1, Ordering::SeqCst);
+            if self.hold.lock().as_deref() == Some(id) {
+                let mut released = self.released.0.lock().unwrap();
+                while !*released {
+                    released = self.released.1.wait(released).unwrap();
+                }
+            }
+            let paths = mappings
+                .iter()
+                .map(|m| format!("{}={}", m.path, m.underlying.display()))
+                .collect();
+            self.note("create", id, paths);
+            match id {
+                "boom" => panic!("injected panic for {id}"),
+                "bad" => Err("sandbox \"bad\": refused by the backend".into()),
+                _ => Ok("test"),
+            }
+        }
+
+        fn destroy(&self, id: &str) -> Result<(), Refusal> {
+            self.note("destroy", id, Vec::new());
+            Ok(())
+        }
+    }
+
+    /// Runs `input` through the loop with `workers` workers; returns the
+    /// answers as (id, error) pairs in the order written.
+    fn run(
+        backend: Arc<Recorder>,
+        input: &str,
+        workers: usize,
+    ) -> Vec<(Option<String>, Option<String>)> {
+        let output = SharedBuf::default();
+        let sink = Arc::new(ResponseSink::new(Box::new(output.clone())));
+        serve(input.as_bytes(), backend, sink, workers).unwrap();
+        let text = String::from_utf8(output.0.lock().clone()).unwrap();
+        text.lines()
+            .map(|line| {
+                let r: Response = serde_json::from_str(line).unwrap();
+                (r.id, r.error)
+            })
+            .collect()
+    }
+
+    #[derive(Clone, Default)]
+    struct SharedBuf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for SharedBuf {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn prefixes_resolve_in_stream_order_and_persist_after_a_failure() {
+        let backend = Arc::new(Recorder::default());
+        let input = concat!(
+            r#"{"C":{"i":"a","m":[{"x":1,"p":"in","y":2,"u":"f"}],"q":{"1":"/ws","2":"/src"}}}"#,
+            r#"{"C":{"i":"b","m":[{"x":9,"p":"x","u":"/u"}],"q":{"3":"/late"}}}"#,
+            r#"{"C":{"i":"c","m":[{"x":3,"p":"y","y":2,"u":"g"}]}}"#,
+        );
+        let answers = run(backend.clone(), input, 2);
+        assert_eq!(answers.len(), 3);
+        let error_of = |id: &str| {
+            answers
+                .iter()
+                .find(|(i, _)| i.as_deref() == Some(id))
+                .unwrap()
+                .1
+                .clone()
+        };
+        assert_eq!(error_of("a"), None);
+        let b = error_of("b").unwrap();
+        assert!(b.contains("unknown prefix 9"), "{b}");
+        assert_eq!(error_of("c"), None, "prefix 3 came with the failed request");
+        let calls = backend.calls.lock();
+        let created: Vec<_> = calls
+            .iter()
+            .map(|(_, id, m)| (id.as_str(), m.clone()))
+            .collect();
+        assert!(created.contains(&("a", vec!["/ws/in=/src/f".to_owned()])));
+        assert!(created.contains(&("c", vec!["/late/y=/src/g".to_owned()])));
+        assert!(
+            !created.iter().any(|(id, _)| *id == "b"),
+            "b never reached the backend"
+        );
+    }
+
+    #[test]
+    fn every_request_gets_one_answer_even_when_the_backend_fails_or_panics() {
+        let backend = Arc::new(Recorder::default());
+        let input = concat!(
+            r#"{"C":{"i":"ok1","m":[]}}"#,
+            r#"{"C":{"i":"boom","m":[]}}"#,
+            r#"{"C":{"i":"bad","m":[]}}"#,
+            r#"{"D":"ok1"}"#,
+            r#"{"C":{"i":"boom2","m":"not a list"}}"#,
+            r#"{"C":{"i":"ok2","m":[]}}"#,
+        );
+        let answers = run(backend.clone(), input, 3);
+        let mut ids: Vec<_> = answers.iter().map(|(id, _)| id.clone().unwrap()).collect();
+        ids.sort();
+        assert_eq!(ids, ["bad", "boom", "boom2", "ok1", "ok1", "ok2"]);
+        for (id, error) in &answers {
+            let id = id.as_deref().unwrap();
+            match id {
+                "boom" => {
+                    let error = error.as_deref().unwrap();
+                    assert!(
+                        error.contains("internal error") && error.contains("injected panic"),
+                        "{error}"
+                    );
+                }
+                "bad" => assert_eq!(
+                    error.as_deref(),
+                    Some("sandbox \"bad\": refused by the backend")
+                ),
+                "boom2" => assert!(error.as_deref().unwrap().contains("invalid request")),
+                _ => assert_eq!(error, &None, "{id}"),
+            }
+        }
+        // The worker that caught the panic kept serving: ok2 may share it.
+        assert_eq!(backend.creates.load(Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn requests_for_one_id_run_in_order_on_one_worker_while_others_proceed() {
+        let backend = Arc::new(Recorder::default());
+        // Pick ids that land on different workers of two.
+        let slow = "slow";
+        let other = (0..100)
+            .map(|n| format!("other{n}"))
+            .find(|id| worker_for(id, 2) != worker_for(slow, 2))
+            .unwrap();
+        *backend.hold.lock() = Some(slow.to_owned());
+        let input = format!(
+            r#"{{"C":{{"i":"{slow}","m":[]}}}}{{"D":"{slow}"}}{{"C":{{"i":"{other}","m":[]}}}}{{"D":"{other}"}}"#
+        );
+        let releaser = {
+            let backend = backend.clone();
+            let other = other.clone();
+            std::thread::spawn(move || {
+                // The other id's create and destroy finish while slow waits.
+                for _ in 0..500 {
+                    if backend.calls.lock().iter().filter(|c| c.1 == other).count() == 2 {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                backend.release();
+            })
+        };
+        let answers = run(backend.clone(), &input, 2);
+        releaser.join().unwrap();
+        assert_eq!(answers.len(), 4);
+        let calls = backend.calls.lock();
+        let order: Vec<_> = calls
+            .iter()
+            .map(|(what, id, _)| format!("{what} {id}"))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                format!("create {other}"),
+                format!("destroy {other}"),
+                format!("create {slow}"),
+                format!("destroy {slow}"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_syntax_error_is_answered_once_as_fatal_and_stops_reading() {
+        let backend = Arc::new(Recorder::default());
+        let answers = run(
+            backend.clone(),
+            r#"{"C":{"i":"a","m":[]}} {"C": oops {"D":"a"}"#,
+            1,
+        );
+        assert_eq!(answers.len(), 2);
+        assert!(answers.contains(&(Some("a".to_owned()), None)));
+        assert!(answers
+            .iter()
+            .any(|(id, error)| id.is_none() && error.is_some()));
+        assert_eq!(backend.calls.lock().len(), 1, "nothing after the error ran");
     }
 }

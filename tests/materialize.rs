@@ -21,7 +21,7 @@ fn mapping(path: &str, underlying: &Path, writable: bool) -> ResolvedMapping {
 }
 
 fn plan(mappings: &[ResolvedMapping]) -> Entry {
-    layout::plan(mappings, Path::new("/nonexistent-mount")).unwrap()
+    layout::plan(mappings, Path::new("/nonexistent-mount"), None).unwrap()
 }
 
 /// A source tree: files at two levels, a relative symlink, and a symlink

@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
 
-use actionfs::tree::{Errno, FileKind, FsConfig, SandboxFs, ROOT_INO};
+use actionfs::tree::{Caller, Errno, FileKind, FsConfig, SandboxFs, ROOT_INO};
 use actionfs_protocol::ResolvedMapping;
 use proptest::prelude::*;
 
@@ -346,10 +346,16 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                             .fh
                     }
                     Err(_) => {
-                        h.fs.create(dir, OsStr::new(name), 0o644, libc::O_WRONLY)
-                            .unwrap()
-                            .1
-                            .fh
+                        h.fs.create(
+                            dir,
+                            OsStr::new(name),
+                            0o644,
+                            libc::O_WRONLY,
+                            Caller { uid: 0, gid: 0 },
+                        )
+                        .unwrap()
+                        .1
+                        .fh
                     }
                 };
                 h.fs.write(fh, 0, text.as_bytes()).unwrap();

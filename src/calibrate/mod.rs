@@ -55,24 +55,46 @@ fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
-pub fn run(args: &CalibrateArgs) -> Result<(), String> {
+/// A calibration step that failed, and why.
+#[derive(Debug)]
+pub struct CalibrateError {
+    pub step: String,
+    pub source: std::io::Error,
+}
+
+impl std::fmt::Display for CalibrateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.step, self.source)
+    }
+}
+
+impl std::error::Error for CalibrateError {}
+
+/// Attaches the step that failed to an I/O error.
+fn during(step: impl Into<String>) -> impl FnOnce(std::io::Error) -> CalibrateError {
+    let step = step.into();
+    move |source| CalibrateError { step, source }
+}
+
+pub fn run(args: &CalibrateArgs) -> Result<(), CalibrateError> {
     let sizes: &[usize] = if args.quick {
         &[10, 100, 1_000, 5_000]
     } else {
         &[10, 30, 100, 300, 1_000, 3_000, 10_000, 20_000]
     };
     let reps = if args.quick { 3 } else { 7 };
-    let binary = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
+    let binary = std::env::current_exe().map_err(during("finding the actionfs binary"))?;
     let largest = *sizes.last().expect("sizes");
     eprintln!(
         "calibrating in {:?}: {largest} input files, FUSE against native {}, {reps} runs each",
         args.dir,
         args.method.name()
     );
-    let lab = Lab::new(&args.dir, largest).map_err(|e| format!("{:?}: {e}", args.dir))?;
+    let lab =
+        Lab::new(&args.dir, largest).map_err(during(format!("making inputs in {:?}", args.dir)))?;
     let fuse = lab
         .mount(&binary, &["--native_below=0".to_owned()])
-        .map_err(|e| format!("cannot start a FUSE daemon: {e}"))?;
+        .map_err(during("starting a FUSE daemon"))?;
     let native = lab
         .mount(
             &binary,
@@ -81,7 +103,7 @@ pub fn run(args: &CalibrateArgs) -> Result<(), String> {
                 format!("--native_method={}", args.method.name()),
             ],
         )
-        .map_err(|e| format!("cannot start a native daemon: {e}"))?;
+        .map_err(during("starting a native daemon"))?;
     let mounts = [&fuse, &native];
 
     let mut points = Vec::new();
@@ -94,7 +116,7 @@ pub fn run(args: &CalibrateArgs) -> Result<(), String> {
                 for (mode, mounted) in mounts.iter().enumerate() {
                     let took = lab
                         .action(mounted, inputs, fraction)
-                        .map_err(|e| format!("action with {inputs} inputs: {e}"))?;
+                        .map_err(during(format!("an action with {inputs} inputs")))?;
                     if rep > 0 {
                         samples[mode].push(took);
                     }
@@ -199,7 +221,7 @@ fn save(
     cutoff: usize,
     dir: &Path,
     method: Method,
-) -> Result<(), String> {
+) -> Result<(), CalibrateError> {
     let curve: Vec<serde_json::Value> = points
         .iter()
         .map(|p| {
@@ -218,10 +240,10 @@ fn save(
         "curve": curve,
     });
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| format!("mkdir {parent:?}: {e}"))?;
+        std::fs::create_dir_all(parent).map_err(during(format!("mkdir {parent:?}")))?;
     }
     let text = serde_json::to_string_pretty(&value).expect("serializable");
-    std::fs::write(path, text + "\n").map_err(|e| format!("write {path:?}: {e}"))
+    std::fs::write(path, text + "\n").map_err(during(format!("writing {path:?}")))
 }
 
 #[cfg(test)]

@@ -1,8 +1,10 @@
 //! The FUSE shell: turns kernel requests (through `fuser`) into calls on
 //! the core [`SandboxFs`], and its answers into replies.
 //!
-//! It holds no state of its own beyond the cache timeouts; every decision is
-//! the core's. Errors map to errno in one place, [`errno`].
+//! It holds no state of its own beyond the cache timeouts and passthrough
+//! bookkeeping; every decision is the core's. Errors become errnos in one
+//! place, [`FuseShell::failed`], which also logs each failed operation at
+//! debug level with its request id.
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -17,7 +19,10 @@ use fuser::{
 };
 
 use super::passthrough::{OpenMode, Passthrough};
-use crate::tree::{Attr, Errno, FileKind, Opened, SandboxFs, SetAttr, SetTime, XattrReply};
+use crate::tree::{
+    Attr, Caller, Errno, FileKind, FsError, FsResult, Opened, SandboxFs, SetAttr, SetTime,
+    XattrReply,
+};
 
 /// Generation numbers are constant: inode numbers are never reused.
 const GENERATION: Generation = Generation(0);
@@ -41,8 +46,11 @@ impl FuseShell {
     }
 }
 
-fn errno(err: Errno) -> fuser::Errno {
-    fuser::Errno::from_i32(err.0)
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
 }
 
 fn file_type(kind: FileKind) -> FileType {
@@ -101,7 +109,7 @@ impl FuseShell {
         ino: u64,
         opened: &Opened,
         register: impl FnOnce(&std::fs::File) -> std::io::Result<fuser::BackingId>,
-    ) -> Result<Option<Arc<fuser::BackingId>>, Errno> {
+    ) -> FsResult<Option<Arc<fuser::BackingId>>> {
         // The open file is looked up only if a backing id must be made.
         let register = || match self.fs.open_file(opened.fh) {
             Some(file) => register(&file.file),
@@ -115,38 +123,92 @@ impl FuseShell {
             OpenMode::Cached => Ok(None),
             OpenMode::Busy => {
                 self.fs.release(opened.fh);
-                Err(Errno(libc::EBUSY))
+                Err(Errno::EBUSY.into())
             }
         }
     }
 
-    fn reply_entry(&self, reply: ReplyEntry, result: Result<Attr, Errno>) {
+    /// The errno a failed operation answers, after logging it (at debug
+    /// level: most failures are lookups of names that do not exist).
+    fn failed(&self, req: &Request, op: &'static str, ino: INodeNo, err: FsError) -> fuser::Errno {
+        log::debug!(
+            "request {} from pid {}: {op} on inode {}: {err}",
+            req.unique().0,
+            req.pid(),
+            ino.0
+        );
+        fuser::Errno::from_i32(err.errno().0)
+    }
+
+    fn reply_entry(
+        &self,
+        req: &Request,
+        op: &'static str,
+        ino: INodeNo,
+        reply: ReplyEntry,
+        result: FsResult<Attr>,
+    ) {
         match result {
             Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), GENERATION),
-            Err(err) => reply.error(errno(err)),
+            Err(err) => reply.error(self.failed(req, op, ino, err)),
         }
     }
 
-    fn reply_xattr(reply: ReplyXattr, result: Result<XattrReply, Errno>) {
+    fn reply_attr(
+        &self,
+        req: &Request,
+        op: &'static str,
+        ino: INodeNo,
+        reply: ReplyAttr,
+        result: FsResult<Attr>,
+    ) {
+        match result {
+            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
+            Err(err) => reply.error(self.failed(req, op, ino, err)),
+        }
+    }
+
+    fn reply_xattr(
+        &self,
+        req: &Request,
+        op: &'static str,
+        ino: INodeNo,
+        reply: ReplyXattr,
+        result: FsResult<XattrReply>,
+    ) {
         match result {
             Ok(XattrReply::Size(size)) => reply.size(size),
             Ok(XattrReply::Data(data)) => reply.data(&data),
-            Err(err) => reply.error(errno(err)),
+            Err(err) => reply.error(self.failed(req, op, ino, err)),
         }
     }
-}
 
-fn reply_empty(reply: ReplyEmpty, result: Result<(), Errno>) {
-    match result {
-        Ok(()) => reply.ok(),
-        Err(err) => reply.error(errno(err)),
+    fn reply_empty(
+        &self,
+        req: &Request,
+        op: &'static str,
+        ino: INodeNo,
+        reply: ReplyEmpty,
+        result: FsResult<()>,
+    ) {
+        match result {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(self.failed(req, op, ino, err)),
+        }
     }
-}
 
-fn reply_data(reply: ReplyData, result: Result<Vec<u8>, Errno>) {
-    match result {
-        Ok(data) => reply.data(&data),
-        Err(err) => reply.error(errno(err)),
+    fn reply_data(
+        &self,
+        req: &Request,
+        op: &'static str,
+        ino: INodeNo,
+        reply: ReplyData,
+        result: FsResult<Vec<u8>>,
+    ) {
+        match result {
+            Ok(data) => reply.data(&data),
+            Err(err) => reply.error(self.failed(req, op, ino, err)),
+        }
     }
 }
 
@@ -180,24 +242,23 @@ impl Filesystem for FuseShell {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.reply_entry(reply, self.fs.lookup(parent.0, name));
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let result = self.fs.lookup(parent.0, name);
+        self.reply_entry(req, "lookup", parent, reply, result);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.fs.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
-            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
-            Err(err) => reply.error(errno(err)),
-        }
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let result = self.fs.getattr(ino.0, fh.map(|f| f.0));
+        self.reply_attr(req, "getattr", ino, reply, result);
     }
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -222,19 +283,18 @@ impl Filesystem for FuseShell {
             mtime: set_time(mtime),
             fh: fh.map(|f| f.0),
         };
-        match self.fs.setattr(ino.0, &change) {
-            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
-            Err(err) => reply.error(errno(err)),
-        }
+        let result = self.fs.setattr(ino.0, &change);
+        self.reply_attr(req, "setattr", ino, reply, result);
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        reply_data(reply, self.fs.readlink(ino.0));
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let result = self.fs.readlink(ino.0);
+        self.reply_data(req, "readlink", ino, reply, result);
     }
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -242,43 +302,50 @@ impl Filesystem for FuseShell {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.reply_entry(reply, self.fs.mknod(parent.0, name, mode & !umask, rdev));
+        let result = self
+            .fs
+            .mknod(parent.0, name, mode & !umask, rdev, caller(req));
+        self.reply_entry(req, "mknod", parent, reply, result);
     }
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.reply_entry(reply, self.fs.mkdir(parent.0, name, mode & !umask));
+        let result = self.fs.mkdir(parent.0, name, mode & !umask, caller(req));
+        self.reply_entry(req, "mkdir", parent, reply, result);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.fs.unlink(parent.0, name));
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self.fs.unlink(parent.0, name);
+        self.reply_empty(req, "unlink", parent, reply, result);
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.fs.rmdir(parent.0, name));
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self.fs.rmdir(parent.0, name);
+        self.reply_empty(req, "rmdir", parent, reply, result);
     }
 
     fn symlink(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         link_name: &OsStr,
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.reply_entry(reply, self.fs.symlink(parent.0, link_name, target));
+        let result = self.fs.symlink(parent.0, link_name, target, caller(req));
+        self.reply_entry(req, "symlink", parent, reply, result);
     }
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -286,42 +353,42 @@ impl Filesystem for FuseShell {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        reply_empty(
-            reply,
-            self.fs
-                .rename(parent.0, name, newparent.0, newname, flags.bits()),
-        );
+        let result = self
+            .fs
+            .rename(parent.0, name, newparent.0, newname, flags.bits());
+        self.reply_empty(req, "rename", parent, reply, result);
     }
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.reply_entry(reply, self.fs.link(ino.0, newparent.0, newname));
+        let result = self.fs.link(ino.0, newparent.0, newname);
+        self.reply_entry(req, "link", ino, reply, result);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let opened = match self.fs.open(ino.0, flags.0) {
             Ok(opened) => opened,
-            Err(err) => return reply.error(errno(err)),
+            Err(err) => return reply.error(self.failed(req, "open", ino, err)),
         };
         match self.answer_open(ino.0, &opened, |file| reply.open_backing(file)) {
             Ok(Some(backing)) => {
                 reply.opened_passthrough(FileHandle(opened.fh), FopenFlags::empty(), &backing)
             }
             Ok(None) => reply.opened(FileHandle(opened.fh), open_flags(opened.keep_cache)),
-            Err(err) => reply.error(errno(err)),
+            Err(err) => reply.error(self.failed(req, "open", ino, err)),
         }
     }
 
     fn read(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -329,13 +396,14 @@ impl Filesystem for FuseShell {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        reply_data(reply, self.fs.read(fh.0, offset, size));
+        let result = self.fs.read(fh.0, offset, size);
+        self.reply_data(req, "read", ino, reply, result);
     }
 
     fn write(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -346,7 +414,7 @@ impl Filesystem for FuseShell {
     ) {
         match self.fs.write(fh.0, offset, data) {
             Ok(written) => reply.written(written),
-            Err(err) => reply.error(errno(err)),
+            Err(err) => reply.error(self.failed(req, "write", ino, err)),
         }
     }
 
@@ -381,26 +449,27 @@ impl Filesystem for FuseShell {
 
     fn fsync(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.fsync(fh.0, datasync));
+        let result = self.fs.fsync(fh.0, datasync);
+        self.reply_empty(req, "fsync", ino, reply, result);
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(err) => reply.error(errno(err)),
+            Err(err) => reply.error(self.failed(req, "opendir", ino, err)),
         }
     }
 
     fn readdir(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
@@ -414,7 +483,7 @@ impl Filesystem for FuseShell {
                 }
                 reply.ok();
             }
-            Err(err) => reply.error(errno(err)),
+            Err(err) => reply.error(self.failed(req, "readdir", ino, err)),
         }
     }
 
@@ -443,18 +512,18 @@ impl Filesystem for FuseShell {
         reply.ok();
     }
 
-    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
         match self.fs.statfs(ino.0) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
             ),
-            Err(err) => reply.error(errno(err)),
+            Err(err) => reply.error(self.failed(req, "statfs", ino, err)),
         }
     }
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -462,19 +531,23 @@ impl Filesystem for FuseShell {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.setxattr(ino.0, name, value, flags));
+        let result = self.fs.setxattr(ino.0, name, value, flags);
+        self.reply_empty(req, "setxattr", ino, reply, result);
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        Self::reply_xattr(reply, self.fs.getxattr(ino.0, name, size));
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let result = self.fs.getxattr(ino.0, name, size);
+        self.reply_xattr(req, "getxattr", ino, reply, result);
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        Self::reply_xattr(reply, self.fs.listxattr(ino.0, size));
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let result = self.fs.listxattr(ino.0, size);
+        self.reply_xattr(req, "listxattr", ino, reply, result);
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.fs.removexattr(ino.0, name));
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self.fs.removexattr(ino.0, name);
+        self.reply_empty(req, "removexattr", ino, reply, result);
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
@@ -484,7 +557,7 @@ impl Filesystem for FuseShell {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -492,9 +565,12 @@ impl Filesystem for FuseShell {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (attr, opened) = match self.fs.create(parent.0, name, mode & !umask, flags) {
+        let created = self
+            .fs
+            .create(parent.0, name, mode & !umask, flags, caller(req));
+        let (attr, opened) = match created {
             Ok(created) => created,
-            Err(err) => return reply.error(errno(err)),
+            Err(err) => return reply.error(self.failed(req, "create", parent, err)),
         };
         let fh = FileHandle(opened.fh);
         match self.answer_open(attr.ino, &opened, |file| reply.open_backing(file)) {
@@ -513,20 +589,21 @@ impl Filesystem for FuseShell {
                 fh,
                 FopenFlags::empty(),
             ),
-            Err(err) => reply.error(errno(err)),
+            Err(err) => reply.error(self.failed(req, "create", parent, err)),
         }
     }
 
     fn fallocate(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.fallocate(fh.0, offset, length, mode));
+        let result = self.fs.fallocate(fh.0, offset, length, mode);
+        self.reply_empty(req, "fallocate", ino, reply, result);
     }
 }

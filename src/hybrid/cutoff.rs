@@ -3,6 +3,7 @@
 //! default shipped from the benchmarks in docs/BENCHMARKS.md for the kind
 //! of file system the native sandboxes would live on).
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The cutoff meaning "build every sandbox natively".
@@ -61,14 +62,12 @@ pub enum NativeBelow {
 }
 
 impl NativeBelow {
-    pub fn parse(text: &str) -> Result<NativeBelow, String> {
+    /// `None` for text that is not a count, 0 or auto.
+    pub fn parse(text: &str) -> Option<NativeBelow> {
         match text {
-            "auto" => Ok(NativeBelow::Auto),
-            "0" => Ok(NativeBelow::Off),
-            n => n
-                .parse()
-                .map(NativeBelow::Fixed)
-                .map_err(|_| format!("--native_below takes a count, 0 or auto, not {n:?}")),
+            "auto" => Some(NativeBelow::Auto),
+            "0" => Some(NativeBelow::Off),
+            n => n.parse().ok().map(NativeBelow::Fixed),
         }
     }
 }
@@ -89,16 +88,47 @@ pub fn calibration_candidates() -> Vec<PathBuf> {
     paths
 }
 
+/// A calibration file that cannot be used, and why.
+#[derive(Debug)]
+pub struct CalibrationError {
+    pub path: PathBuf,
+    pub problem: CalibrationProblem,
+}
+
+#[derive(Debug)]
+pub enum CalibrationProblem {
+    Read(std::io::Error),
+    Parse(serde_json::Error),
+    NoCutoff,
+}
+
+impl fmt::Display for CalibrationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "calibration {:?}: ", self.path)?;
+        match &self.problem {
+            CalibrationProblem::Read(err) => write!(f, "{err}"),
+            CalibrationProblem::Parse(err) => write!(f, "{err}"),
+            CalibrationProblem::NoCutoff => f.write_str("no \"native_below\" count"),
+        }
+    }
+}
+
+impl std::error::Error for CalibrationError {}
+
 /// Reads the cutoff saved by `calibrate --write`.
-pub fn read_calibration(path: &Path) -> Result<usize, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{path:?}: {e}"))?;
+pub fn read_calibration(path: &Path) -> Result<usize, CalibrationError> {
+    let fail = |problem| CalibrationError {
+        path: path.to_owned(),
+        problem,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(CalibrationProblem::Read(e)))?;
     let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{path:?}: {e}"))?;
+        serde_json::from_str(&text).map_err(|e| fail(CalibrationProblem::Parse(e)))?;
     value
         .get("native_below")
         .and_then(serde_json::Value::as_u64)
         .map(|n| n as usize)
-        .ok_or_else(|| format!("{path:?}: no \"native_below\" count"))
+        .ok_or_else(|| fail(CalibrationProblem::NoCutoff))
 }
 
 /// The cutoff to use and where it came from (for the log). `explicit` is
@@ -108,7 +138,7 @@ pub fn resolve(
     asked: &NativeBelow,
     explicit: Option<&Path>,
     native_dir: &Path,
-) -> Result<(usize, String), String> {
+) -> Result<(usize, String), CalibrationError> {
     match asked {
         NativeBelow::Off => Ok((0, "--native_below=0".to_owned())),
         NativeBelow::Fixed(n) => Ok((*n, "--native_below".to_owned())),
@@ -119,7 +149,7 @@ pub fn resolve(
             for path in calibration_candidates() {
                 match read_calibration(&path) {
                     Ok(n) => return Ok((n, format!("{path:?}"))),
-                    Err(err) if path.exists() => log::warn!("ignoring calibration {err}"),
+                    Err(err) if path.exists() => log::warn!("ignoring {err}"),
                     Err(_) => {}
                 }
             }
@@ -142,10 +172,10 @@ mod tests {
 
     #[test]
     fn cutoffs_parse_and_resolve_from_the_named_file() {
-        assert_eq!(NativeBelow::parse("0"), Ok(NativeBelow::Off));
-        assert_eq!(NativeBelow::parse("250"), Ok(NativeBelow::Fixed(250)));
-        assert_eq!(NativeBelow::parse("auto"), Ok(NativeBelow::Auto));
-        assert!(NativeBelow::parse("-1").is_err());
+        assert_eq!(NativeBelow::parse("0"), Some(NativeBelow::Off));
+        assert_eq!(NativeBelow::parse("250"), Some(NativeBelow::Fixed(250)));
+        assert_eq!(NativeBelow::parse("auto"), Some(NativeBelow::Auto));
+        assert!(NativeBelow::parse("-1").is_none());
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.json");
         std::fs::write(&file, r#"{"native_below": 321, "curve": []}"#).unwrap();

@@ -17,22 +17,97 @@
 pub mod cutoff;
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use actionfs_protocol::ResolvedMapping;
+use actionfs_protocol::{validate_sandbox_id, ResolvedMapping};
 use parking_lot::Mutex;
 
-use crate::layout;
+use crate::dirfd::Anchor;
+use crate::layout::{self, Entry};
 use crate::materialize::{self, Materialized, Method, Options, Trash};
+use crate::reconfig::{Backend, Refusal};
+use crate::tree::{SandboxError, SandboxFs};
 
-/// How a CreateSandbox went on the native path.
-pub enum NativeOutcome {
-    /// Built; the view should show `link`.
-    Built { link: PathBuf },
-    /// The request itself is wrong: this is the answer, as FUSE would give.
-    Rejected(String),
-    /// Cannot be built natively; serve it with FUSE instead.
-    Unsupported(String),
+/// The sandboxes of a mount, each made by the backend its size calls for:
+/// the FUSE view always, native trees too when hybrid mode is on. This is
+/// what the request loop drives.
+pub struct Sandboxes {
+    fs: Arc<SandboxFs>,
+    native: Option<Arc<NativeSandboxes>>,
+}
+
+impl Sandboxes {
+    pub fn new(fs: Arc<SandboxFs>, native: Option<Arc<NativeSandboxes>>) -> Sandboxes {
+        Sandboxes { fs, native }
+    }
+
+    /// Builds sandbox `id` natively from `plan`, or hands the same plan to
+    /// the FUSE view where the materializer cannot build it.
+    fn create_native(
+        &self,
+        native: &NativeSandboxes,
+        id: &str,
+        plan: Entry,
+    ) -> Result<(), SandboxError> {
+        match native.create(id, &plan) {
+            Ok(()) => {
+                let shown = self
+                    .fs
+                    .create_sandbox_link(id, native.links.clone(), OsStr::new(id));
+                if shown.is_err() {
+                    if let Err(err) = native.destroy(id) {
+                        log::error!("sandbox {id:?}: cannot undo a native build: {err}");
+                    }
+                }
+                shown
+            }
+            Err(why) => {
+                log::info!("sandbox {id:?}: served by FUSE, as it cannot be built natively: {why}");
+                self.fs.create_planned(id, plan)
+            }
+        }
+    }
+}
+
+impl Backend for Sandboxes {
+    fn create(&self, id: &str, mappings: &[ResolvedMapping]) -> Result<&'static str, Refusal> {
+        validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
+        if self.fs.has_sandbox(id) {
+            return Err(SandboxError::Exists(id.to_owned()).into());
+        }
+        // Planned once (one lstat per mapping), whichever backend builds it.
+        let plan =
+            layout::plan(mappings, &self.fs.config().mount_point, Some(id)).map_err(|error| {
+                SandboxError::Layout {
+                    id: id.to_owned(),
+                    error,
+                }
+            })?;
+        match self.native.as_deref().filter(|n| n.wants(mappings.len())) {
+            Some(native) => {
+                self.create_native(native, id, plan)?;
+                Ok(if native.is_native(id) {
+                    "native"
+                } else {
+                    "FUSE (fallback)"
+                })
+            }
+            None => {
+                self.fs.create_planned(id, plan)?;
+                Ok("FUSE")
+            }
+        }
+    }
+
+    fn destroy(&self, id: &str) -> Result<(), Refusal> {
+        self.fs.destroy_sandbox(id)?;
+        if let Some(native) = &self.native {
+            native.destroy(id)?;
+        }
+        Ok(())
+    }
 }
 
 /// The natively built sandboxes and where they live.
@@ -40,7 +115,8 @@ pub struct NativeSandboxes {
     below: usize,
     method: Method,
     trees: PathBuf,
-    links: PathBuf,
+    /// `links/ID` is the symlink the view shows as `MOUNT/ID`.
+    links: Arc<Anchor>,
     trash: Trash,
     live: Mutex<HashMap<String, Materialized>>,
 }
@@ -49,29 +125,31 @@ impl NativeSandboxes {
     /// Prepares `dir` (created if missing) for native sandboxes of fewer
     /// than `below` mappings. Whatever an earlier daemon left there is
     /// thrown away.
-    pub fn open(dir: &Path, below: usize, method: Method) -> Result<NativeSandboxes, String> {
-        let context = |what: &str, err: &dyn std::fmt::Display| {
-            format!("native sandbox directory {dir:?}: {what}: {err}")
-        };
+    pub fn open(
+        dir: &Path,
+        below: usize,
+        method: Method,
+    ) -> Result<NativeSandboxes, materialize::Error> {
         let trees = dir.join("trees");
         let links = dir.join("links");
         for sub in [&trees, &links] {
-            std::fs::create_dir_all(sub).map_err(|e| context("mkdir", &e))?;
+            std::fs::create_dir_all(sub).map_err(|e| materialize::Error::new("mkdir", sub, e))?;
         }
-        let trash = Trash::open(&dir.join("trash"), 1).map_err(|e| context("trash", &e))?;
+        let trash = Trash::open(&dir.join("trash"), 1)?;
         for stale in [&trees, &links] {
-            let entries = std::fs::read_dir(stale).map_err(|e| context("opendir", &e))?;
+            let entries = std::fs::read_dir(stale)
+                .map_err(|e| materialize::Error::new("opendir", stale, e))?;
             for entry in entries.flatten() {
-                trash
-                    .discard(&entry.path())
-                    .map_err(|e| context("clearing a stale sandbox", &e))?;
+                trash.discard(&entry.path())?;
             }
         }
+        let links =
+            Anchor::open(&links, None).map_err(|e| materialize::Error::new("open", &links, e))?;
         Ok(NativeSandboxes {
             below,
             method,
             trees,
-            links,
+            links: Arc::new(links),
             trash,
             live: Mutex::default(),
         })
@@ -82,50 +160,41 @@ impl NativeSandboxes {
         mappings < self.below
     }
 
-    /// Builds sandbox `id` (a validated id, not yet in use) natively.
-    /// `forbidden`: the mount point, which underlying paths may not enter.
-    pub fn create(
-        &self,
-        id: &str,
-        mappings: &[ResolvedMapping],
-        forbidden: &Path,
-    ) -> NativeOutcome {
-        let plan = match layout::plan(mappings, forbidden) {
-            Ok(plan) => plan,
-            Err(problem) => return NativeOutcome::Rejected(format!("sandbox {id:?}: {problem}")),
-        };
+    fn is_native(&self, id: &str) -> bool {
+        self.live.lock().contains_key(id)
+    }
+
+    /// Builds sandbox `id` (a validated id, not yet in use) from `plan`,
+    /// and the symlink `links/ID` to it. On error nothing is left.
+    fn create(&self, id: &str, plan: &Entry) -> Result<(), materialize::Error> {
         let root = self.trees.join(id);
         let options = Options {
             method: self.method,
             threads: 0,
         };
-        let built = match materialize::materialize(&plan, &root, options) {
-            Ok(built) => built,
-            Err(err) => return NativeOutcome::Unsupported(err.to_string()),
-        };
-        let link = self.links.join(id);
+        let built = materialize::materialize(plan, &root, options)?;
+        let link = self.links.path().join(id);
         if let Err(err) = std::os::unix::fs::symlink(&root, &link) {
-            let problem = format!("symlink {link:?}: {err}");
             if let Err(cleanup) = materialize::teardown(&built, Some(&self.trash)) {
                 log::error!("sandbox {id:?}: cannot undo a native build: {cleanup}");
             }
-            return NativeOutcome::Unsupported(problem);
+            return Err(materialize::Error::new("symlink", &link, err));
         }
         self.live.lock().insert(id.to_owned(), built);
-        NativeOutcome::Built { link }
+        Ok(())
     }
 
     /// Removes native sandbox `id` (already gone from the view): what it
     /// made inside writable directories at once, its tree through the
     /// trash. Returns false if `id` is not native.
-    pub fn destroy(&self, id: &str) -> Result<bool, String> {
+    pub fn destroy(&self, id: &str) -> Result<bool, materialize::Error> {
         let Some(built) = self.live.lock().remove(id) else {
             return Ok(false);
         };
-        let link = self.links.join(id);
-        let unlinked = std::fs::remove_file(&link).map_err(|e| format!("unlink {link:?}: {e}"));
-        materialize::teardown(&built, Some(&self.trash))
-            .map_err(|e| format!("sandbox {id:?}: removing its native tree: {e}"))?;
+        let link = self.links.path().join(id);
+        let unlinked =
+            std::fs::remove_file(&link).map_err(|e| materialize::Error::new("unlink", &link, e));
+        materialize::teardown(&built, Some(&self.trash))?;
         unlinked.map(|()| true)
     }
 
@@ -135,7 +204,7 @@ impl NativeSandboxes {
         let ids: Vec<String> = self.live.lock().keys().cloned().collect();
         for id in ids {
             if let Err(err) = self.destroy(&id) {
-                log::warn!("{err}");
+                log::warn!("sandbox {id:?}: {err}");
             }
         }
         self.trash.wait_idle();

@@ -10,10 +10,13 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use actionfs_protocol::ResolvedMapping;
 
+use crate::dirfd::Anchor;
 use crate::file_kind::FileKind;
 
 mod kinds;
@@ -21,10 +24,72 @@ mod kinds;
 /// The underlying object of one mapping.
 #[derive(Clone, Debug)]
 pub struct Mapped {
+    /// Where it was found (for messages, and the materializer's symlinks).
     pub underlying: PathBuf,
     pub writable: bool,
     pub kind: FileKind,
+    /// What pins it: the directory itself for a directory mapping, else
+    /// the directory holding the object (found there by its last name).
+    pub anchor: Arc<Anchor>,
 }
+
+/// Why a layout cannot be made: which mapping, and what is wrong with it.
+#[derive(Debug)]
+pub struct PlanError {
+    /// Position of the mapping in the request.
+    pub index: usize,
+    pub path: String,
+    pub underlying: PathBuf,
+    pub problem: Problem,
+}
+
+/// What is wrong with one mapping.
+#[derive(Debug)]
+pub enum Problem {
+    /// The underlying path lies inside the mount point (the daemon would
+    /// be asking itself).
+    InsideMount(PathBuf),
+    /// lstat (or pinning its directory) failed.
+    Unusable(std::io::Error),
+    /// An earlier mapping made `walked` a non-directory.
+    BelowNonDirectory(String),
+    MappedTwice,
+    /// A non-directory where nested mappings need a directory.
+    NotADirectoryForNested,
+    RootNotADirectory,
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "mapping #{} ({:?} -> {:?}): {}",
+            self.index, self.path, self.underlying, self.problem
+        )
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::InsideMount(mount) => {
+                write!(f, "underlying path is inside the mount point {mount:?}")
+            }
+            Problem::Unusable(err) => write!(f, "cannot use underlying path: lstat: {err}"),
+            Problem::BelowNonDirectory(walked) => write!(
+                f,
+                "{walked:?} is mapped to a non-directory, so nothing can be mapped below it"
+            ),
+            Problem::MappedTwice => f.write_str("the path is mapped twice"),
+            Problem::NotADirectoryForNested => f.write_str(
+                "a non-directory cannot be mapped where nested mappings need a directory",
+            ),
+            Problem::RootNotADirectory => f.write_str("the root can only be mapped to a directory"),
+        }
+    }
+}
+
+impl std::error::Error for PlanError {}
 
 /// One path of the sandbox: mapped itself, or a directory leading to
 /// mappings, or both.
@@ -48,8 +113,13 @@ impl Entry {
 
 /// Applies `mappings` in order and returns the root entry (`/`).
 /// Underlying paths inside `forbidden` are refused: serving them from the
-/// mount would make the daemon wait on itself.
-pub fn plan(mappings: &[ResolvedMapping], forbidden: &Path) -> Result<Entry, String> {
+/// mount would make the daemon wait on itself. `sandbox` names the sandbox
+/// in later messages about its files.
+pub fn plan(
+    mappings: &[ResolvedMapping],
+    forbidden: &Path,
+    sandbox: Option<&str>,
+) -> Result<Entry, PlanError> {
     let mut root = Entry::default();
     // Never lstat inside the mount: the daemon would be asking itself.
     let inside: Vec<bool> = mappings
@@ -62,16 +132,17 @@ pub fn plan(mappings: &[ResolvedMapping], forbidden: &Path) -> Result<Entry, Str
         .filter(|(_, &inside)| !inside)
         .map(|(m, _)| m.underlying.as_path())
         .collect();
-    let mut outside_kinds = kinds::lstat_kinds(&underlying).into_iter();
+    let sandbox: Option<Arc<str>> = sandbox.map(Arc::from);
+    let mut outside_kinds = kinds::lstat_kinds(&underlying, sandbox.as_ref()).into_iter();
     let kinds = inside
         .iter()
         .map(|&inside| (!inside).then(|| outside_kinds.next().expect("one kind per path outside")));
     for (index, (mapping, kind)) in mappings.iter().zip(kinds).enumerate() {
-        apply(&mut root, mapping, kind, forbidden).map_err(|problem| {
-            format!(
-                "mapping #{index} ({:?} -> {:?}): {problem}",
-                mapping.path, mapping.underlying
-            )
+        apply(&mut root, mapping, kind, forbidden).map_err(|problem| PlanError {
+            index,
+            path: mapping.path.clone(),
+            underlying: mapping.underlying.clone(),
+            problem,
         })?;
     }
     Ok(root)
@@ -98,24 +169,20 @@ fn is_within(path: &Path, base: &Path) -> bool {
 fn apply(
     root: &mut Entry,
     mapping: &ResolvedMapping,
-    kind: Option<std::io::Result<FileKind>>,
+    found: Option<kinds::Found>,
     forbidden: &Path,
-) -> Result<(), String> {
-    let Some(kind) = kind else {
-        return Err(format!(
-            "underlying path is inside the mount point {forbidden:?}"
-        ));
+) -> Result<(), Problem> {
+    let Some(found) = found else {
+        return Err(Problem::InsideMount(forbidden.to_owned()));
     };
-    let kind = kind.map_err(|err| format!("cannot use underlying path: lstat: {err}"))?;
+    let (kind, anchor) = found.map_err(Problem::Unusable)?;
 
     let mut entry = root;
     let mut walked = String::new();
     for component in mapping.components() {
         if let Some(parent) = &entry.mapped {
             if parent.kind != FileKind::Directory {
-                return Err(format!(
-                    "{walked:?} is mapped to a non-directory, so nothing can be mapped below it"
-                ));
+                return Err(Problem::BelowNonDirectory(walked));
             }
         }
         walked.push('/');
@@ -123,20 +190,19 @@ fn apply(
         entry = entry.children.entry(component.into()).or_default();
     }
     if entry.mapped.is_some() {
-        return Err("the path is mapped twice".to_owned());
+        return Err(Problem::MappedTwice);
     }
     if kind != FileKind::Directory && !entry.children.is_empty() {
-        return Err(
-            "a non-directory cannot be mapped where nested mappings need a directory".to_owned(),
-        );
+        return Err(Problem::NotADirectoryForNested);
     }
     if mapping.path == "/" && kind != FileKind::Directory {
-        return Err("the root can only be mapped to a directory".to_owned());
+        return Err(Problem::RootNotADirectory);
     }
     entry.mapped = Some(Mapped {
         underlying: mapping.underlying.clone(),
         writable: mapping.writable,
         kind,
+        anchor,
     });
     Ok(())
 }

@@ -22,9 +22,9 @@ use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::ScopedJoinHandle;
 
-use super::dirfd::{c_name, type_from_mode, DirFd, EntryType};
 use super::place::{place, Leaf, LeafKind, Made, Method};
 use super::{Error, Materialized, Report};
+use crate::dirfd::{c_name, kind_of, DirFd};
 use crate::file_kind::FileKind;
 use crate::layout::Entry;
 
@@ -236,26 +236,23 @@ impl Build {
         src_path: &Path,
         leaves: &mut Vec<Leaf>,
     ) -> Result<(), Error> {
-        let listing = src
+        let mut listing = src
             .entries()
             .map_err(|e| Error::new("opendir", src_path, e))?;
-        for item in listing {
-            let (name, kind) = item.map_err(|e| Error::new("readdir", src_path, e))?;
+        for item in listing.iter() {
+            let (name, kind, _) = item.map_err(|e| Error::new("readdir", src_path, e))?;
             let os_name = OsStr::from_bytes(name.as_bytes());
             if skip.contains_key(os_name) {
                 continue;
             }
             let path = src_path.join(os_name);
             let kind = match kind {
-                EntryType::Unknown => {
-                    let st = src
-                        .stat_at(&name)
-                        .map_err(|e| Error::new("fstatat", &path, e))?;
-                    type_from_mode(st.st_mode)
-                }
-                known => known,
+                None => src
+                    .kind_at(&name)
+                    .map_err(|e| Error::new("fstatat", &path, e))?,
+                Some(known) => known,
             };
-            if kind == EntryType::Dir {
+            if kind == FileKind::Directory {
                 let sub = self.mkdir(dir, dir_path, os_name)?;
                 let sub_src = src
                     .open_at(&name)
@@ -270,8 +267,8 @@ impl Build {
                 continue;
             }
             let leaf_kind = match kind {
-                EntryType::File => LeafKind::File,
-                EntryType::Symlink => LeafKind::Symlink,
+                FileKind::RegularFile => LeafKind::File,
+                FileKind::Symlink => LeafKind::Symlink,
                 _ => LeafKind::Shared,
             };
             leaves.push(Leaf {
@@ -370,9 +367,7 @@ impl Build {
             let path = dir_path.join(name);
             let c = c_name(name).map_err(|e| Error::new("fstatat", &path, e))?;
             match dir.stat_at(&c) {
-                Ok(st)
-                    if child.mapped.is_none() && type_from_mode(st.st_mode) == EntryType::Dir =>
-                {
+                Ok(st) if child.mapped.is_none() && kind_of(&st) == FileKind::Directory => {
                     // The owner's directory: descend without taking it over.
                     let sub = dir
                         .open_at(&c)

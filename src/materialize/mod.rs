@@ -9,7 +9,6 @@
 //!   background after a single rename.
 
 mod create;
-mod dirfd;
 mod place;
 mod remove;
 mod trash;
@@ -22,6 +21,7 @@ pub use place::{Made, Method};
 pub use remove::{remove_tree, remove_tree_within, Removed};
 pub use trash::Trash;
 
+use crate::dirfd::DirFd;
 use crate::layout::Entry;
 
 /// A failed step: which system call, on which path, and why.
@@ -47,8 +47,14 @@ impl Error {
     }
 
     fn is_denied(&self) -> bool {
-        matches!(self.source.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+        is_denied(&self.source)
     }
+}
+
+/// A refusal for lack of permission, which granting ourselves access may
+/// cure.
+fn is_denied(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::EACCES | libc::EPERM))
 }
 
 impl fmt::Display for Error {
@@ -185,8 +191,7 @@ fn undo(record: &Materialized, created_dest: bool) -> Result<(), Error> {
     if created_dest {
         remove_tree(&record.root).map(drop)
     } else {
-        let dir =
-            dirfd::DirFd::open(&record.root).map_err(|e| Error::new("open", &record.root, e))?;
+        let dir = DirFd::open(&record.root).map_err(|e| Error::new("open", &record.root, e))?;
         remove::empty_dir(&dir, &record.root, &mut Removed::default())
     }
 }

@@ -3,12 +3,12 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::dirfd::{open_file_at, readlink_at, DirFd};
+use crate::dirfd::{open_file_at, readlink_at, DirFd};
 use crate::sys;
 
 /// How regular files are materialized.
@@ -105,8 +105,10 @@ pub struct Leaf {
 }
 
 impl Leaf {
-    fn source_fd(&self) -> RawFd {
-        self.source_dir.as_ref().map_or(libc::AT_FDCWD, |d| d.fd())
+    fn source_fd(&self) -> BorrowedFd<'_> {
+        self.source_dir
+            .as_ref()
+            .map_or(nix::fcntl::AT_FDCWD, |d| d.as_fd())
     }
 }
 
@@ -130,14 +132,13 @@ fn place_file(method: Method, leaf: &Leaf, dest: &DirFd) -> io::Result<Made> {
         Method::Hardlink => dest
             .link_at(src, &leaf.source_name, name)
             .map(|()| Made::Hardlink),
-        Method::Clone => {
-            sys::clone_file(src, &leaf.source_name, dest.fd(), name).map(|()| Made::Clone)
-        }
+        Method::Clone => sys::clone_file(src.as_raw_fd(), &leaf.source_name, dest.fd(), name)
+            .map(|()| Made::Clone),
         Method::Copy => copy_file(src, &leaf.source_name, dest, name).map(|()| Made::Copy),
         Method::Auto => match dest.link_at(src, &leaf.source_name, name) {
             Ok(()) => Ok(Made::Hardlink),
             Err(err) if may_fall_back(&err) => {
-                match sys::clone_file(src, &leaf.source_name, dest.fd(), name) {
+                match sys::clone_file(src.as_raw_fd(), &leaf.source_name, dest.fd(), name) {
                     Ok(()) => Ok(Made::Clone),
                     Err(err) if may_fall_back(&err) => symlink_to(&leaf.source_path, dest, name),
                     Err(err) => Err(err),
@@ -172,7 +173,12 @@ fn symlink_to(target: &Path, dest: &DirFd, name: &CStr) -> io::Result<Made> {
     Ok(Made::Symlink)
 }
 
-fn copy_file(src_dir: RawFd, src_name: &CStr, dest: &DirFd, name: &CStr) -> io::Result<()> {
+fn copy_file(
+    src_dir: BorrowedFd<'_>,
+    src_name: &CStr,
+    dest: &DirFd,
+    name: &CStr,
+) -> io::Result<()> {
     let mut source = open_file_at(src_dir, src_name)?;
     let mode = std::os::unix::fs::MetadataExt::mode(&source.metadata()?);
     let mut target = dest.create_file(name, mode & 0o7777)?;

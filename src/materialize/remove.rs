@@ -5,12 +5,12 @@
 //! only when a removal is refused for lack of permission.
 
 use std::ffi::{CStr, OsStr};
-use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
-use super::dirfd::{c_name, type_from_mode, DirFd, EntryType};
-use super::Error;
+use super::{is_denied, Error};
+use crate::dirfd::{c_name, kind_of, DirFd};
+use crate::file_kind::FileKind;
 
 /// What a removal deleted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -63,12 +63,12 @@ pub fn remove_tree_within(base: &Path, path: &Path) -> Result<Removed, Error> {
 /// are removed while the listing streams, as `rm -rf` does: the kernel's
 /// directory cursor is unaffected by removing names already returned.
 pub fn empty_dir(dir: &DirFd, dir_path: &Path, removed: &mut Removed) -> Result<(), Error> {
-    let listing = dir
+    let mut listing = dir
         .entries()
         .map_err(|e| Error::new("opendir", dir_path, e))?;
-    for item in listing {
-        let (name, kind) = item.map_err(|e| Error::new("readdir", dir_path, e))?;
-        remove_entry(dir, dir_path, &name, Some(kind), removed)?;
+    for item in listing.iter() {
+        let (name, kind, _) = item.map_err(|e| Error::new("readdir", dir_path, e))?;
+        remove_entry(dir, dir_path, &name, kind, removed)?;
     }
     Ok(())
 }
@@ -79,24 +79,27 @@ fn remove_entry(
     parent: &DirFd,
     parent_path: &Path,
     name: &CStr,
-    kind: Option<EntryType>,
+    kind: Option<FileKind>,
     removed: &mut Removed,
 ) -> Result<(), Error> {
     let path = || parent_path.join(OsStr::from_bytes(name.to_bytes()));
     let kind = match kind {
-        Some(EntryType::Unknown) | None => match parent.stat_at(name) {
-            Ok(st) => type_from_mode(st.st_mode),
+        None => match parent.stat_at(name) {
+            Ok(st) => kind_of(&st),
             Err(err) if err.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
             Err(err) => return Err(Error::new("fstatat", &path(), err)),
         },
         Some(known) => known,
     };
-    if kind == EntryType::Dir {
+    if kind == FileKind::Directory {
         let dir = match parent.open_at(name) {
             Ok(dir) => dir,
             // Not listable by us: grant ourselves access and retry once.
             Err(err) if is_denied(&err) => {
-                chmod_owner_rwx(parent, name).map_err(|e| Error::new("fchmodat", &path(), e))?;
+                // Never through a symlink swapped in meanwhile.
+                parent
+                    .make_child_owner_writable(name)
+                    .map_err(|e| Error::new("fchmodat", &path(), e))?;
                 parent
                     .open_at(name)
                     .map_err(|e| Error::new("openat", &path(), e))?
@@ -149,19 +152,4 @@ fn unlink_with_retry(
         }
         Err(err) => Err(Error::new(syscall, &path(), err)),
     }
-}
-
-fn is_denied(err: &io::Error) -> bool {
-    matches!(err.raw_os_error(), Some(libc::EACCES | libc::EPERM))
-}
-
-fn chmod_owner_rwx(parent: &DirFd, name: &CStr) -> io::Result<()> {
-    let st = parent.stat_at(name)?;
-    let mode = st.st_mode & 0o7777 | libc::S_IRWXU;
-    // SAFETY: valid C string; flags 0 (the entry is a directory, checked).
-    let ret = unsafe { libc::fchmodat(parent.fd(), name.as_ptr(), mode, 0) };
-    if ret != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }

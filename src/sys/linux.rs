@@ -1,9 +1,9 @@
 //! Linux forms of the platform-specific calls.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, RawFd};
 
 use super::{check, xattr_call};
 
@@ -52,19 +52,53 @@ pub fn unmount_detached(path: &CStr) -> io::Result<()> {
     check(unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) }).map(drop)
 }
 
-/// rename with renameat2(2) flags (RENAME_NOREPLACE, RENAME_EXCHANGE).
-pub fn rename(from: &CStr, to: &CStr, flags: u32) -> io::Result<()> {
-    // SAFETY: valid C strings; AT_FDCWD makes them plain paths.
-    let ret = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            flags,
-        )
-    };
-    check(ret).map(drop)
+/// renameat2(2) with its flags (RENAME_NOREPLACE, RENAME_EXCHANGE).
+pub fn rename_at(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+    flags: u32,
+) -> nix::Result<()> {
+    let flags = nix::fcntl::RenameFlags::from_bits(flags).ok_or(nix::errno::Errno::EINVAL)?;
+    nix::fcntl::renameat2(from_dir, from, to_dir, to, flags)
+}
+
+/// The path through which calls without an fd form reach the object an
+/// O_PATH descriptor pins (the magic link resolves to that very object,
+/// a symlink included, and never further).
+fn pinned_path(pinned: BorrowedFd<'_>) -> CString {
+    CString::new(format!("/proc/self/fd/{}", pinned.as_raw_fd())).expect("digits hold no NUL")
+}
+
+/// Truncates regular file `name` of `dir` to `size`, never through a
+/// symlink and never opening anything but a regular file (a FIFO or a
+/// device swapped in would block or act on open).
+pub fn truncate_at(dir: BorrowedFd<'_>, name: &CStr, size: u64) -> nix::Result<()> {
+    use nix::fcntl::OFlag;
+    let pinned = nix::fcntl::openat(
+        dir,
+        name,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let st = nix::sys::stat::fstat(&pinned)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(nix::errno::Errno::EINVAL);
+    }
+    let file = nix::fcntl::open(
+        pinned_path(pinned.as_fd()).as_c_str(),
+        OFlag::O_WRONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    nix::unistd::ftruncate(&file, size as libc::off_t)
+}
+
+/// mknodat(2): `mode` holds the type and the permission bits.
+pub fn mknod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u32) -> nix::Result<()> {
+    use nix::sys::stat::{Mode, SFlag};
+    let kind = SFlag::from_bits_truncate(mode) & SFlag::S_IFMT;
+    nix::sys::stat::mknodat(dir, name, kind, Mode::from_bits_truncate(mode), rdev.into())
 }
 
 pub fn fallocate(fd: libc::c_int, mode: i32, offset: u64, length: u64) -> io::Result<()> {
@@ -73,25 +107,28 @@ pub fn fallocate(fd: libc::c_int, mode: i32, offset: u64, length: u64) -> io::Re
     check(ret).map(drop)
 }
 
-/// Extended attribute calls that never follow a symlink.
-pub fn get_xattr(path: &CStr, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
+/// Extended attributes of the object an O_PATH descriptor pins.
+pub fn get_xattr(pinned: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
+    let path = pinned_path(pinned);
     // SAFETY: valid C strings; buffer pointer/length from xattr_call.
     xattr_call(buf, |ptr, len| unsafe {
-        libc::lgetxattr(path.as_ptr(), name.as_ptr(), ptr, len)
+        libc::getxattr(path.as_ptr(), name.as_ptr(), ptr, len)
     })
 }
 
-pub fn list_xattr(path: &CStr, buf: &mut [u8]) -> io::Result<usize> {
+pub fn list_xattr(pinned: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    let path = pinned_path(pinned);
     // SAFETY: valid C string; buffer pointer/length from xattr_call.
     xattr_call(buf, |ptr, len| unsafe {
-        libc::llistxattr(path.as_ptr(), ptr.cast(), len)
+        libc::listxattr(path.as_ptr(), ptr.cast(), len)
     })
 }
 
-pub fn set_xattr(path: &CStr, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
+pub fn set_xattr(pinned: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
+    let path = pinned_path(pinned);
     // SAFETY: valid C strings and value slice.
     let ret = unsafe {
-        libc::lsetxattr(
+        libc::setxattr(
             path.as_ptr(),
             name.as_ptr(),
             value.as_ptr().cast(),
@@ -102,7 +139,112 @@ pub fn set_xattr(path: &CStr, name: &CStr, value: &[u8], flags: i32) -> io::Resu
     check(ret).map(drop)
 }
 
-pub fn remove_xattr(path: &CStr, name: &CStr) -> io::Result<()> {
+pub fn remove_xattr(pinned: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    let path = pinned_path(pinned);
     // SAFETY: valid C strings.
-    check(unsafe { libc::lremovexattr(path.as_ptr(), name.as_ptr()) }).map(drop)
+    check(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }).map(drop)
+}
+
+/// Who made a FUSE request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Runs `create` so that what it creates belongs to `caller`: with the
+/// calling thread's file-system uid and gid switched to the caller's
+/// (setfsuid/setfsgid act on this thread only), and back afterwards.
+///
+/// Only a daemon running as root switches; otherwise everything belongs to
+/// the daemon's user anyway. The kernel has already checked the caller's
+/// permission against the attributes the view reports (the mount uses
+/// `default_permissions`, and they are the underlying ones), so the
+/// capabilities that switching the fsuid drops (CAP_DAC_OVERRIDE and the
+/// other file-system ones) are raised again for the call: the underlying
+/// file system must not decide differently, e.g. for a caller allowed in
+/// by a supplementary group this thread does not have.
+pub fn as_caller<T>(caller: Caller, create: impl FnOnce() -> T) -> T {
+    if !daemon_is_root() || (caller.uid == 0 && caller.gid == 0) {
+        return create();
+    }
+    let _switched = FsIdentity::switch(caller);
+    create()
+}
+
+fn daemon_is_root() -> bool {
+    static ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ROOT.get_or_init(|| nix::unistd::geteuid().is_root())
+}
+
+/// The thread's file-system identity while switched; restored on drop.
+struct FsIdentity;
+
+impl FsIdentity {
+    fn switch(caller: Caller) -> FsIdentity {
+        // The gid first: switching the uid away from root first would not
+        // stop setfsgid (CAP_SETGID is not a file-system capability), but
+        // this order never depends on that.
+        nix::unistd::setfsgid(nix::unistd::Gid::from_raw(caller.gid));
+        nix::unistd::setfsuid(nix::unistd::Uid::from_raw(caller.uid));
+        if let Err(err) = capabilities::raise_effective() {
+            log::warn!("cannot keep file-system capabilities for a caller-owned create: {err}");
+        }
+        FsIdentity
+    }
+}
+
+impl Drop for FsIdentity {
+    fn drop(&mut self) {
+        // Back to fsuid 0, which gives the thread its file-system
+        // capabilities back (and they were raised anyway).
+        nix::unistd::setfsuid(nix::unistd::Uid::from_raw(0));
+        nix::unistd::setfsgid(nix::unistd::Gid::from_raw(0));
+    }
+}
+
+/// capget/capset for the calling thread, which nix and libc do not wrap.
+mod capabilities {
+    use std::io;
+
+    /// _LINUX_CAPABILITY_VERSION_3: two 32-bit words per set.
+    const VERSION_3: u32 = 0x2008_0522;
+
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+
+    /// Makes the thread's effective set its permitted set.
+    pub fn raise_effective() -> io::Result<()> {
+        let mut header = Header {
+            version: VERSION_3,
+            pid: 0,
+        };
+        let mut data = [Data::default(); 2];
+        // SAFETY: capget writes two Data records for version 3, as given.
+        let got = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+        if got != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for word in &mut data {
+            word.effective = word.permitted;
+        }
+        // SAFETY: capset reads the header and two Data records, as given;
+        // pid 0 is the calling thread.
+        let set = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
+        if set != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 use super::{check, xattr_call};
 
@@ -41,56 +41,133 @@ pub fn unmount_detached(path: &CStr) -> io::Result<()> {
     check(unsafe { libc::unmount(path.as_ptr(), libc::MNT_FORCE) }).map(drop)
 }
 
-pub fn rename(from: &CStr, to: &CStr, flags: u32) -> io::Result<()> {
+/// renameat; macOS FUSE passes no rename flags.
+pub fn rename_at(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+    flags: u32,
+) -> nix::Result<()> {
     if flags != 0 {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        return Err(nix::errno::Errno::EINVAL);
     }
-    // SAFETY: valid C strings.
-    check(unsafe { libc::rename(from.as_ptr(), to.as_ptr()) }).map(drop)
+    nix::fcntl::renameat(from_dir, from, to_dir, to)
+}
+
+/// Truncates regular file `name` of `dir` to `size`, never through a
+/// symlink; a non-regular file is refused after opening it without
+/// blocking.
+pub fn truncate_at(dir: BorrowedFd<'_>, name: &CStr, size: u64) -> nix::Result<()> {
+    use nix::fcntl::OFlag;
+    let file = nix::fcntl::openat(
+        dir,
+        name,
+        OFlag::O_WRONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let st = nix::sys::stat::fstat(&file)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(nix::errno::Errno::EINVAL);
+    }
+    nix::unistd::ftruncate(&file, size as libc::off_t)
+}
+
+/// mknodat(2) (nix has no form of it for macOS): `mode` holds the type
+/// and the permission bits.
+pub fn mknod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u32) -> nix::Result<()> {
+    // SAFETY: valid descriptor and C string.
+    let ret = unsafe {
+        libc::mknodat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            mode as libc::mode_t,
+            rdev as libc::dev_t,
+        )
+    };
+    nix::errno::Errno::result(ret).map(drop)
 }
 
 pub fn fallocate(_fd: libc::c_int, _mode: i32, _offset: u64, _length: u64) -> io::Result<()> {
     Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
 }
 
-pub fn get_xattr(path: &CStr, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: valid C strings; buffer pointer/length from xattr_call.
+/// Extended attributes of the object a descriptor holds open (opened
+/// with O_SYMLINK, so a symlink is itself).
+pub fn get_xattr(pinned: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: valid descriptor and C string; buffer pointer/length from
+    // xattr_call.
     xattr_call(buf, |ptr, len| unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            ptr,
-            len,
-            0,
-            libc::XATTR_NOFOLLOW,
-        )
+        libc::fgetxattr(pinned.as_raw_fd(), name.as_ptr(), ptr, len, 0, 0)
     })
 }
 
-pub fn list_xattr(path: &CStr, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: valid C string; buffer pointer/length from xattr_call.
+pub fn list_xattr(pinned: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: valid descriptor; buffer pointer/length from xattr_call.
     xattr_call(buf, |ptr, len| unsafe {
-        libc::listxattr(path.as_ptr(), ptr.cast(), len, libc::XATTR_NOFOLLOW)
+        libc::flistxattr(pinned.as_raw_fd(), ptr.cast(), len, 0)
     })
 }
 
-pub fn set_xattr(path: &CStr, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
-    // SAFETY: valid C strings and value slice.
+pub fn set_xattr(pinned: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
+    // SAFETY: valid descriptor, C string and value slice.
     let ret = unsafe {
-        libc::setxattr(
-            path.as_ptr(),
+        libc::fsetxattr(
+            pinned.as_raw_fd(),
             name.as_ptr(),
             value.as_ptr().cast(),
             value.len(),
             0,
-            flags | libc::XATTR_NOFOLLOW,
+            flags,
         )
     };
     check(ret).map(drop)
 }
 
-pub fn remove_xattr(path: &CStr, name: &CStr) -> io::Result<()> {
-    // SAFETY: valid C strings.
-    check(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr(), libc::XATTR_NOFOLLOW) })
-        .map(drop)
+pub fn remove_xattr(pinned: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    // SAFETY: valid descriptor and C string.
+    check(unsafe { libc::fremovexattr(pinned.as_raw_fd(), name.as_ptr(), 0) }).map(drop)
+}
+
+/// Who made a FUSE request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+extern "C" {
+    /// Sets the calling thread's own credentials (libSystem; no header).
+    fn pthread_setugid_np(uid: libc::uid_t, gid: libc::gid_t) -> libc::c_int;
+}
+
+/// From <sys/kauth.h>: back to the process's credentials.
+const KAUTH_UID_NONE: libc::uid_t = !0 - 100;
+const KAUTH_GID_NONE: libc::gid_t = !0 - 100;
+
+/// Runs `create` with the calling thread's credentials switched to
+/// `caller`'s, so that what it creates belongs to the caller (only when the
+/// daemon runs as root).
+pub fn as_caller<T>(caller: Caller, create: impl FnOnce() -> T) -> T {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || (caller.uid == 0 && caller.gid == 0) {
+        return create();
+    }
+    // SAFETY: plain calls on the calling thread's credentials.
+    if unsafe { pthread_setugid_np(caller.uid, caller.gid) } != 0 {
+        log::warn!(
+            "cannot act as uid {}: {}",
+            caller.uid,
+            io::Error::last_os_error()
+        );
+        return create();
+    }
+    let result = create();
+    // SAFETY: as above; restores the process's credentials.
+    unsafe { pthread_setugid_np(KAUTH_UID_NONE, KAUTH_GID_NONE) };
+    result
 }

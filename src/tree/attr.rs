@@ -1,8 +1,8 @@
 //! Attributes as the core reports them, independent of the FUSE library.
 
-use std::fs::Metadata;
-use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::sys::stat::FileStat;
 
 pub use crate::file_kind::FileKind;
 
@@ -25,22 +25,26 @@ pub struct Attr {
 }
 
 impl Attr {
-    /// Attributes of the underlying object, shown under inode `ino`.
-    pub fn from_metadata(ino: u64, meta: &Metadata) -> Attr {
+    /// Attributes of the underlying object (its `stat`), shown under
+    /// inode `ino`.
+    // stat field widths differ between Linux and macOS.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    pub fn from_stat(ino: u64, st: &FileStat) -> Attr {
+        let mode = st.st_mode as u32;
         Attr {
             ino,
-            size: meta.size(),
-            blocks: meta.blocks(),
-            atime: time(meta.atime(), meta.atime_nsec()),
-            mtime: time(meta.mtime(), meta.mtime_nsec()),
-            ctime: time(meta.ctime(), meta.ctime_nsec()),
-            kind: FileKind::from_mode(meta.mode()),
-            perm: (meta.mode() & 0o7777) as u16,
-            nlink: meta.nlink() as u32,
-            uid: meta.uid(),
-            gid: meta.gid(),
-            rdev: meta.rdev() as u32,
-            blksize: meta.blksize() as u32,
+            size: st.st_size as u64,
+            blocks: st.st_blocks as u64,
+            atime: time(st.st_atime as i64, st.st_atime_nsec as i64),
+            mtime: time(st.st_mtime as i64, st.st_mtime_nsec as i64),
+            ctime: time(st.st_ctime as i64, st.st_ctime_nsec as i64),
+            kind: FileKind::from_mode(mode),
+            perm: (mode & 0o7777) as u16,
+            nlink: st.st_nlink as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            rdev: st.st_rdev as u32,
+            blksize: st.st_blksize as u32,
         }
     }
 

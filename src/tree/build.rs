@@ -1,39 +1,38 @@
 //! Turning a sandbox's layout into the node tree of the FUSE view.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::ffi::OsStr;
 use std::sync::Arc;
-
-use actionfs_protocol::ResolvedMapping;
 
 use super::attr::FileKind;
 use super::name::Name;
-use super::node::{Node, Origin, Underlying};
-use crate::layout::{self, Entry};
+use super::node::{Location, Node, Origin};
+use crate::layout::{Entry, Mapped};
 
-/// Builds the directory tree described by `mappings`, rooted at `/`.
-pub fn build_tree(mappings: &[ResolvedMapping], mount_point: &Path) -> Result<Arc<Node>, String> {
-    let mut dirs = HashMap::new();
-    Ok(into_node(
-        layout::plan(mappings, mount_point)?,
-        Origin::Virtual,
-        false,
-        &mut dirs,
-    ))
+/// Builds the directory tree a layout describes, rooted at `/`.
+pub fn tree_of(plan: Entry) -> Arc<Node> {
+    into_node(plan, Origin::Virtual, false)
 }
 
-/// Turns a layout entry into nodes. `origin` and `inherited_writable` apply when
-/// the entry is not mapped itself (a directory leading to mappings).
-/// `dirs` shares underlying directories between the nodes.
-fn into_node(
-    entry: Entry,
-    origin: Origin,
-    inherited_writable: bool,
-    dirs: &mut HashMap<PathBuf, Arc<Path>>,
-) -> Arc<Node> {
-    let (origin, writable, kind) = match entry.mapped {
+/// Where a mapped object is found: a directory is its own anchor, anything
+/// else is its last name in the anchored directory.
+fn location(mapped: &Mapped) -> Location {
+    let name = match mapped.kind {
+        FileKind::Directory => OsStr::new(""),
+        _ => mapped.underlying.file_name().unwrap_or_default(),
+    };
+    Location {
+        anchor: mapped.anchor.clone(),
+        name: Name::new(name),
+    }
+}
+
+/// Turns a layout entry into nodes. `origin` and `inherited_writable`
+/// apply when the entry is not mapped itself (a directory leading to
+/// mappings).
+fn into_node(entry: Entry, origin: Origin, inherited_writable: bool) -> Arc<Node> {
+    let (origin, writable, kind) = match &entry.mapped {
         Some(mapped) => (
-            Origin::Mapped(Underlying::new(&mapped.underlying, dirs)),
+            Origin::Mapped(location(mapped)),
             mapped.writable,
             mapped.kind,
         ),
@@ -59,7 +58,7 @@ fn into_node(
                 } else {
                     Origin::Virtual
                 };
-                let node = into_node(child, child_origin, has_underlying && writable, dirs);
+                let node = into_node(child, child_origin, has_underlying && writable);
                 (name, node)
             })
             .collect::<Vec<_>>();

@@ -5,19 +5,21 @@
 //! caller's write(2) returns.
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
-use super::errno::{Errno, FsResult};
+use nix::fcntl::OFlag;
+use nix::sys::stat::FileStat;
+
+use super::error::{Errno, FsError, FsResult};
 use super::handles::OpenFile;
-use super::{c_path, SandboxFs};
-use crate::sys::check;
+use super::namespace::require_object;
+use super::SandboxFs;
 
 /// Open flags passed on to the underlying file; the rest (O_CREAT, O_EXCL,
 /// O_DIRECT, O_NOATIME, ...) is either handled by the kernel or would change
 /// how the daemon, not the caller, sees the file.
-const PASSED_FLAGS: i32 = libc::O_ACCMODE
+pub(super) const PASSED_FLAGS: i32 = libc::O_ACCMODE
     | libc::O_APPEND
     | libc::O_TRUNC
     | libc::O_EXCL
@@ -26,30 +28,17 @@ const PASSED_FLAGS: i32 = libc::O_ACCMODE
     | libc::O_DSYNC
     | libc::O_NONBLOCK;
 
-/// Opens an underlying file without following a symlink in its last
-/// component.
-pub(super) fn open_underlying(path: &Path, flags: i32, mode: u32) -> FsResult<File> {
-    let c = c_path(path)?;
-    let flags = (flags & PASSED_FLAGS) | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: valid C string; the fd is owned by the File below.
-    let fd = check(unsafe { libc::open(c.as_ptr(), flags, mode as libc::c_uint) })?;
-    // SAFETY: fd was just opened and is owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
-}
-
 /// A fingerprint of a file's identity and version; never 0.
-fn identity(meta: &std::fs::Metadata) -> u64 {
+fn identity(st: &FileStat) -> u64 {
     use std::hash::{Hash, Hasher};
-    use std::os::unix::fs::MetadataExt;
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     (
-        meta.dev(),
-        meta.ino(),
-        meta.size(),
-        meta.mtime(),
-        meta.mtime_nsec(),
-        meta.ctime(),
-        meta.ctime_nsec(),
+        file_id(st),
+        st.st_size,
+        st.st_mtime,
+        st.st_mtime_nsec,
+        st.st_ctime,
+        st.st_ctime_nsec,
     )
         .hash(&mut hasher);
     hasher.finish() | 1
@@ -66,9 +55,15 @@ pub struct Opened {
     pub file_id: (u64, u64),
 }
 
-fn file_id(meta: &std::fs::Metadata) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
-    (meta.dev(), meta.ino())
+/// (device, inode) of a stat result.
+// dev_t and ino_t differ in width between platforms.
+#[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+pub(super) fn file_id(st: &FileStat) -> (u64, u64) {
+    (st.st_dev as u64, st.st_ino as u64)
+}
+
+fn fstat(file: &File) -> FsResult<FileStat> {
+    nix::sys::stat::fstat(file).map_err(|e| FsError::call("fstat", e))
 }
 
 impl SandboxFs {
@@ -76,24 +71,25 @@ impl SandboxFs {
         let node = self.node(ino)?;
         let wants_write = (flags & libc::O_ACCMODE) != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         if wants_write && !node.is_writable() {
-            return Err(Errno::EPERM);
+            return Err(Errno::EPERM.into());
         }
         if node.is_dir() {
-            return Err(Errno(libc::EISDIR));
+            return Err(Errno::EISDIR.into());
         }
-        let file = open_underlying(&node.require_path()?, flags & !libc::O_CREAT, 0)?;
+        let flags = OFlag::from_bits_truncate(flags & PASSED_FLAGS & !libc::O_CREAT);
+        let file = require_object(&node)?.open(flags)?;
         // Cached pages stay valid only if this is the file opened last
         // time: an input replaced behind our back must not show old bytes.
-        let meta = file.metadata()?;
-        let keep_cache = !node.is_writable() && node.reopened_same(identity(&meta));
+        let st = fstat(&file)?;
+        let keep_cache = !node.is_writable() && node.reopened_same(identity(&st));
         let fh = self.files.insert(OpenFile {
             file,
-            writable: (flags & libc::O_ACCMODE) != libc::O_RDONLY,
+            writable: (flags.bits() & libc::O_ACCMODE) != libc::O_RDONLY,
         });
         Ok(Opened {
             fh,
             keep_cache,
-            file_id: file_id(&meta),
+            file_id: file_id(&st),
         })
     }
 
@@ -105,7 +101,7 @@ impl SandboxFs {
 
     /// Reads up to `size` bytes at `offset`; fewer only at end of file.
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        let open = self.files.get(fh).ok_or(Errno::EBADF)?;
+        let open = self.files.get(fh).ok_or(FsError::refused(Errno::EBADF))?;
         let mut buf = vec![0; size as usize];
         let mut filled = 0;
         while filled < buf.len() {
@@ -116,7 +112,7 @@ impl SandboxFs {
                 Ok(0) => break,
                 Ok(n) => filled += n,
                 Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(err) => return Err(err.into()),
+                Err(err) => return Err(FsError::call("pread", err)),
             }
         }
         buf.truncate(filled);
@@ -124,45 +120,47 @@ impl SandboxFs {
     }
 
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
-        let open = self.files.get(fh).ok_or(Errno::EBADF)?;
+        let open = self.files.get(fh).ok_or(FsError::refused(Errno::EBADF))?;
         if !open.writable {
-            return Err(Errno::EBADF);
+            return Err(Errno::EBADF.into());
         }
-        open.file.write_all_at(data, offset)?;
+        open.file
+            .write_all_at(data, offset)
+            .map_err(|e| FsError::call("pwrite", e))?;
         Ok(data.len() as u32)
     }
 
     pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
-        let open = self.files.get(fh).ok_or(Errno::EBADF)?;
-        if datasync {
-            open.file.sync_data()?;
+        let open = self.files.get(fh).ok_or(FsError::refused(Errno::EBADF))?;
+        let synced = if datasync {
+            open.file.sync_data()
         } else {
-            open.file.sync_all()?;
-        }
-        Ok(())
+            open.file.sync_all()
+        };
+        synced.map_err(|e| FsError::call("fsync", e))
     }
 
     pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> FsResult<()> {
-        let open = self.files.get(fh).ok_or(Errno::EBADF)?;
+        let open = self.files.get(fh).ok_or(FsError::refused(Errno::EBADF))?;
         if !open.writable {
-            return Err(Errno::EBADF);
+            return Err(Errno::EBADF.into());
         }
-        crate::sys::fallocate(open.file.as_raw_fd(), mode, offset, length)?;
-        Ok(())
+        crate::sys::fallocate(open.file.as_raw_fd(), mode, offset, length)
+            .map_err(|e| FsError::call("fallocate", e))
     }
 
-    /// A file created through the mount, opened: see [`SandboxFs::create`].
-    pub(super) fn register_created(&self, file: File, flags: i32) -> FsResult<Opened> {
-        let meta = file.metadata()?;
+    /// A file created through the mount, opened with `flags`: see
+    /// [`SandboxFs::create`].
+    pub(super) fn register_created(&self, file: File, flags: i32, st: &FileStat) -> Opened {
         let fh = self.files.insert(OpenFile {
             file,
             writable: (flags & libc::O_ACCMODE) != libc::O_RDONLY,
         });
-        Ok(Opened {
+        Opened {
             fh,
             keep_cache: false,
-            file_id: file_id(&meta),
-        })
+            file_id: file_id(st),
+        }
     }
 
     pub fn release(&self, fh: u64) {

@@ -1,19 +1,21 @@
 //! The file-system core: the tree of sandboxes, the inode table and the open
 //! handles, with one method per file-system operation.
 //!
-//! Nothing here knows about FUSE: the shell in `fuse_shell.rs` translates
+//! Nothing here knows about FUSE: the shell in `src/fuse/` translates
 //! kernel requests into these calls, and tests call them directly without a
-//! mount. Every method returns an [`Errno`] on failure.
+//! mount. Every method returns an [`FsError`] on failure.
 //!
 //! The operations are grouped by concern:
 //! - `namespace`: lookup, forget, attributes, listing (reading the tree);
 //! - `mutate`: creating, removing, renaming, changing attributes;
 //! - `io`: open files, reads and writes;
-//! - `xattr`: extended attributes.
+//! - `xattr`: extended attributes;
+//! - `underlying`: how a node reaches its underlying object, never through
+//!   a symlink below a mapping's root (docs/SECURITY.md).
 
 mod attr;
 mod build;
-mod errno;
+mod error;
 mod handles;
 mod inodes;
 mod io;
@@ -22,19 +24,21 @@ mod name;
 mod namespace;
 mod node;
 mod reaper;
+mod underlying;
 mod xattr;
 
 use std::collections::HashSet;
-use std::ffi::{CString, OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use actionfs_protocol::{validate_sandbox_id, ResolvedMapping};
+use actionfs_protocol::{validate_sandbox_id, ResolveError, ResolvedMapping};
 use parking_lot::Mutex;
 
+pub use crate::sys::Caller;
 pub use attr::{Attr, FileKind};
-pub use errno::{Errno, FsResult};
+pub use error::{Errno, FsError, FsResult};
 pub use handles::{DirEntry, OpenFile};
 pub use inodes::ROOT_INO;
 pub use io::Opened;
@@ -73,6 +77,38 @@ pub struct FsConfig {
     pub xattrs: bool,
 }
 
+/// Why a sandbox cannot be created or destroyed; the text is the answer
+/// the client gets.
+#[derive(Debug)]
+pub enum SandboxError {
+    InvalidId(ResolveError),
+    Exists(String),
+    Missing(String),
+    Layout {
+        id: String,
+        error: crate::layout::PlanError,
+    },
+    /// The id is the name of a `--mapping` at the root.
+    HidesMapping(String),
+}
+
+impl fmt::Display for SandboxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SandboxError::InvalidId(err) => write!(f, "{err}"),
+            SandboxError::Exists(id) => write!(f, "sandbox {id:?} already exists"),
+            SandboxError::Missing(id) => write!(f, "sandbox {id:?} does not exist"),
+            SandboxError::Layout { id, error } => write!(f, "sandbox {id:?}: {error}"),
+            SandboxError::HidesMapping(id) => write!(
+                f,
+                "sandbox {id:?} would hide the mapping of the same name at the root"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SandboxError {}
+
 /// The whole view.
 pub struct SandboxFs {
     config: FsConfig,
@@ -87,8 +123,11 @@ pub struct SandboxFs {
 
 impl SandboxFs {
     /// A view whose root holds `initial` mappings (the `--mapping` flags).
-    pub fn new(config: FsConfig, initial: &[ResolvedMapping]) -> Result<SandboxFs, String> {
-        let root = build::build_tree(initial, &config.mount_point)?;
+    pub fn new(
+        config: FsConfig,
+        initial: &[ResolvedMapping],
+    ) -> Result<SandboxFs, crate::layout::PlanError> {
+        let root = build::tree_of(crate::layout::plan(initial, &config.mount_point, None)?);
         Ok(SandboxFs {
             config,
             inodes: InodeTable::new(root.clone()),
@@ -125,28 +164,52 @@ impl SandboxFs {
 
     /// Creates sandbox `id` at the top of the view. On error nothing has
     /// changed.
-    pub fn create_sandbox(&self, id: &str, mappings: &[ResolvedMapping]) -> Result<(), String> {
-        validate_sandbox_id(id).map_err(|err| err.to_string())?;
+    pub fn create_sandbox(
+        &self,
+        id: &str,
+        mappings: &[ResolvedMapping],
+    ) -> Result<(), SandboxError> {
+        validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
         if self.has_sandbox(id) {
-            return Err(format!("sandbox {id:?} already exists"));
+            return Err(SandboxError::Exists(id.to_owned()));
         }
-        let tree = build::build_tree(mappings, &self.config.mount_point)
-            .map_err(|problem| format!("sandbox {id:?}: {problem}"))?;
-        self.insert_sandbox(id, tree)?;
-        if mappings.len() >= TRIM_AFTER_MAPPINGS {
+        let plan =
+            crate::layout::plan(mappings, &self.config.mount_point, Some(id)).map_err(|error| {
+                SandboxError::Layout {
+                    id: id.to_owned(),
+                    error,
+                }
+            })?;
+        self.create_planned(id, plan)
+    }
+
+    /// Creates sandbox `id` (a valid id) from its layout. On error nothing
+    /// has changed.
+    pub fn create_planned(&self, id: &str, plan: crate::layout::Entry) -> Result<(), SandboxError> {
+        let large = plan.mapping_count() >= TRIM_AFTER_MAPPINGS;
+        self.insert_sandbox(id, build::tree_of(plan))?;
+        if large {
             reaper::trim_soon();
         }
         Ok(())
     }
 
     /// Creates sandbox `id` as a symlink to a sandbox built outside the
-    /// view: `link` is a symlink on disk, shown as it is.
-    pub fn create_sandbox_link(&self, id: &str, link: &Path) -> Result<(), String> {
-        validate_sandbox_id(id).map_err(|err| err.to_string())?;
+    /// view: entry `name` of `dir`, a symlink on disk, shown as it is.
+    pub fn create_sandbox_link(
+        &self,
+        id: &str,
+        dir: Arc<crate::dirfd::Anchor>,
+        name: &OsStr,
+    ) -> Result<(), SandboxError> {
+        validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
         let node = Arc::new(Node::new(
             FileKind::Symlink,
             false,
-            node::Origin::Mapped(node::Underlying::new(link, &mut Default::default())),
+            node::Origin::Mapped(node::Location {
+                anchor: dir,
+                name: name::Name::new(name),
+            }),
         ));
         self.insert_sandbox(id, node)
     }
@@ -155,18 +218,16 @@ impl SandboxFs {
         self.sandboxes.lock().contains(OsStr::new(id))
     }
 
-    fn insert_sandbox(&self, id: &str, tree: Arc<Node>) -> Result<(), String> {
+    fn insert_sandbox(&self, id: &str, tree: Arc<Node>) -> Result<(), SandboxError> {
         let name = OsString::from(id);
         {
             let mut sandboxes = self.sandboxes.lock();
             if sandboxes.contains(&name) {
-                return Err(format!("sandbox {id:?} already exists"));
+                return Err(SandboxError::Exists(id.to_owned()));
             }
             let root = self.root.dir().expect("the root is a directory");
             if root.insert_explicit(&name, tree).is_err() {
-                return Err(format!(
-                    "sandbox {id:?} would hide the mapping of the same name at the root"
-                ));
+                return Err(SandboxError::HidesMapping(id.to_owned()));
             }
             sandboxes.insert(name.clone());
         }
@@ -179,13 +240,13 @@ impl SandboxFs {
 
     /// Removes sandbox `id`. When this returns, the kernel has been told to
     /// forget the name, so it is gone from view.
-    pub fn destroy_sandbox(&self, id: &str) -> Result<(), String> {
+    pub fn destroy_sandbox(&self, id: &str) -> Result<(), SandboxError> {
         let name = OsString::from(id);
         let removed;
         {
             let mut sandboxes = self.sandboxes.lock();
             if !sandboxes.remove(&name) {
-                return Err(format!("sandbox {id:?} does not exist"));
+                return Err(SandboxError::Missing(id.to_owned()));
             }
             let root = self.root.dir().expect("the root is a directory");
             removed = root.remove_explicit(&name);
@@ -236,13 +297,8 @@ impl SandboxFs {
     }
 
     fn node(&self, ino: u64) -> FsResult<Arc<Node>> {
-        self.inodes.get(ino).ok_or(Errno::ESTALE)
+        self.inodes.get(ino).ok_or(FsError::refused(Errno::ESTALE))
     }
-}
-
-/// A path as a C string for libc calls.
-fn c_path(path: &Path) -> FsResult<CString> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)
 }
 
 #[cfg(test)]

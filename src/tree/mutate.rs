@@ -3,21 +3,31 @@
 //!
 //! Every change goes straight to the underlying object, so whatever an
 //! action writes is on disk when its system call returns. Read-only nodes,
-//! virtual directories and names fixed by mappings answer EPERM.
+//! virtual directories and names fixed by mappings answer EPERM. Every
+//! call is relative to the directory resolved beneath the mapping's anchor
+//! and never follows a symlink (see `underlying`). New objects belong to
+//! the caller when the daemon runs as root ([`crate::sys::as_caller`]).
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{FchmodatFlags, Mode, UtimensatFlags};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{Gid, Uid, UnlinkatFlags};
+
 use super::attr::{Attr, FileKind};
-use super::errno::{Errno, FsResult};
+use super::error::{Errno, FsError, FsResult};
 use super::io::Opened;
 use super::name::Name;
+use super::namespace::{backing_dir, require_object};
 use super::node::{Node, Origin};
-use super::{c_path, SandboxFs};
-use crate::sys::check;
+use super::underlying::{self, UDir};
+use super::SandboxFs;
+use crate::dirfd::kind_of;
+use crate::sys::{as_caller, Caller};
 
 /// A new access or modification time.
 #[derive(Clone, Copy, Debug)]
@@ -40,23 +50,23 @@ pub struct SetAttr {
 }
 
 impl SandboxFs {
-    /// The directory node and underlying path where entry `name` of `parent`
-    /// may be created, removed or renamed.
-    fn mutable_entry(&self, parent: u64, name: &OsStr) -> FsResult<(Arc<Node>, PathBuf)> {
+    /// The directory node and underlying directory where entry `name` of
+    /// `parent` may be created, removed or renamed.
+    fn mutable_dir(&self, parent: u64, name: &OsStr) -> FsResult<(Arc<Node>, UDir)> {
         let node = self.node(parent)?;
         let dir = node.dir()?;
         if !node.is_writable() || dir.has_explicit(name) {
-            return Err(Errno::EPERM);
+            return Err(Errno::EPERM.into());
         }
-        let path = super::namespace::backing_dir(&node)?.ok_or(Errno::EPERM)?;
-        Ok((node, path.join(name)))
+        let backing = backing_dir(&node)?.ok_or(FsError::refused(Errno::EPERM))?;
+        Ok((node, backing))
     }
 
     /// Records a new underlying entry as a discovered child of `parent` and
     /// counts the kernel's lookup of it.
-    fn adopt(&self, parent: &Arc<Node>, name: &OsStr, attr_source: &std::fs::Metadata) -> Attr {
+    fn adopt(&self, parent: &Arc<Node>, name: &OsStr, st: &nix::sys::stat::FileStat) -> Attr {
         let node = Arc::new(Node::new(
-            FileKind::from_std(attr_source.file_type()),
+            kind_of(st),
             parent.is_writable(),
             Origin::Child {
                 parent: Arc::downgrade(parent),
@@ -69,53 +79,72 @@ impl SandboxFs {
                 .insert(name.to_owned(), node.clone());
         }
         let ino = self.inodes.remember(&node);
-        Attr::from_metadata(ino, attr_source)
+        Attr::from_stat(ino, st)
     }
 
-    /// Adopts the entry just made at `path` (lstat for its attributes).
-    fn adopt_made(&self, parent: &Arc<Node>, name: &OsStr, path: &Path) -> FsResult<Attr> {
-        Ok(self.adopt(parent, name, &std::fs::symlink_metadata(path)?))
+    /// Adopts entry `name` just made in `dir` (lstat for its attributes).
+    fn adopt_made(&self, parent: &Arc<Node>, dir: &UDir, name: &OsStr) -> FsResult<Attr> {
+        Ok(self.adopt(parent, name, &dir.stat_entry(name)?))
     }
 
     /// Removes entry `name` of `parent` (a directory with rmdir(2), else
     /// unlink(2)) and drops its node from the parent's cache.
     fn remove_entry(&self, parent: u64, name: &OsStr, is_dir: bool) -> FsResult<()> {
-        let (dir, path) = self.mutable_entry(parent, name)?;
-        let c = c_path(&path)?;
-        // SAFETY: valid C string.
-        check(unsafe {
-            if is_dir {
-                libc::rmdir(c.as_ptr())
-            } else {
-                libc::unlink(c.as_ptr())
-            }
-        })?;
-        if let Ok(dir) = dir.dir() {
+        let (node, dir) = self.mutable_dir(parent, name)?;
+        let (syscall, flags) = if is_dir {
+            ("unlinkat(AT_REMOVEDIR)", UnlinkatFlags::RemoveDir)
+        } else {
+            ("unlinkat", UnlinkatFlags::NoRemoveDir)
+        };
+        dir.at(syscall, name, |fd, c| nix::unistd::unlinkat(fd, c, flags))?;
+        if let Ok(dir) = node.dir() {
             dir.discovered().lock().remove(name);
         }
         Ok(())
     }
 
-    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32) -> FsResult<Attr> {
-        let (dir, path) = self.mutable_entry(parent, name)?;
-        let c = c_path(&path)?;
-        // SAFETY: valid C string.
-        check(unsafe { libc::mkdir(c.as_ptr(), mode as libc::mode_t) })?;
-        self.adopt_made(&dir, name, &path)
+    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, caller: Caller) -> FsResult<Attr> {
+        let (node, dir) = self.mutable_dir(parent, name)?;
+        let mode = Mode::from_bits_truncate(mode as _);
+        as_caller(caller, || {
+            dir.at("mkdirat", name, |fd, c| {
+                nix::sys::stat::mkdirat(fd, c, mode)
+            })
+        })?;
+        self.adopt_made(&node, &dir, name)
     }
 
-    pub fn mknod(&self, parent: u64, name: &OsStr, mode: u32, rdev: u32) -> FsResult<Attr> {
-        let (dir, path) = self.mutable_entry(parent, name)?;
-        let c = c_path(&path)?;
-        // SAFETY: valid C string.
-        check(unsafe { libc::mknod(c.as_ptr(), mode as libc::mode_t, rdev as libc::dev_t) })?;
-        self.adopt_made(&dir, name, &path)
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+        caller: Caller,
+    ) -> FsResult<Attr> {
+        let (node, dir) = self.mutable_dir(parent, name)?;
+        as_caller(caller, || {
+            dir.at("mknodat", name, |fd, c| {
+                crate::sys::mknod_at(fd, c, mode, rdev)
+            })
+        })?;
+        self.adopt_made(&node, &dir, name)
     }
 
-    pub fn symlink(&self, parent: u64, name: &OsStr, target: &Path) -> FsResult<Attr> {
-        let (dir, path) = self.mutable_entry(parent, name)?;
-        std::os::unix::fs::symlink(target, &path)?;
-        self.adopt_made(&dir, name, &path)
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        target: &Path,
+        caller: Caller,
+    ) -> FsResult<Attr> {
+        let (node, dir) = self.mutable_dir(parent, name)?;
+        as_caller(caller, || {
+            dir.at("symlinkat", name, |fd, c| {
+                nix::unistd::symlinkat(target, fd, c)
+            })
+        })?;
+        self.adopt_made(&node, &dir, name)
     }
 
     /// Creates and opens a file. Returns its attributes and handle.
@@ -125,11 +154,14 @@ impl SandboxFs {
         name: &OsStr,
         mode: u32,
         flags: i32,
+        caller: Caller,
     ) -> FsResult<(Attr, Opened)> {
-        let (dir, path) = self.mutable_entry(parent, name)?;
-        let file = super::io::open_underlying(&path, flags | libc::O_CREAT, mode)?;
-        let attr = self.adopt(&dir, name, &file.metadata()?);
-        let opened = self.register_created(file, flags)?;
+        let (node, dir) = self.mutable_dir(parent, name)?;
+        let flags = OFlag::from_bits_truncate(flags & super::io::PASSED_FLAGS);
+        let file = as_caller(caller, || dir.create_file(name, flags, mode))?;
+        let st = nix::sys::stat::fstat(&file).map_err(|e| FsError::call("fstat", e))?;
+        let attr = self.adopt(&node, name, &st);
+        let opened = self.register_created(file, flags.bits(), &st);
         Ok((attr, opened))
     }
 
@@ -138,13 +170,18 @@ impl SandboxFs {
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> FsResult<Attr> {
         let source = self.node(ino)?;
         if !source.is_writable() {
-            return Err(Errno::EPERM);
+            return Err(Errno::EPERM.into());
         }
-        let source_path = source.require_path()?;
-        let (dir, path) = self.mutable_entry(newparent, newname)?;
+        let source = require_object(&source)?;
+        let (node, dir) = self.mutable_dir(newparent, newname)?;
+        if !underlying::same_tree(source.dir(), &dir) {
+            return Err(Errno::EXDEV.into());
+        }
         // linkat without AT_SYMLINK_FOLLOW: links the symlink itself.
-        std::fs::hard_link(&source_path, &path)?;
-        self.adopt_made(&dir, newname, &path)
+        dir.at("linkat", newname, |fd, c| {
+            nix::unistd::linkat(source.dir().fd(), source.name(), fd, c, AtFlags::empty())
+        })?;
+        self.adopt_made(&node, &dir, newname)
     }
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> FsResult<()> {
@@ -166,15 +203,17 @@ impl SandboxFs {
         newname: &OsStr,
         flags: u32,
     ) -> FsResult<()> {
-        let (from_dir, from) = self.mutable_entry(parent, name)?;
-        let (to_dir, to) = self.mutable_entry(newparent, newname)?;
-        if from_dir.mapping_root() != to_dir.mapping_root() {
-            return Err(Errno::EXDEV);
+        let (from_node, from) = self.mutable_dir(parent, name)?;
+        let (to_node, to) = self.mutable_dir(newparent, newname)?;
+        if !underlying::same_tree(&from, &to) {
+            return Err(Errno::EXDEV.into());
         }
-        let (from_c, to_c) = (c_path(&from)?, c_path(&to)?);
-        crate::sys::rename(&from_c, &to_c, flags)?;
+        from.at("renameat2", name, |from_fd, from_c| {
+            let to_c = crate::dirfd::c_name(newname).map_err(|_| nix::errno::Errno::EINVAL)?;
+            crate::sys::rename_at(from_fd, from_c, to.fd(), &to_c, flags)
+        })?;
         let exchange = crate::sys::is_exchange(flags);
-        move_discovered(&from_dir, name, &to_dir, newname, exchange);
+        move_discovered(&from_node, name, &to_node, newname, exchange);
         Ok(())
     }
 
@@ -182,73 +221,70 @@ impl SandboxFs {
     pub fn setattr(&self, ino: u64, change: &SetAttr) -> FsResult<Attr> {
         let node = self.node(ino)?;
         if !node.is_writable() {
-            return Err(Errno::EPERM);
+            return Err(Errno::EPERM.into());
         }
         let open = change.fh.and_then(|fh| self.files.get(fh));
-        let path = node.require_path()?;
-        let c = c_path(&path)?;
+        let object = require_object(&node)?;
         if let Some(mode) = change.mode {
             // chmod(2) follows symlinks, which could reach outside the view.
             if node.kind() == FileKind::Symlink {
-                return Err(Errno(libc::EOPNOTSUPP));
+                return Err(Errno::EOPNOTSUPP.into());
             }
-            // SAFETY: valid fd or C string.
-            check(unsafe {
-                match &open {
-                    Some(f) => libc::fchmod(f.file.as_raw_fd(), mode as libc::mode_t),
-                    None => libc::chmod(c.as_ptr(), mode as libc::mode_t),
+            let mode = Mode::from_bits_truncate(mode as _);
+            match &open {
+                Some(f) => {
+                    nix::sys::stat::fchmod(&f.file, mode).map_err(|e| FsError::call("fchmod", e))?
                 }
-            })?;
+                None => object.at("fchmodat", |fd, c| {
+                    nix::sys::stat::fchmodat(fd, c, mode, FchmodatFlags::NoFollowSymlink)
+                })?,
+            }
         }
         if change.uid.is_some() || change.gid.is_some() {
-            let uid = change.uid.unwrap_or(u32::MAX);
-            let gid = change.gid.unwrap_or(u32::MAX);
-            // SAFETY: valid C string; -1 leaves an id unchanged.
-            check(unsafe { libc::lchown(c.as_ptr(), uid, gid) })?;
+            let uid = change.uid.map(Uid::from_raw);
+            let gid = change.gid.map(Gid::from_raw);
+            object.at("fchownat", |fd, c| {
+                nix::unistd::fchownat(fd, c, uid, gid, AtFlags::AT_SYMLINK_NOFOLLOW)
+            })?;
         }
         if let Some(size) = change.size {
             match &open {
-                Some(f) => f.file.set_len(size)?,
+                Some(f) => f
+                    .file
+                    .set_len(size)
+                    .map_err(|e| FsError::call("ftruncate", e))?,
                 None if node.kind() == FileKind::RegularFile => {
-                    // SAFETY: valid C string; a regular file cannot redirect.
-                    check(unsafe { libc::truncate(c.as_ptr(), size as libc::off_t) })?;
+                    object.at("truncate", |fd, c| crate::sys::truncate_at(fd, c, size))?
                 }
-                None if node.is_dir() => return Err(Errno(libc::EISDIR)),
-                None => return Err(Errno::EINVAL),
+                None if node.is_dir() => return Err(Errno::EISDIR.into()),
+                None => return Err(Errno::EINVAL.into()),
             }
         }
         if change.atime.is_some() || change.mtime.is_some() {
-            let times = [timespec(change.atime), timespec(change.mtime)];
-            // SAFETY: valid C string and a two-element timespec array.
-            check(unsafe {
-                libc::utimensat(
-                    libc::AT_FDCWD,
-                    c.as_ptr(),
-                    times.as_ptr(),
-                    libc::AT_SYMLINK_NOFOLLOW,
-                )
+            let (atime, mtime) = (timespec(change.atime), timespec(change.mtime));
+            object.at("utimensat", |fd, c| {
+                nix::sys::stat::utimensat(fd, c, &atime, &mtime, UtimensatFlags::NoFollowSymlink)
             })?;
         }
         match &open {
-            Some(f) => Ok(Attr::from_metadata(ino, &f.file.metadata()?)),
+            Some(f) => {
+                let st = nix::sys::stat::fstat(&f.file).map_err(|e| FsError::call("fstat", e))?;
+                Ok(Attr::from_stat(ino, &st))
+            }
             None => self.attr_of(&node, ino),
         }
     }
 }
 
-fn timespec(time: Option<SetTime>) -> libc::timespec {
-    let (tv_sec, tv_nsec) = match time {
-        None => (0, libc::UTIME_OMIT),
-        Some(SetTime::Now) => (0, libc::UTIME_NOW),
+fn timespec(time: Option<SetTime>) -> TimeSpec {
+    match time {
+        None => TimeSpec::UTIME_OMIT,
+        Some(SetTime::Now) => TimeSpec::UTIME_NOW,
         Some(SetTime::At(at)) => match at.duration_since(UNIX_EPOCH) {
-            Ok(d) => (
-                d.as_secs() as libc::time_t,
-                d.subsec_nanos() as libc::c_long,
-            ),
-            Err(before) => (-(before.duration().as_secs() as libc::time_t), 0),
+            Ok(d) => TimeSpec::new(d.as_secs() as _, d.subsec_nanos() as _),
+            Err(before) => TimeSpec::new(-(before.duration().as_secs() as i64) as _, 0),
         },
-    };
-    libc::timespec { tv_sec, tv_nsec }
+    }
 }
 
 /// Moves the discovered node `name` of `from` to `newname` of `to` after a

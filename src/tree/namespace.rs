@@ -2,18 +2,18 @@
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::io::ErrorKind;
-use std::os::unix::fs::DirEntryExt;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use super::attr::{Attr, FileKind};
-use super::errno::{Errno, FsResult};
+use super::error::{Errno, FsError, FsResult};
 use super::handles::{DirEntry, OpenDir};
 use super::inodes::ROOT_INO;
 use super::name::Name;
 use super::node::{Node, Origin};
-use super::{c_path, SandboxFs};
-use crate::sys::check;
+use super::underlying::{self, UDir, UObj};
+use super::SandboxFs;
+use crate::dirfd::kind_of;
 
 /// File-system statistics, as `statfs(2)` shows them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,19 +38,19 @@ impl SandboxFs {
             self.inodes.remember(&child);
             return Ok(attr);
         }
-        let Some(dir_path) = backing_dir(&parent)? else {
-            return Err(Errno::ENOENT);
+        let Some(backing) = backing_dir(&parent)? else {
+            return Err(Errno::ENOENT.into());
         };
-        let meta = match std::fs::symlink_metadata(dir_path.join(name)) {
-            Ok(meta) => meta,
+        let st = match backing.stat_entry(name) {
+            Ok(st) => st,
             Err(err) => {
-                if err.kind() == ErrorKind::NotFound {
+                if err.errno() == Errno::ENOENT {
                     dir.discovered().lock().remove(name);
                 }
-                return Err(err.into());
+                return Err(err);
             }
         };
-        let kind = FileKind::from_std(meta.file_type());
+        let kind = kind_of(&st);
         let child = {
             let mut discovered = dir.discovered().lock();
             match discovered.get(name) {
@@ -71,7 +71,7 @@ impl SandboxFs {
             }
         };
         let ino = self.inodes.remember(&child);
-        Ok(Attr::from_metadata(ino, &meta))
+        Ok(Attr::from_stat(ino, &st))
     }
 
     /// The kernel dropped `count` lookups of `ino`.
@@ -98,7 +98,8 @@ impl SandboxFs {
 
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
         if let Some(file) = fh.and_then(|fh| self.files.get(fh)) {
-            return Ok(Attr::from_metadata(ino, &file.file.metadata()?));
+            let st = nix::sys::stat::fstat(&file.file).map_err(|e| FsError::call("fstat", e))?;
+            return Ok(Attr::from_stat(ino, &st));
         }
         let node = self.node(ino)?;
         self.attr_of(&node, ino)
@@ -106,19 +107,23 @@ impl SandboxFs {
 
     /// Attributes of `node`, shown under `ino`.
     pub(super) fn attr_of(&self, node: &Node, ino: u64) -> FsResult<Attr> {
-        let Some(path) = node.underlying_path()? else {
-            return Ok(self.virtual_attr(node, ino));
-        };
-        match std::fs::symlink_metadata(&path) {
-            Ok(meta) if !node.is_dir() || meta.is_dir() => Ok(Attr::from_metadata(ino, &meta)),
+        let scaffold = is_scaffold(node);
+        let object = match underlying::object(node) {
+            Ok(Some(object)) => object,
+            Ok(None) => return Ok(self.virtual_attr(node, ino)),
             // A directory made up for nested mappings whose underlying
             // counterpart is missing (or not a directory) stays virtual.
-            Ok(_) if is_scaffold(node) => Ok(self.virtual_attr(node, ino)),
-            Ok(_) => Err(Errno::ENOTDIR),
-            Err(err) if err.kind() == ErrorKind::NotFound && is_scaffold(node) => {
-                Ok(self.virtual_attr(node, ino))
+            Err(err) if scaffold && is_absent(&err) => return Ok(self.virtual_attr(node, ino)),
+            Err(err) => return Err(err),
+        };
+        match object.stat() {
+            Ok(st) if !node.is_dir() || kind_of(&st) == FileKind::Directory => {
+                Ok(Attr::from_stat(ino, &st))
             }
-            Err(err) => Err(err.into()),
+            Ok(_) if scaffold => Ok(self.virtual_attr(node, ino)),
+            Ok(_) => Err(Errno::ENOTDIR.into()),
+            Err(err) if scaffold && is_absent(&err) => Ok(self.virtual_attr(node, ino)),
+            Err(err) => Err(err),
         }
     }
 
@@ -131,14 +136,11 @@ impl SandboxFs {
     }
 
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
-        use std::os::unix::ffi::OsStringExt;
         let node = self.node(ino)?;
         if node.kind() != FileKind::Symlink {
-            return Err(Errno::EINVAL);
+            return Err(Errno::EINVAL.into());
         }
-        Ok(std::fs::read_link(node.require_path()?)?
-            .into_os_string()
-            .into_vec())
+        require_object(&node)?.readlink()
     }
 
     /// Opens directory `ino`: takes the listing that later reads page
@@ -167,26 +169,33 @@ impl SandboxFs {
                 kind: child.kind(),
             });
         }
-        if let Some(path) = backing_dir(&node)? {
-            let listing = std::fs::read_dir(&path)?;
+        if let Some(backing) = backing_dir(&node)? {
+            let listing = backing.open_listing()?;
+            let mut listing = listing
+                .entries()
+                .map_err(|e| FsError::call("fdopendir", e))?;
             let discovered = dir.discovered().lock();
-            for entry in listing {
-                let entry = entry?;
-                let name = entry.file_name();
-                if shadowing.contains(name.as_os_str()) {
+            for item in listing.iter() {
+                let (name, kind, d_ino) = item.map_err(|e| FsError::call("readdir", e))?;
+                let name = OsStr::from_bytes(name.to_bytes());
+                if shadowing.contains(name) {
                     continue;
                 }
                 // Inode numbers of names the kernel has not looked up are
                 // informational only; the underlying one is as good as any.
                 let ino = discovered
-                    .get(&name)
+                    .get(name)
                     .map(|n| n.ino())
                     .filter(|&ino| ino != 0)
-                    .unwrap_or_else(|| entry.ino());
+                    .unwrap_or(d_ino);
+                let kind = match kind {
+                    Some(kind) => kind,
+                    None => kind_of(&backing.stat_entry(name)?),
+                };
                 entries.push(DirEntry {
-                    name,
+                    name: name.to_owned(),
                     ino,
-                    kind: FileKind::from_std(entry.file_type()?),
+                    kind,
                 });
             }
         }
@@ -196,7 +205,7 @@ impl SandboxFs {
     /// Entries of an open directory from position `offset` on. The position
     /// of the entry at index `i` is `i + 1`.
     pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Vec<(u64, DirEntry)>> {
-        let dir = self.dirs.get(fh).ok_or(Errno::EBADF)?;
+        let dir = self.dirs.get(fh).ok_or(FsError::refused(Errno::EBADF))?;
         Ok(dir
             .entries
             .iter()
@@ -216,7 +225,7 @@ impl SandboxFs {
     #[allow(clippy::useless_conversion)]
     pub fn statfs(&self, ino: u64) -> FsResult<StatFs> {
         let node = self.node(ino)?;
-        let Some(path) = node.underlying_path()? else {
+        let Some(object) = underlying::object(&node)? else {
             return Ok(StatFs {
                 bsize: 4096,
                 frsize: 4096,
@@ -224,20 +233,18 @@ impl SandboxFs {
                 ..StatFs::default()
             });
         };
-        let path = c_path(&path)?;
-        // SAFETY: a zeroed statvfs is a valid out-parameter.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: valid C string and out-pointer.
-        check(unsafe { libc::statvfs(path.as_ptr(), &mut st) })?;
+        let st = object.on_pinned("fstatvfs", |pinned| {
+            Ok(nix::sys::statvfs::fstatvfs(pinned)?)
+        })?;
         Ok(StatFs {
-            blocks: st.f_blocks.into(),
-            bfree: st.f_bfree.into(),
-            bavail: st.f_bavail.into(),
-            files: st.f_files.into(),
-            ffree: st.f_ffree.into(),
-            bsize: st.f_bsize as u32,
-            namelen: st.f_namemax as u32,
-            frsize: st.f_frsize as u32,
+            blocks: st.blocks().into(),
+            bfree: st.blocks_free().into(),
+            bavail: st.blocks_available().into(),
+            files: st.files().into(),
+            ffree: st.files_free().into(),
+            bsize: st.block_size() as u32,
+            namelen: st.name_max() as u32,
+            frsize: st.fragment_size() as u32,
         })
     }
 
@@ -256,18 +263,26 @@ impl SandboxFs {
     }
 }
 
+/// The underlying object of `node`; ENOENT for a virtual directory.
+pub(super) fn require_object(node: &Node) -> FsResult<UObj> {
+    underlying::object(node)?.ok_or(Errno::ENOENT.into())
+}
+
+/// Whether an error means the object is not there as a directory: nothing,
+/// a non-directory or a symlink. A directory made up for nested mappings
+/// shows no underlying entries then.
+fn is_absent(err: &FsError) -> bool {
+    matches!(err.errno(), Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP)
+}
+
 /// The underlying directory whose entries `node` shows, if any. A
 /// directory made up for nested mappings is backed only by a real directory
-/// of the same name (checked with lstat: a symlink there is not followed).
-pub(super) fn backing_dir(node: &Node) -> FsResult<Option<std::path::PathBuf>> {
-    let Some(path) = node.underlying_path()? else {
-        return Ok(None);
-    };
-    if is_scaffold(node) {
-        let is_real_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-        return Ok(is_real_dir.then_some(path));
+/// of the same name (never through a symlink: resolution refuses them).
+pub(super) fn backing_dir(node: &Node) -> FsResult<Option<UDir>> {
+    match underlying::directory(node) {
+        Err(err) if is_scaffold(node) && is_absent(&err) => Ok(None),
+        other => other,
     }
-    Ok(Some(path))
 }
 
 /// A directory made up to hold nested mappings (it has explicit entries

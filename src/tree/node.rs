@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
@@ -16,8 +15,9 @@ use std::time::SystemTime;
 use parking_lot::{Mutex, RwLock};
 
 use super::attr::FileKind;
-use super::errno::{Errno, FsResult};
+use super::error::{Errno, FsResult};
 use super::name::Name;
+use crate::dirfd::Anchor;
 
 /// Where a node's underlying object lives.
 #[derive(Clone, Debug)]
@@ -25,50 +25,20 @@ pub enum Origin {
     /// No underlying object: a directory that only holds nested mappings.
     Virtual,
     /// Fixed by a mapping.
-    Mapped(Underlying),
+    Mapped(Location),
     /// The entry `name` of the parent's underlying directory. The parent is
     /// weak because parents own their children; the kernel keeps every
     /// ancestor of a node it knows looked up, so the parent outlives it.
     Child { parent: Weak<Node>, name: Name },
 }
 
-/// A mapping's underlying path, stored as its directory, shared by every
-/// mapping in that directory, and its last component: a Bazel sandbox maps
-/// many inputs from each directory, so this halves the bytes per node.
+/// A mapping's underlying object: its anchor (shared by every mapping in
+/// that directory, and pinned, see [`crate::dirfd::Anchor`]) and its name
+/// there, or an empty name for a mapped directory, which is its own anchor.
 #[derive(Clone, Debug)]
-pub struct Underlying {
-    dir: Arc<Path>,
-    /// Empty for a path with no last component (`/`).
-    name: Name,
-}
-
-impl Underlying {
-    /// `path` with its directory taken from (or added to) `dirs`.
-    pub fn new(path: &Path, dirs: &mut HashMap<PathBuf, Arc<Path>>) -> Underlying {
-        let (dir, name) = match (path.parent(), path.file_name()) {
-            (Some(dir), Some(name)) => (dir, name),
-            _ => (path, OsStr::new("")),
-        };
-        let dir = match dirs.get(dir) {
-            Some(shared) => shared.clone(),
-            None => {
-                let shared: Arc<Path> = Arc::from(dir);
-                dirs.insert(dir.to_owned(), shared.clone());
-                shared
-            }
-        };
-        Underlying {
-            dir,
-            name: Name::new(name),
-        }
-    }
-
-    pub fn path(&self) -> PathBuf {
-        match self.name.as_os_str() {
-            name if name.is_empty() => self.dir.to_path_buf(),
-            name => self.dir.join(name),
-        }
-    }
+pub struct Location {
+    pub anchor: Arc<Anchor>,
+    pub name: Name,
 }
 
 /// One name in the view.
@@ -222,36 +192,8 @@ impl Node {
         *self.origin.lock() = origin;
     }
 
-    /// Path of the underlying object; `None` for a virtual directory.
-    /// Fails with ESTALE if an ancestor is gone.
-    pub fn underlying_path(&self) -> FsResult<Option<PathBuf>> {
-        match &*self.origin.lock() {
-            Origin::Virtual => Ok(None),
-            Origin::Mapped(underlying) => Ok(Some(underlying.path())),
-            Origin::Child { parent, name } => {
-                let parent = parent.upgrade().ok_or(Errno::ESTALE)?;
-                Ok(parent.underlying_path()?.map(|p| p.join(name.as_os_str())))
-            }
-        }
-    }
-
-    /// Path of the underlying object; ENOENT for a virtual directory.
-    pub fn require_path(&self) -> FsResult<PathBuf> {
-        self.underlying_path()?.ok_or(Errno::ENOENT)
-    }
-
-    /// The mapping this node's underlying object belongs to: the path of the
-    /// nearest ancestor (or self) fixed by a mapping.
-    pub fn mapping_root(&self) -> Option<PathBuf> {
-        match &*self.origin.lock() {
-            Origin::Virtual => None,
-            Origin::Mapped(underlying) => Some(underlying.path()),
-            Origin::Child { parent, .. } => parent.upgrade()?.mapping_root(),
-        }
-    }
-
     pub fn dir(&self) -> FsResult<&DirData> {
-        self.dir.as_deref().ok_or(Errno::ENOTDIR)
+        self.dir.as_deref().ok_or(Errno::ENOTDIR.into())
     }
 }
 
@@ -311,15 +253,6 @@ mod tests {
             std::mem::size_of::<Node>() <= 80,
             "{}",
             std::mem::size_of::<Node>()
-        );
-        let mut dirs = HashMap::new();
-        let a = Underlying::new(Path::new("/in/dir/a.c"), &mut dirs);
-        let b = Underlying::new(Path::new("/in/dir/b.c"), &mut dirs);
-        assert!(Arc::ptr_eq(&a.dir, &b.dir), "one directory, stored once");
-        assert_eq!(a.path(), Path::new("/in/dir/a.c"));
-        assert_eq!(
-            Underlying::new(Path::new("/"), &mut dirs).path(),
-            Path::new("/")
         );
     }
 }

@@ -30,13 +30,20 @@ fn new_fs(dir: &Path) -> SandboxFs {
 
 /// Looks a path up component by component from the root, as the kernel
 /// does, and returns the final inode.
-fn walk(fs: &SandboxFs, path: &str) -> FsResult<u64> {
+fn walk(fs: &SandboxFs, path: &str) -> Result<u64, Errno> {
     let mut ino = ROOT_INO;
     for name in path.split('/').filter(|c| !c.is_empty()) {
-        ino = fs.lookup(ino, OsStr::new(name))?.ino;
+        ino = fs.lookup(ino, OsStr::new(name)).map_err(|e| e.errno())?.ino;
     }
     Ok(ino)
 }
+
+/// The errno of a result, for comparing with the expected one.
+fn errno<T>(result: FsResult<T>) -> Result<T, Errno> {
+    result.map_err(|e| e.errno())
+}
+
+const ROOT_CALLER: Caller = Caller { uid: 0, gid: 0 };
 
 #[test]
 fn a_failed_create_changes_nothing() {
@@ -53,6 +60,7 @@ fn a_failed_create_changes_nothing() {
             ],
         )
         .unwrap_err();
+    let err = err.to_string();
     assert!(err.contains("\"s\"") && err.contains("nope"), "{err}");
     assert!(fs.sandbox_ids().is_empty());
     assert!(fs.list(ROOT_INO).unwrap().is_empty());
@@ -92,13 +100,13 @@ fn forgetting_discovered_nodes_returns_their_memory() {
     let before = fs.known_inodes();
     fs.forget(x, 2);
     assert_eq!(fs.known_inodes(), before - 1);
-    assert_eq!(fs.getattr(x, None), Err(Errno::ESTALE));
+    assert_eq!(errno(fs.getattr(x, None)), Err(Errno::ESTALE));
     let t = walk(&fs, "/s/t").unwrap();
     fs.forget(sub, 2);
     fs.forget(t, 2);
     fs.destroy_sandbox("s").unwrap();
     let s = fs.lookup(ROOT_INO, OsStr::new("s"));
-    assert_eq!(s, Err(Errno::ENOENT));
+    assert_eq!(errno(s), Err(Errno::ENOENT));
 }
 
 #[test]
@@ -110,9 +118,12 @@ fn a_renamed_directory_takes_its_known_children_along() {
     fs.create_sandbox("s", &[mapping("/w", &scratch, true)])
         .unwrap();
     let w = walk(&fs, "/s/w").unwrap();
-    let a = fs.mkdir(w, OsStr::new("a"), 0o755).unwrap().ino;
+    let a = fs
+        .mkdir(w, OsStr::new("a"), 0o755, ROOT_CALLER)
+        .unwrap()
+        .ino;
     let (file, fh) = fs
-        .create(a, OsStr::new("f"), 0o644, libc::O_WRONLY)
+        .create(a, OsStr::new("f"), 0o644, libc::O_WRONLY, ROOT_CALLER)
         .unwrap();
     fs.write(fh.fh, 0, b"data").unwrap();
     fs.release(fh.fh);
@@ -136,16 +147,19 @@ fn read_only_nodes_refuse_changes_before_touching_disk() {
     fs.create_sandbox("s", &[mapping("/f", &file, false)])
         .unwrap();
     let ino = walk(&fs, "/s/f").unwrap();
-    assert_eq!(fs.open(ino, libc::O_RDWR).map(|o| o.fh), Err(Errno::EPERM));
+    assert_eq!(
+        errno(fs.open(ino, libc::O_RDWR).map(|o| o.fh)),
+        Err(Errno::EPERM)
+    );
     let truncate = SetAttr {
         size: Some(0),
         ..SetAttr::default()
     };
     assert_eq!(
-        fs.setattr(ino, &truncate).map(|a| a.size),
+        errno(fs.setattr(ino, &truncate).map(|a| a.size)),
         Err(Errno::EPERM)
     );
     let s = walk(&fs, "/s").unwrap();
-    assert_eq!(fs.unlink(s, OsStr::new("f")), Err(Errno::EPERM));
+    assert_eq!(errno(fs.unlink(s, OsStr::new("f"))), Err(Errno::EPERM));
     assert_eq!(fs::read_to_string(&file).unwrap(), "f");
 }

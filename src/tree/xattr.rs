@@ -1,13 +1,17 @@
 //! Extended attributes, passed through to underlying objects when enabled.
 //!
 //! Disabled (the default, as in sandboxfs), every call answers ENOSYS, which
-//! tells the kernel to stop asking for the life of the mount.
+//! tells the kernel to stop asking for the life of the mount. Enabled, each
+//! call acts on the object pinned beneath its anchor (see `underlying`),
+//! never on what a symlink points to.
 
 use std::ffi::{CString, OsStr};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
-use super::errno::{Errno, FsResult};
-use super::{c_path, SandboxFs};
+use super::error::{Errno, FsError, FsResult};
+use super::underlying::{self, UObj};
+use super::SandboxFs;
 use crate::sys;
 
 /// Answer to a get or list: the needed size when asked with size 0.
@@ -18,57 +22,71 @@ pub enum XattrReply {
 }
 
 impl SandboxFs {
-    /// The underlying path to act on; `None` for a virtual directory.
-    fn xattr_path(&self, ino: u64, write: bool) -> FsResult<Option<CString>> {
+    /// The underlying object to act on; `None` for a virtual directory.
+    fn xattr_object(&self, ino: u64, write: bool) -> FsResult<Option<UObj>> {
         if !self.config.xattrs {
-            return Err(Errno::ENOSYS);
+            return Err(Errno::ENOSYS.into());
         }
         let node = self.node(ino)?;
         if write && !node.is_writable() {
-            return Err(Errno::EPERM);
+            return Err(Errno::EPERM.into());
         }
-        match node.underlying_path()? {
-            Some(path) => Ok(Some(c_path(&path)?)),
-            None if write => Err(Errno::EPERM),
+        match underlying::object(&node)? {
+            Some(object) => Ok(Some(object)),
+            None if write => Err(Errno::EPERM.into()),
             None => Ok(None),
         }
     }
 
     pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> FsResult<XattrReply> {
-        let Some(path) = self.xattr_path(ino, false)? else {
-            return Err(Errno::ENODATA);
+        let Some(object) = self.xattr_object(ino, false)? else {
+            return Err(Errno::ENODATA.into());
         };
         let name = xattr_name(name)?;
-        sized(size, |buf| sys::get_xattr(&path, &name, buf))
+        object.on_pinned("getxattr", |pinned| {
+            sized(size, |buf| sys::get_xattr(pinned.as_fd(), &name, buf))
+        })
     }
 
     pub fn listxattr(&self, ino: u64, size: u32) -> FsResult<XattrReply> {
-        let Some(path) = self.xattr_path(ino, false)? else {
-            return sized(size, |_| Ok(0));
+        let Some(object) = self.xattr_object(ino, false)? else {
+            return sized(size, |_| Ok(0)).map_err(|e| FsError::call("listxattr", e));
         };
-        sized(size, |buf| sys::list_xattr(&path, buf))
+        object.on_pinned("listxattr", |pinned| {
+            sized(size, |buf| sys::list_xattr(pinned.as_fd(), buf))
+        })
     }
 
     pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> FsResult<()> {
-        let path = self.xattr_path(ino, true)?.ok_or(Errno::EPERM)?;
-        Ok(sys::set_xattr(&path, &xattr_name(name)?, value, flags)?)
+        let object = self
+            .xattr_object(ino, true)?
+            .ok_or(FsError::refused(Errno::EPERM))?;
+        let name = xattr_name(name)?;
+        object.on_pinned("setxattr", |pinned| {
+            sys::set_xattr(pinned.as_fd(), &name, value, flags)
+        })
     }
 
     pub fn removexattr(&self, ino: u64, name: &OsStr) -> FsResult<()> {
-        let path = self.xattr_path(ino, true)?.ok_or(Errno::EPERM)?;
-        Ok(sys::remove_xattr(&path, &xattr_name(name)?)?)
+        let object = self
+            .xattr_object(ino, true)?
+            .ok_or(FsError::refused(Errno::EPERM))?;
+        let name = xattr_name(name)?;
+        object.on_pinned("removexattr", |pinned| {
+            sys::remove_xattr(pinned.as_fd(), &name)
+        })
     }
 }
 
 fn xattr_name(name: &OsStr) -> FsResult<CString> {
-    CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)
+    CString::new(name.as_bytes()).map_err(|_| FsError::refused(Errno::EINVAL))
 }
 
 /// Size 0 asks for the size needed; otherwise for at most `size` bytes.
 fn sized(
     size: u32,
     call: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
-) -> FsResult<XattrReply> {
+) -> std::io::Result<XattrReply> {
     let mut buf = vec![0u8; size as usize];
     let got = call(&mut buf)?;
     if size == 0 {

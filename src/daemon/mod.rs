@@ -16,10 +16,14 @@ use fuser::{Config, MountOption, SessionACL};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
+mod error;
+
+pub use error::DaemonError;
+
 use crate::config::{Allow, DaemonConfig};
 use crate::fuse::{FuseShell, NotifierInvalidator};
 use crate::hybrid::cutoff;
-use crate::hybrid::NativeSandboxes;
+use crate::hybrid::{NativeSandboxes, Sandboxes};
 use crate::mount;
 use crate::reconfig::{self, ResponseSink};
 use crate::tree::{FsConfig, SandboxFs};
@@ -30,9 +34,8 @@ enum Event {
     SessionEnded(io::Result<()>),
 }
 
-/// Runs the daemon until it is told to stop. Returns an error message for
-/// exit status 1.
-pub fn run(options: DaemonConfig) -> Result<(), String> {
+/// Runs the daemon until it is told to stop. An error means exit status 1.
+pub fn run(options: DaemonConfig) -> Result<(), DaemonError> {
     // Modes from the kernel already have the caller's umask applied; ours
     // must not mask them again.
     // SAFETY: umask cannot fail.
@@ -41,27 +44,34 @@ pub fn run(options: DaemonConfig) -> Result<(), String> {
     one_malloc_arena();
 
     let mount_point = prepare_mount_point(&options.mount_point)?;
-    mount::check_allow_permitted(options.allow)?;
+    if !mount::allow_permitted(options.allow) {
+        return Err(DaemonError::AllowOtherRefused);
+    }
     let input = open_input(&options)?;
     let output = open_output(&options)?;
 
-    let fs = Arc::new(SandboxFs::new(
-        FsConfig {
-            mount_point: mount_point.clone(),
-            xattrs: options.xattrs,
-        },
-        &options.mappings,
-    )?);
+    let fs = Arc::new(
+        SandboxFs::new(
+            FsConfig {
+                mount_point: mount_point.clone(),
+                xattrs: options.xattrs,
+            },
+            &options.mappings,
+        )
+        .map_err(DaemonError::Mapping)?,
+    );
     let native = open_native(&options, &mount_point)?;
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
-        .map_err(|err| format!("cannot install signal handlers: {err}"))?;
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(DaemonError::Signals)?;
 
     let session = fuser::Session::new(
         FuseShell::new(fs.clone(), options.ttl, options.passthrough),
         &mount_point,
         &session_config(options.allow),
     )
-    .map_err(|err| format!("cannot mount at {mount_point:?}: {err}"))?;
+    .map_err(|source| DaemonError::Mount {
+        path: mount_point.clone(),
+        source,
+    })?;
     let device = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned();
     if let Err(err) = &device {
         log::warn!("cannot duplicate the /dev/fuse descriptor ({err}); destroy will invalidate whole subtrees");
@@ -80,7 +90,10 @@ pub fn run(options: DaemonConfig) -> Result<(), String> {
             .spawn(move || {
                 let _ = events.send(Event::SessionEnded(session.run()));
             })
-            .map_err(|err| format!("cannot start the FUSE session: {err}"))?;
+            .map_err(|source| DaemonError::Thread {
+                name: "FUSE session",
+                source,
+            })?;
     }
     {
         let events = events.clone();
@@ -91,19 +104,29 @@ pub fn run(options: DaemonConfig) -> Result<(), String> {
                     let _ = events.send(Event::Signal(signal));
                 }
             })
-            .map_err(|err| format!("cannot start the signal watcher: {err}"))?;
+            .map_err(|source| DaemonError::Thread {
+                name: "signal watcher",
+                source,
+            })?;
     }
     {
         let sink = Arc::new(ResponseSink::new(output));
         let threads = options.reconfig_threads;
-        let native = native.clone();
+        let backend = Arc::new(Sandboxes::new(fs, native.clone()));
         std::thread::Builder::new()
             .name("requests".into())
-            .spawn(move || {
-                reconfig::serve(input, fs, native, sink, threads);
-                log::info!("request input ended; still serving the mount");
-            })
-            .map_err(|err| format!("cannot start the request reader: {err}"))?;
+            .spawn(
+                move || match reconfig::serve(input, backend, sink, threads) {
+                    Ok(()) => log::info!("request input ended; still serving the mount"),
+                    Err(err) => log::error!(
+                        "cannot start reconfiguration workers: {err}; no requests are read"
+                    ),
+                },
+            )
+            .map_err(|source| DaemonError::Thread {
+                name: "request reader",
+                source,
+            })?;
     }
     drop(events);
 
@@ -120,7 +143,7 @@ pub fn run(options: DaemonConfig) -> Result<(), String> {
 fn open_native(
     options: &DaemonConfig,
     mount_point: &Path,
-) -> Result<Option<Arc<NativeSandboxes>>, String> {
+) -> Result<Option<Arc<NativeSandboxes>>, DaemonError> {
     let dir = match &options.native_dir {
         Some(dir) => dir.clone(),
         None => {
@@ -130,14 +153,16 @@ fn open_native(
         }
     };
     let (below, source) =
-        cutoff::resolve(&options.native_below, options.calibration.as_deref(), &dir)?;
+        cutoff::resolve(&options.native_below, options.calibration.as_deref(), &dir)
+            .map_err(DaemonError::Calibration)?;
     if below == 0 {
         if options.native_below != cutoff::NativeBelow::Off {
             log::info!("hybrid: every sandbox in FUSE (cutoff 0 from {source})");
         }
         return Ok(None);
     }
-    let native = NativeSandboxes::open(&dir, below, options.native_method)?;
+    let native = NativeSandboxes::open(&dir, below, options.native_method)
+        .map_err(DaemonError::NativeDir)?;
     log::info!(
         "hybrid: sandboxes of fewer than {below} mappings (from {source}) are built in {dir:?} by {}",
         options.native_method.name()
@@ -149,21 +174,23 @@ fn open_native(
 fn wait_and_unmount(
     event: &std::sync::mpsc::Receiver<Event>,
     mount_point: &Path,
-) -> Result<(), String> {
+) -> Result<(), DaemonError> {
     match event.recv() {
         Ok(Event::Signal(signal)) => {
             log::info!("signal {signal}: unmounting {mount_point:?}");
             // Lazy, so that open files do not keep the mount (or us) alive;
             // exiting then closes /dev/fuse and fails whatever is left.
-            mount::unmount_lazily(mount_point)
-                .map_err(|err| format!("cannot unmount {mount_point:?}: {err}"))
+            mount::unmount_lazily(mount_point).map_err(|source| DaemonError::Unmount {
+                path: mount_point.to_owned(),
+                source,
+            })
         }
         Ok(Event::SessionEnded(Ok(()))) => {
             log::info!("{mount_point:?} was unmounted");
             Ok(())
         }
-        Ok(Event::SessionEnded(Err(err))) => Err(format!("FUSE session failed: {err}")),
-        Err(_) => Err("every daemon thread ended unexpectedly".to_owned()),
+        Ok(Event::SessionEnded(Err(err))) => Err(DaemonError::Session(err)),
+        Err(_) => Err(DaemonError::ThreadsEnded),
     }
 }
 
@@ -184,31 +211,40 @@ fn one_malloc_arena() {
 
 /// Checks the mount point, clearing a stale mount left by a killed daemon,
 /// and returns its absolute path.
-fn prepare_mount_point(path: &Path) -> Result<std::path::PathBuf, String> {
-    mount::clear_stale(path).map_err(|err| format!("mount point {path:?}: {err}"))?;
-    let absolute =
-        std::fs::canonicalize(path).map_err(|err| format!("mount point {path:?}: {err}"))?;
+fn prepare_mount_point(path: &Path) -> Result<std::path::PathBuf, DaemonError> {
+    let unusable = |source| DaemonError::MountPoint {
+        path: path.to_owned(),
+        source,
+    };
+    mount::clear_stale(path).map_err(unusable)?;
+    let absolute = std::fs::canonicalize(path).map_err(unusable)?;
     if !absolute.is_dir() {
-        return Err(format!("mount point {path:?} is not a directory"));
+        return Err(DaemonError::NotADirectory(path.to_owned()));
     }
     Ok(absolute)
 }
 
-fn open_input(options: &DaemonConfig) -> Result<Box<dyn Read + Send>, String> {
+fn open_input(options: &DaemonConfig) -> Result<Box<dyn Read + Send>, DaemonError> {
     match &options.input {
         None => Ok(Box::new(io::stdin())),
         Some(path) => File::open(path)
             .map(|f| Box::new(f) as Box<dyn Read + Send>)
-            .map_err(|err| format!("cannot open input {path:?}: {err}")),
+            .map_err(|source| DaemonError::Input {
+                path: path.clone(),
+                source,
+            }),
     }
 }
 
-fn open_output(options: &DaemonConfig) -> Result<Box<dyn Write + Send>, String> {
+fn open_output(options: &DaemonConfig) -> Result<Box<dyn Write + Send>, DaemonError> {
     match &options.output {
         None => Ok(Box::new(io::stdout())),
         Some(path) => File::create(path)
             .map(|f| Box::new(f) as Box<dyn Write + Send>)
-            .map_err(|err| format!("cannot open output {path:?}: {err}")),
+            .map_err(|source| DaemonError::Output {
+                path: path.clone(),
+                source,
+            }),
     }
 }
 

@@ -1,0 +1,206 @@
+//! Opening a path below a directory without following any symlink in it.
+//!
+//! An underlying tree can be changed by whoever may write it while the
+//! daemon serves it: a directory the kernel has cached as a directory can
+//! be replaced by a symlink into a tree its writer may not read. So below
+//! a mapping's root nothing is resolved by a path walk that follows
+//! symlinks. On Linux 5.6+ one `openat2` with `RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS` does it; where `openat2`
+//! is missing (ENOSYS, also what container seccomp profiles answer) the
+//! path is walked one component at a time with `O_NOFOLLOW | O_DIRECTORY`.
+//! macOS has `O_NOFOLLOW_ANY`.
+//!
+//! Errors say what was found instead of a directory: ELOOP for a symlink,
+//! ENOTDIR for another non-directory, ENOENT for nothing. EXDEV (an escape
+//! from the directory) cannot occur: relative paths come from names the
+//! kernel gave us, which are never `..`.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+
+/// Opens `rel` (names separated by `/`, none of them `.` or `..`) below
+/// `dir` with `flags`, following no symlink on the way nor in the last
+/// component (with O_PATH, a symlink there is opened as itself).
+pub fn open_beneath(
+    dir: BorrowedFd<'_>,
+    rel: &CStr,
+    flags: OFlag,
+    mode: Mode,
+) -> io::Result<OwnedFd> {
+    platform::open_beneath(dir, rel, flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, mode)
+}
+
+/// The portable walk: every component but the last opened as a directory
+/// with O_NOFOLLOW, relative to the one before.
+pub fn walk_beneath(
+    dir: BorrowedFd<'_>,
+    rel: &CStr,
+    flags: OFlag,
+    mode: Mode,
+) -> io::Result<OwnedFd> {
+    let bytes = rel.to_bytes();
+    let (parents, last) = match bytes.iter().rposition(|&b| b == b'/') {
+        Some(at) => (&bytes[..at], &bytes[at + 1..]),
+        None => (&b""[..], bytes),
+    };
+    let mut current: Option<OwnedFd> = None;
+    for component in parents.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+        let from = current.as_ref().map_or(dir, |fd| {
+            use std::os::fd::AsFd;
+            fd.as_fd()
+        });
+        let next = nix::fcntl::openat(from, component, super::PATH_DIR_FLAGS, Mode::empty());
+        current = Some(next.map_err(|err| symlink_is_eloop(from, component, err))?);
+    }
+    let from = current.as_ref().map_or(dir, |fd| {
+        use std::os::fd::AsFd;
+        fd.as_fd()
+    });
+    Ok(nix::fcntl::openat(
+        from,
+        last,
+        flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        mode,
+    )?)
+}
+
+/// O_DIRECTORY | O_NOFOLLOW fails on a symlink with ENOTDIR; say ELOOP, as
+/// openat2 does, so that both paths report a planted symlink alike.
+fn symlink_is_eloop(dir: BorrowedFd<'_>, name: &[u8], err: nix::errno::Errno) -> nix::errno::Errno {
+    let is_symlink = err == nix::errno::Errno::ENOTDIR
+        && nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK);
+    if is_symlink {
+        nix::errno::Errno::ELOOP
+    } else {
+        err
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod platform {
+    use std::ffi::CStr;
+    use std::io;
+    use std::os::fd::{BorrowedFd, OwnedFd};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use nix::errno::Errno;
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    use nix::sys::stat::Mode;
+
+    /// Cleared once the kernel (or a seccomp filter) refuses openat2.
+    static OPENAT2: AtomicBool = AtomicBool::new(true);
+
+    /// openat2 answers EAGAIN when a rename or mount raced the lookup;
+    /// after this many, the walk (which cannot race that way) is used.
+    const EAGAIN_RETRIES: usize = 4;
+
+    pub fn open_beneath(
+        dir: BorrowedFd<'_>,
+        rel: &CStr,
+        flags: OFlag,
+        mode: Mode,
+    ) -> io::Result<OwnedFd> {
+        if OPENAT2.load(Ordering::Relaxed) {
+            let how = OpenHow::new().flags(flags).mode(mode).resolve(
+                ResolveFlag::RESOLVE_BENEATH
+                    | ResolveFlag::RESOLVE_NO_SYMLINKS
+                    | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+            );
+            for _ in 0..EAGAIN_RETRIES {
+                match nix::fcntl::openat2(dir, rel, how) {
+                    Ok(fd) => return Ok(fd),
+                    Err(Errno::EAGAIN) => continue,
+                    Err(Errno::ENOSYS) => {
+                        log::info!(
+                            "openat2 is unavailable; resolving paths one component at a time"
+                        );
+                        OPENAT2.store(false, Ordering::Relaxed);
+                        break;
+                    }
+                    Err(err) => return Err(err.into()),
+                }
+            }
+        }
+        super::walk_beneath(dir, rel, flags, mode)
+    }
+}
+
+#[cfg(target_os = "macos")]
+mod platform {
+    use std::ffi::CStr;
+    use std::io;
+    use std::os::fd::{BorrowedFd, OwnedFd};
+
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+
+    /// O_NOFOLLOW_ANY refuses a symlink in any component (macOS 11+).
+    pub fn open_beneath(
+        dir: BorrowedFd<'_>,
+        rel: &CStr,
+        flags: OFlag,
+        mode: Mode,
+    ) -> io::Result<OwnedFd> {
+        let any = OFlag::from_bits_retain(libc::O_NOFOLLOW_ANY);
+        Ok(nix::fcntl::openat(dir, rel, flags | any, mode)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    fn open(dir: &OwnedFd, rel: &str, flags: OFlag) -> io::Result<OwnedFd> {
+        let rel = std::ffi::CString::new(rel).unwrap();
+        open_beneath(dir.as_fd(), &rel, flags, Mode::empty())
+    }
+
+    fn walk(dir: &OwnedFd, rel: &str, flags: OFlag) -> io::Result<OwnedFd> {
+        let rel = std::ffi::CString::new(rel).unwrap();
+        walk_beneath(dir.as_fd(), &rel, flags, Mode::empty())
+    }
+
+    #[test]
+    fn symlinks_and_non_directories_on_the_way_are_refused_by_both_paths() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/f"), "f").unwrap();
+        std::fs::create_dir(root.join("secret")).unwrap();
+        std::fs::write(root.join("secret/s"), "s").unwrap();
+        std::os::unix::fs::symlink(root.join("secret"), root.join("a/link")).unwrap();
+        std::os::unix::fs::symlink("f", root.join("a/b/lf")).unwrap();
+        let base = nix::fcntl::open(
+            &root.join("a"),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+            Mode::empty(),
+        )
+        .unwrap();
+        for resolve in [open, walk] {
+            assert!(resolve(&base, "b/f", OFlag::O_RDONLY).is_ok());
+            let errno = |rel: &str| {
+                resolve(&base, rel, OFlag::O_RDONLY)
+                    .unwrap_err()
+                    .raw_os_error()
+            };
+            assert_eq!(errno("link/s"), Some(libc::ELOOP), "symlink on the way");
+            assert_eq!(errno("link"), Some(libc::ELOOP), "symlink at the end");
+            assert_eq!(errno("b/lf"), Some(libc::ELOOP), "symlink to a file");
+            assert_eq!(errno("b/f/x"), Some(libc::ENOTDIR), "a file on the way");
+            assert_eq!(errno("b/none"), Some(libc::ENOENT));
+            // O_PATH | O_NOFOLLOW opens a final symlink as itself.
+            #[cfg(target_os = "linux")]
+            {
+                let link = resolve(&base, "b/lf", OFlag::O_PATH).unwrap();
+                let st = nix::sys::stat::fstat(&link).unwrap();
+                assert_eq!(st.st_mode & libc::S_IFMT, libc::S_IFLNK);
+            }
+        }
+    }
+}
