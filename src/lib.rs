@@ -5,6 +5,8 @@
 //! FUSE shell ([`fuse_shell`]) serves the kernel's requests from the same
 //! tree. [`daemon`] wires these together and owns the mount's lifecycle.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod calibrate;
 pub mod cli;
 pub mod config;

@@ -1,9 +1,7 @@
 //! Mount-point housekeeping: clearing a stale mount left by a killed daemon,
 //! unmounting on shutdown, and checking `allow_other` permission up front.
 
-use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -34,9 +32,7 @@ pub fn clear_stale(path: &Path) -> io::Result<bool> {
 /// from then on). Uses umount2(MNT_DETACH) directly when privileged, and
 /// the setuid `fusermount3 -u -z` otherwise.
 pub fn unmount_lazily(path: &Path) -> io::Result<()> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mount point has a NUL byte"))?;
-    let direct = match crate::sys::unmount_detached(&c) {
+    let direct = match crate::sys::unmount_detached(path) {
         Ok(()) => return Ok(()),
         Err(err) => err,
     };

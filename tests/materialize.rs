@@ -140,7 +140,7 @@ fn nested_mappings_in_a_writable_directory_are_made_in_place_and_removed_exactly
         fs::read_to_string(scratch.join("out/bin/result.txt")).unwrap(),
         "output"
     );
-    let mut in_place = made.in_place.clone();
+    let mut in_place: Vec<_> = made.in_place.iter().map(|e| e.path()).collect();
     in_place.sort();
     assert_eq!(
         in_place,

@@ -11,6 +11,8 @@
 //! - [`resolve`]: how prefixes and mapping paths become absolute paths;
 //! - [`client`]: driving a daemon from Rust.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod client;
 pub mod codec;
 pub mod resolve;

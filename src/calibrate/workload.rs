@@ -9,7 +9,6 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -169,32 +168,19 @@ fn mapping(path: &str, underlying: &Path, writable: bool) -> Mapping {
     }
 }
 
-fn stat_at(dir: &File, rel: &CString) -> io::Result<()> {
-    // SAFETY: zeroed stat is valid; valid fd, C string and out pointer.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::fstatat(dir.as_raw_fd(), rel.as_ptr(), &mut st, 0) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
+/// stat(2) of `rel` from an action's working directory, following
+/// symlinks as an action's tools do.
+pub fn stat_at(dir: &File, rel: &CString) -> io::Result<()> {
+    nix::sys::stat::fstatat(dir, rel.as_c_str(), nix::fcntl::AtFlags::empty())?;
     Ok(())
 }
 
 /// openat + read until end of file + close, from an action's working
 /// directory; returns the bytes read.
 pub fn read_at(dir: &File, rel: &CString, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: valid fd and C string; the fd is owned by the File below.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            rel.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: just opened, owned by nobody else.
-    let mut file = unsafe { File::from_raw_fd(fd) };
+    let flags = nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC;
+    let fd = nix::fcntl::openat(dir, rel.as_c_str(), flags, nix::sys::stat::Mode::empty())?;
+    let mut file = File::from(fd);
     let mut total = 0;
     loop {
         match file.read(buf)? {

@@ -38,8 +38,7 @@ enum Event {
 pub fn run(options: DaemonConfig) -> Result<(), DaemonError> {
     // Modes from the kernel already have the caller's umask applied; ours
     // must not mask them again.
-    // SAFETY: umask cannot fail.
-    unsafe { libc::umask(0) };
+    nix::sys::stat::umask(nix::sys::stat::Mode::empty());
     raise_fd_limit();
     one_malloc_arena();
 
@@ -202,8 +201,9 @@ fn wait_and_unmount(
 /// per mapped node by a fifth. The daemon allocates little on its hot
 /// paths, so the shared arena's lock is not contended.
 fn one_malloc_arena() {
+    // SAFETY: mallopt only sets a tunable; it is called before any other
+    // thread exists, so no allocation races with it.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: called before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
@@ -271,17 +271,11 @@ fn session_config(allow: Allow) -> Config {
 /// A daemon holds one descriptor per open file of every action; the
 /// default soft limit of 1024 is too low for a large build.
 fn raise_fd_limit() {
-    // SAFETY: plain get/setrlimit on a local struct.
-    unsafe {
-        let mut limit: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            limit.rlim_cur = limit.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                log::info!(
-                    "cannot raise the open file limit: {}",
-                    io::Error::last_os_error()
-                );
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            if let Err(err) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                log::info!("cannot raise the open file limit: {err}");
             }
         }
     }

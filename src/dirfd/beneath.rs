@@ -31,7 +31,54 @@ pub fn open_beneath(
     flags: OFlag,
     mode: Mode,
 ) -> io::Result<OwnedFd> {
-    platform::open_beneath(dir, rel, flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, mode)
+    let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    platform::open_beneath(dir, rel, flags, mode)
+        .map_err(|err| final_symlink_is_eloop(dir, rel, flags, err))
+}
+
+/// O_DIRECTORY | O_NOFOLLOW on a final symlink says ENOTDIR; say ELOOP, as
+/// for a symlink on the way, so that a planted symlink always reads alike.
+fn final_symlink_is_eloop(
+    dir: BorrowedFd<'_>,
+    rel: &CStr,
+    flags: OFlag,
+    err: io::Error,
+) -> io::Error {
+    if err.raw_os_error() == Some(libc::ENOTDIR)
+        && flags.contains(OFlag::O_DIRECTORY)
+        && last_is_symlink(dir, rel)
+    {
+        io::Error::from_raw_os_error(libc::ELOOP)
+    } else {
+        err
+    }
+}
+
+/// Whether the last component of `rel` below `dir` is a symlink (checked
+/// only on the error path: the directory holding it is opened again).
+fn last_is_symlink(dir: BorrowedFd<'_>, rel: &CStr) -> bool {
+    let bytes = rel.to_bytes();
+    let (parent, last) = match bytes.iter().rposition(|&b| b == b'/') {
+        Some(at) => (&bytes[..at], &bytes[at + 1..]),
+        None => (&b""[..], bytes),
+    };
+    let holder = if parent.is_empty() {
+        None
+    } else {
+        let Ok(parent) = std::ffi::CString::new(parent) else {
+            return false;
+        };
+        match platform::open_beneath(dir, &parent, super::PATH_DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => Some(fd),
+            Err(_) => return false,
+        }
+    };
+    let from = holder.as_ref().map_or(dir, |fd| {
+        use std::os::fd::AsFd;
+        fd.as_fd()
+    });
+    nix::sys::stat::fstatat(from, last, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
 }
 
 /// The portable walk: every component but the last opened as a directory
@@ -60,12 +107,9 @@ pub fn walk_beneath(
         use std::os::fd::AsFd;
         fd.as_fd()
     });
-    Ok(nix::fcntl::openat(
-        from,
-        last,
-        flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        mode,
-    )?)
+    let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    nix::fcntl::openat(from, last, flags, mode)
+        .map_err(|err| final_symlink_is_eloop(dir, rel, flags, err.into()))
 }
 
 /// O_DIRECTORY | O_NOFOLLOW fails on a symlink with ENOTDIR; say ELOOP, as
@@ -194,6 +238,13 @@ mod tests {
             assert_eq!(errno("b/lf"), Some(libc::ELOOP), "symlink to a file");
             assert_eq!(errno("b/f/x"), Some(libc::ENOTDIR), "a file on the way");
             assert_eq!(errno("b/none"), Some(libc::ENOENT));
+            assert_eq!(
+                resolve(&base, "link", super::super::PATH_DIR_FLAGS)
+                    .unwrap_err()
+                    .raw_os_error(),
+                Some(libc::ELOOP),
+                "a final symlink where a directory is wanted"
+            );
             // O_PATH | O_NOFOLLOW opens a final symlink as itself.
             #[cfg(target_os = "linux")]
             {

@@ -73,6 +73,12 @@ impl DirFd {
         Self::open_at_with(nix::fcntl::AT_FDCWD, path.as_os_str(), DIR_FLAGS)
     }
 
+    /// Opens the directory `anchor` pins for listing and changing it (the
+    /// pinned directory itself, whatever its path leads to now).
+    pub fn reopen(anchor: &Anchor) -> io::Result<DirFd> {
+        Self::open_at_with(anchor.as_fd(), c".", DIR_FLAGS)
+    }
+
     /// Opens subdirectory `name` of this one, not through a symlink.
     pub fn open_at(&self, name: &CStr) -> io::Result<DirFd> {
         Self::open_at_with(self.as_fd(), name, DIR_FLAGS)

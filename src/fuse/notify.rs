@@ -3,7 +3,7 @@
 //! no call for, a notification written to `/dev/fuse` by hand.
 
 use std::ffi::OsStr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use fuser::{INodeNo, Notifier};
@@ -73,16 +73,15 @@ impl Invalidator for NotifierInvalidator {
             return self.invalidate_entry(parent_ino, name);
         };
         let message = expire_message(parent_ino, name);
-        // SAFETY: a valid fd and buffer; one write is one notification.
-        let written =
-            unsafe { libc::write(device.as_raw_fd(), message.as_ptr().cast(), message.len()) };
-        if written == message.len() as isize {
-            return;
-        }
-        let err = std::io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::ENOENT) => {}
-            Some(libc::EINVAL) => {
+        // One write is one notification.
+        let err = match nix::unistd::write(device, &message) {
+            Ok(written) if written == message.len() => return,
+            Ok(_) => nix::errno::Errno::EIO,
+            Err(err) => err,
+        };
+        match err {
+            nix::errno::Errno::ENOENT => {}
+            nix::errno::Errno::EINVAL => {
                 log::info!("kernel cannot expire entries (Linux 6.2+); invalidating instead");
                 self.expire_works.store(false, Ordering::Relaxed);
                 self.invalidate_entry(parent_ino, name);

@@ -30,24 +30,16 @@ pub fn shipped_for(dir: &Path) -> usize {
 }
 
 #[cfg(target_os = "linux")]
-fn on_tmpfs(dir: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
+pub fn on_tmpfs(dir: &Path) -> bool {
     let Some(existing) = dir.ancestors().find(|a| a.exists()) else {
         return false;
     };
-    let Ok(c) = std::ffi::CString::new(existing.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: zeroed statfs is valid; valid C string and out pointer.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return false;
-    }
-    st.f_type == libc::TMPFS_MAGIC
+    nix::sys::statfs::statfs(existing)
+        .is_ok_and(|st| st.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn on_tmpfs(_dir: &Path) -> bool {
+pub fn on_tmpfs(_dir: &Path) -> bool {
     false
 }
 

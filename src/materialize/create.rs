@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::ScopedJoinHandle;
 
 use super::place::{place, Leaf, LeafKind, Made, Method};
-use super::{Error, Materialized, Report};
+use super::{Error, InPlace, Materialized, Report};
 use crate::dirfd::{c_name, kind_of, DirFd};
 use crate::file_kind::FileKind;
 use crate::layout::Entry;
@@ -48,7 +48,7 @@ struct Build {
     /// Set by a worker that failed, so the walk stops early.
     worker_failed: Arc<AtomicBool>,
     /// Entries created inside writable (owner's) directories.
-    in_place: Mutex<Vec<PathBuf>>,
+    in_place: Mutex<Vec<InPlace>>,
     workers: Option<SyncSender<Batch>>,
 }
 
@@ -311,9 +311,15 @@ impl Build {
             FileKind::Directory if mapped.writable => {
                 leaves.push(leaf(LeafKind::Shared)?);
                 if !child.children.is_empty() {
-                    let owner = DirFd::open(&mapped.underlying)
+                    // The directory pinned when the layout was planned, not
+                    // whatever its path leads to now.
+                    let owner = DirFd::reopen(&mapped.anchor)
                         .map_err(|e| Error::new("open", &mapped.underlying, e))?;
-                    self.fill_in_place(Arc::new(owner), &mapped.underlying, child)?;
+                    let place = InPlace {
+                        root: mapped.anchor.clone(),
+                        rel: PathBuf::new(),
+                    };
+                    self.fill_in_place(Arc::new(owner), &place, child)?;
                 }
                 Ok(())
             }
@@ -360,19 +366,27 @@ impl Build {
     }
 
     /// Creates `entry`'s children inside the owner's writable directory
-    /// `dir`, recording each thing created there.
-    fn fill_in_place(&self, dir: Arc<DirFd>, dir_path: &Path, entry: &Entry) -> Result<(), Error> {
+    /// `dir` (at `place` below the writable mapping), recording each thing
+    /// created there.
+    fn fill_in_place(&self, dir: Arc<DirFd>, place: &InPlace, entry: &Entry) -> Result<(), Error> {
+        let dir_path = place.path();
+        let dir_path = dir_path.as_path();
         let mut leaves = Vec::new();
         for (name, child) in &entry.children {
             let path = dir_path.join(name);
+            let here = InPlace {
+                root: place.root.clone(),
+                rel: place.rel.join(name),
+            };
             let c = c_name(name).map_err(|e| Error::new("fstatat", &path, e))?;
             match dir.stat_at(&c) {
                 Ok(st) if child.mapped.is_none() && kind_of(&st) == FileKind::Directory => {
-                    // The owner's directory: descend without taking it over.
+                    // The owner's directory: descend without taking it over
+                    // (O_NOFOLLOW: a symlink swapped in meanwhile fails).
                     let sub = dir
                         .open_at(&c)
                         .map_err(|e| Error::new("openat", &path, e))?;
-                    self.fill_in_place(Arc::new(sub), &path, child)?;
+                    self.fill_in_place(Arc::new(sub), &here, child)?;
                 }
                 Ok(_) => {
                     return Err(Error::other(
@@ -382,7 +396,7 @@ impl Build {
                     ))
                 }
                 Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
-                    self.in_place.lock().unwrap().push(path.clone());
+                    self.in_place.lock().unwrap().push(here);
                     self.create_child(&dir, dir_path, name, child, None, &mut leaves)?;
                 }
                 Err(err) => return Err(Error::new("fstatat", &path, err)),

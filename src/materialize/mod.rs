@@ -16,12 +16,13 @@ mod trash;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use place::{Made, Method};
 pub use remove::{remove_tree, remove_tree_within, Removed};
 pub use trash::Trash;
 
-use crate::dirfd::DirFd;
+use crate::dirfd::{Anchor, DirFd};
 use crate::layout::Entry;
 
 /// A failed step: which system call, on which path, and why.
@@ -106,8 +107,28 @@ pub struct Materialized {
     /// The destination; everything below it was created by us.
     pub root: PathBuf,
     /// Entries created inside the owner's writable directories.
-    pub in_place: Vec<PathBuf>,
+    pub in_place: Vec<InPlace>,
     pub report: Report,
+}
+
+/// An entry made inside an owner's writable directory: its path below
+/// that directory as pinned when the sandbox was planned. It is removed
+/// through the pin, never following a symlink, so whatever the owner does
+/// to the directory meanwhile cannot point the removal elsewhere.
+#[derive(Clone, Debug)]
+pub struct InPlace {
+    pub root: Arc<Anchor>,
+    pub rel: PathBuf,
+}
+
+impl InPlace {
+    /// Where the entry is, for messages.
+    pub fn path(&self) -> PathBuf {
+        if self.rel.as_os_str().is_empty() {
+            return self.root.path().to_owned();
+        }
+        self.root.path().join(&self.rel)
+    }
 }
 
 /// How to materialize.
@@ -176,8 +197,8 @@ pub fn teardown(sandbox: &Materialized, trash: Option<&Trash>) -> Result<(), Err
 
 fn remove_in_place(sandbox: &Materialized) -> Result<(), Error> {
     // Newest first: an entry may lie inside one created before it.
-    for path in sandbox.in_place.iter().rev() {
-        match remove_tree(path) {
+    for entry in sandbox.in_place.iter().rev() {
+        match remove::remove_beneath(&entry.root, &entry.rel) {
             Ok(_) => {}
             Err(err) if err.source.raw_os_error() == Some(libc::ENOENT) => {}
             Err(err) => return Err(err),

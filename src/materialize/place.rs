@@ -3,7 +3,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -132,13 +132,14 @@ fn place_file(method: Method, leaf: &Leaf, dest: &DirFd) -> io::Result<Made> {
         Method::Hardlink => dest
             .link_at(src, &leaf.source_name, name)
             .map(|()| Made::Hardlink),
-        Method::Clone => sys::clone_file(src.as_raw_fd(), &leaf.source_name, dest.fd(), name)
-            .map(|()| Made::Clone),
+        Method::Clone => {
+            sys::clone_file(src, &leaf.source_name, dest.as_fd(), name).map(|()| Made::Clone)
+        }
         Method::Copy => copy_file(src, &leaf.source_name, dest, name).map(|()| Made::Copy),
         Method::Auto => match dest.link_at(src, &leaf.source_name, name) {
             Ok(()) => Ok(Made::Hardlink),
             Err(err) if may_fall_back(&err) => {
-                match sys::clone_file(src.as_raw_fd(), &leaf.source_name, dest.fd(), name) {
+                match sys::clone_file(src, &leaf.source_name, dest.as_fd(), name) {
                     Ok(()) => Ok(Made::Clone),
                     Err(err) if may_fall_back(&err) => symlink_to(&leaf.source_path, dest, name),
                     Err(err) => Err(err),

@@ -8,8 +8,13 @@ use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
+use std::os::fd::AsFd;
+
+use nix::fcntl::OFlag;
+
 use super::{is_denied, Error};
-use crate::dirfd::{c_name, kind_of, DirFd};
+use crate::dirfd::beneath::open_beneath;
+use crate::dirfd::{c_name, kind_of, Anchor, DirFd};
 use crate::file_kind::FileKind;
 
 /// What a removal deleted.
@@ -43,6 +48,37 @@ pub fn remove_tree(path: &Path) -> Result<Removed, Error> {
     let mut removed = Removed::default();
     let name = c_name(name).map_err(|e| Error::new("unlinkat", path, e))?;
     remove_entry(&parent_dir, parent, &name, None, &mut removed)?;
+    Ok(removed)
+}
+
+/// Removes `rel` below the directory `root` pins, and everything below it,
+/// resolving `rel` without following any symlink: a symlink swapped in
+/// along the way fails the removal (ELOOP) instead of leading it elsewhere.
+pub fn remove_beneath(root: &Anchor, rel: &Path) -> Result<Removed, Error> {
+    let shown = root.path().join(rel);
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(Error::other(
+            &shown,
+            "refusing to remove a pinned directory itself",
+        ));
+    };
+    let parent_dir = if parent.as_os_str().is_empty() {
+        DirFd::reopen(root)
+    } else {
+        let c = c_name(parent.as_os_str()).map_err(|e| Error::new("openat2", &shown, e))?;
+        open_beneath(
+            root.as_fd(),
+            &c,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map(DirFd::from_owned)
+    }
+    .map_err(|e| Error::new("openat2", &shown, e))?;
+    let mut removed = Removed::default();
+    let name = c_name(name).map_err(|e| Error::new("unlinkat", &shown, e))?;
+    let parent_path = root.path().join(parent);
+    remove_entry(&parent_dir, &parent_path, &name, None, &mut removed)?;
     Ok(removed)
 }
 

@@ -1,9 +1,8 @@
 //! Linux forms of the platform-specific calls.
 
 use std::ffi::{CStr, CString};
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use super::{check, xattr_call};
 
@@ -15,30 +14,29 @@ pub const CLONES_DIRECTORIES: bool = false;
 /// (ioctl FICLONE), where the file system shares extents (xfs with
 /// reflink=1, btrfs). Elsewhere it fails with EOPNOTSUPP or EXDEV (or
 /// EINVAL on some file systems), and `auto` moves on.
-pub fn clone_file(src_dir: RawFd, src_name: &CStr, dest_dir: RawFd, name: &CStr) -> io::Result<()> {
-    let source = open_at(src_dir, src_name, libc::O_RDONLY, 0)?;
-    let mode = std::os::unix::fs::MetadataExt::mode(&source.metadata()?);
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
-    let target = open_at(dest_dir, name, flags, mode & 0o7777)?;
-    // SAFETY: FICLONE takes the source fd as its argument; both are open.
+pub fn clone_file(
+    src_dir: BorrowedFd<'_>,
+    src_name: &CStr,
+    dest_dir: BorrowedFd<'_>,
+    name: &CStr,
+) -> io::Result<()> {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+    let nofollow = OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let source = nix::fcntl::openat(src_dir, src_name, OFlag::O_RDONLY | nofollow, Mode::empty())?;
+    let mode = Mode::from_bits_truncate(nix::sys::stat::fstat(&source)?.st_mode & 0o7777);
+    let create = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | nofollow;
+    let target = nix::fcntl::openat(dest_dir, name, create, mode)?;
+    // SAFETY: FICLONE takes the source descriptor as its integer argument;
+    // both descriptors are open for the whole call.
     let ret = unsafe { libc::ioctl(target.as_raw_fd(), libc::FICLONE, source.as_raw_fd()) };
     if ret < 0 {
         let err = io::Error::last_os_error();
         drop(target);
-        // SAFETY: valid descriptor and C string.
-        unsafe { libc::unlinkat(dest_dir, name.as_ptr(), 0) };
+        let _ = nix::unistd::unlinkat(dest_dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir);
         return Err(err);
     }
     Ok(())
-}
-
-/// openat with O_NOFOLLOW and O_CLOEXEC added.
-fn open_at(dir: RawFd, name: &CStr, flags: i32, mode: u32) -> io::Result<File> {
-    let flags = flags | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: valid C string; the descriptor is owned by the File below.
-    let fd = check(unsafe { libc::openat(dir, name.as_ptr(), flags, mode as libc::c_uint) })?;
-    // SAFETY: just opened, owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 /// Whether renameat2(2) `flags` swap the two names.
@@ -47,9 +45,8 @@ pub fn is_exchange(flags: u32) -> bool {
 }
 
 /// Detaches a mount even while files in it are open.
-pub fn unmount_detached(path: &CStr) -> io::Result<()> {
-    // SAFETY: valid C string.
-    check(unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) }).map(drop)
+pub fn unmount_detached(path: &std::path::Path) -> io::Result<()> {
+    Ok(nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH)?)
 }
 
 /// renameat2(2) with its flags (RENAME_NOREPLACE, RENAME_EXCHANGE).
@@ -101,10 +98,14 @@ pub fn mknod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u32) -> nix::
     nix::sys::stat::mknodat(dir, name, kind, Mode::from_bits_truncate(mode), rdev.into())
 }
 
-pub fn fallocate(fd: libc::c_int, mode: i32, offset: u64, length: u64) -> io::Result<()> {
-    // SAFETY: plain syscall on a caller-owned fd.
-    let ret = unsafe { libc::fallocate(fd, mode, offset as libc::off_t, length as libc::off_t) };
-    check(ret).map(drop)
+pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, length: u64) -> io::Result<()> {
+    let mode = nix::fcntl::FallocateFlags::from_bits_retain(mode);
+    Ok(nix::fcntl::fallocate(
+        fd,
+        mode,
+        offset as libc::off_t,
+        length as libc::off_t,
+    )?)
 }
 
 /// Extended attributes of the object an O_PATH descriptor pins.

@@ -2,7 +2,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use super::{check, xattr_call};
 
@@ -16,13 +16,18 @@ pub const CLONES_DIRECTORIES: bool = true;
 /// in `dest_dir` with clonefile(2) on APFS: a file, or a directory with
 /// everything in it. Modes come along with the clone, so no permission
 /// walk is needed afterwards.
-pub fn clone_file(src_dir: RawFd, src_name: &CStr, dest_dir: RawFd, name: &CStr) -> io::Result<()> {
-    // SAFETY: valid C strings and descriptors.
+pub fn clone_file(
+    src_dir: BorrowedFd<'_>,
+    src_name: &CStr,
+    dest_dir: BorrowedFd<'_>,
+    name: &CStr,
+) -> io::Result<()> {
+    // SAFETY: valid C strings and descriptors, borrowed for the call.
     let ret = unsafe {
         libc::clonefileat(
-            src_dir,
+            src_dir.as_raw_fd(),
             src_name.as_ptr(),
-            dest_dir,
+            dest_dir.as_raw_fd(),
             name.as_ptr(),
             CLONE_NOFOLLOW,
         )
@@ -36,9 +41,8 @@ pub fn is_exchange(_flags: u32) -> bool {
 }
 
 /// The closest macOS has to a lazy unmount.
-pub fn unmount_detached(path: &CStr) -> io::Result<()> {
-    // SAFETY: valid C string.
-    check(unsafe { libc::unmount(path.as_ptr(), libc::MNT_FORCE) }).map(drop)
+pub fn unmount_detached(path: &std::path::Path) -> io::Result<()> {
+    Ok(nix::mount::unmount(path, nix::mount::MntFlags::MNT_FORCE)?)
 }
 
 /// renameat; macOS FUSE passes no rename flags.
@@ -92,7 +96,7 @@ pub fn mknod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u32) -> nix::
     nix::errno::Errno::result(ret).map(drop)
 }
 
-pub fn fallocate(_fd: libc::c_int, _mode: i32, _offset: u64, _length: u64) -> io::Result<()> {
+pub fn fallocate(_fd: BorrowedFd<'_>, _mode: i32, _offset: u64, _length: u64) -> io::Result<()> {
     Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
 }
 
@@ -153,8 +157,7 @@ const KAUTH_GID_NONE: libc::gid_t = !0 - 100;
 /// `caller`'s, so that what it creates belongs to the caller (only when the
 /// daemon runs as root).
 pub fn as_caller<T>(caller: Caller, create: impl FnOnce() -> T) -> T {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || (caller.uid == 0 && caller.gid == 0) {
+    if !nix::unistd::geteuid().is_root() || (caller.uid == 0 && caller.gid == 0) {
         return create();
     }
     // SAFETY: plain calls on the calling thread's credentials.

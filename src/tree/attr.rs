@@ -61,9 +61,8 @@ impl Attr {
             kind: FileKind::Directory,
             perm: 0o555,
             nlink,
-            // SAFETY: getuid/getgid cannot fail.
-            uid: unsafe { libc::geteuid() },
-            gid: unsafe { libc::getegid() },
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
             rdev: 0,
             blksize: 4096,
         }

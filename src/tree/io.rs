@@ -5,7 +5,7 @@
 //! caller's write(2) returns.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 
 use nix::fcntl::OFlag;
@@ -145,7 +145,7 @@ impl SandboxFs {
         if !open.writable {
             return Err(Errno::EBADF.into());
         }
-        crate::sys::fallocate(open.file.as_raw_fd(), mode, offset, length)
+        crate::sys::fallocate(open.file.as_fd(), mode, offset, length)
             .map_err(|e| FsError::call("fallocate", e))
     }
 

@@ -10,6 +10,8 @@
 //! - [`fuzz`]: what the fuzz targets run, replayed by a regression test;
 //! - [`bench`]: what the benchmarks read from their environment.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod bench;
 pub mod fuzz;
 pub mod tier;
