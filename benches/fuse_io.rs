@@ -16,6 +16,10 @@
 //! Per-input operations use paths relative to the workspace directory, as
 //! an action does from its working directory: the same components are
 //! walked natively and through the mount.
+//!
+//! ACTIONFS_BENCH_BASELINE=PATH adds the same two mounts served by another
+//! build of the daemon (`passthrough-baseline`, `cached-baseline`), so a
+//! change is measured against the binary before it in the same run.
 
 use std::ffi::CString;
 use std::fs::{self, File};
@@ -30,7 +34,7 @@ use actionfs::calibrate::synthetic::SyntheticTree;
 use actionfs::calibrate::workload;
 use actionfs_protocol::Mapping;
 use actionfs_testkit::bench::{bench_dir, dir_from_env};
-use actionfs_testkit::{rw, sandbox, Daemon, Fixture};
+use actionfs_testkit::{bin, rw, sandbox, Daemon, Fixture};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 const INPUTS: usize = 5_000;
@@ -48,9 +52,9 @@ struct Mounted {
 }
 
 impl Mounted {
-    fn start(name: &'static str, args: &[&str]) -> Mounted {
+    fn start(name: &'static str, binary: &str, args: &[&str]) -> Mounted {
         let fixture = Fixture::new();
-        let daemon = fixture.start(args);
+        let daemon = fixture.start_command(fixture.command_of(binary, args));
         Mounted {
             name,
             _fixture: fixture,
@@ -123,10 +127,15 @@ impl World {
         file.sync_all().unwrap();
         let scratch = tempfile::tempdir_in(inputs.path()).unwrap();
 
-        let mounts = vec![
-            Mounted::start("passthrough", &[]),
-            Mounted::start("cached", &["--passthrough=off"]),
+        let mut mounts = vec![
+            Mounted::start("passthrough", bin(), &[]),
+            Mounted::start("cached", bin(), &["--passthrough=off"]),
         ];
+        if let Some(baseline) = std::env::var_os("ACTIONFS_BENCH_BASELINE") {
+            let baseline = baseline.to_str().expect("UTF-8 path");
+            mounts.push(Mounted::start("passthrough-baseline", baseline, &[]));
+            mounts.push(Mounted::start("cached-baseline", baseline, &["--passthrough=off"]));
+        }
         let ids = mounts
             .iter()
             .map(|m| {
@@ -350,12 +359,15 @@ fn benches(c: &mut Criterion) {
         let _ = fs::remove_file(entry.unwrap().path());
     }
 
-    reconfiguration(c, &world.mounts[0]);
+    reconfiguration(c, &world.mounts[0], "");
+    if let Some(baseline) = world.mounts.iter().find(|m| m.name == "passthrough-baseline") {
+        reconfiguration(c, baseline, "-baseline");
+    }
 }
 
 /// CreateSandbox and DestroySandbox round trips through the daemon's
 /// request path, for 10 to 20k mappings.
-fn reconfiguration(c: &mut Criterion, mount: &Mounted) {
+fn reconfiguration(c: &mut Criterion, mount: &Mounted, suffix: &str) {
     let dir = tempfile::tempdir_in(bench_dir()).unwrap();
     let tree = SyntheticTree::create(&dir.path().join("t"), 20_000, 16).unwrap();
     let all: Vec<Mapping> = tree
@@ -364,7 +376,7 @@ fn reconfiguration(c: &mut Criterion, mount: &Mounted) {
         .map(|m| actionfs_testkit::ro(&m.path, &m.underlying))
         .collect();
     let client = mount.daemon.client();
-    let mut create = c.benchmark_group("create_sandbox");
+    let mut create = c.benchmark_group(format!("create_sandbox{suffix}"));
     for n in [10, 100, 1_000, 5_003, 10_000, 20_000] {
         create.throughput(Throughput::Elements(n as u64));
         create.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
@@ -382,7 +394,7 @@ fn reconfiguration(c: &mut Criterion, mount: &Mounted) {
         });
     }
     create.finish();
-    let mut destroy = c.benchmark_group("destroy_sandbox");
+    let mut destroy = c.benchmark_group(format!("destroy_sandbox{suffix}"));
     for n in [10, 100, 1_000, 5_003, 10_000, 20_000] {
         destroy.throughput(Throughput::Elements(n as u64));
         destroy.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
