@@ -67,7 +67,12 @@ fn median(mut values: Vec<f64>) -> f64 {
 /// call returns (elapsed, operations). Prints per-mount medians (µs per
 /// operation) and the ratio of the first mount to the second, with the
 /// spread of the per-round ratios (quartiles).
-fn compare(label: &str, mounts: &[Mount; 2], rounds: usize, mut round: impl FnMut(&Mount) -> (Duration, usize)) {
+fn compare(
+    label: &str,
+    mounts: &[Mount; 2],
+    rounds: usize,
+    mut round: impl FnMut(&Mount) -> (Duration, usize),
+) {
     let mut per_op = [Vec::new(), Vec::new()];
     let mut ratios = Vec::new();
     for r in 0..rounds {
@@ -141,7 +146,10 @@ fn main() {
         File::open(m.daemon.path(&format!("{}/ws", warm[index]))).unwrap()
     };
     let batch = 500;
-    println!("{rounds} rounds of ABBA batches; args {args:?}; inputs on {:?}", bench_dir());
+    println!(
+        "{rounds} rounds of ABBA batches; args {args:?}; inputs on {:?}",
+        bench_dir()
+    );
     println!("| operation (µs each) | current | baseline | current / baseline | quartiles |");
     println!("|---|---|---|---|---|");
 
@@ -203,13 +211,18 @@ fn main() {
         }
         (elapsed, n)
     });
-    compare("CreateSandbox of 5,000 (per sandbox)", &mounts, rounds.min(20), |m| {
-        let all = mappings();
-        let client = m.daemon.client();
-        let start = Instant::now();
-        client.create(&sandbox("ab", all)).unwrap();
-        let elapsed = start.elapsed();
-        client.destroy("ab").unwrap();
-        (elapsed, 1)
-    });
+    compare(
+        "CreateSandbox of 5,000 (per sandbox)",
+        &mounts,
+        rounds.min(20),
+        |m| {
+            let all = mappings();
+            let client = m.daemon.client();
+            let start = Instant::now();
+            client.create(&sandbox("ab", all)).unwrap();
+            let elapsed = start.elapsed();
+            client.destroy("ab").unwrap();
+            (elapsed, 1)
+        },
+    );
 }

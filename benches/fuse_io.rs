@@ -134,7 +134,11 @@ impl World {
         if let Some(baseline) = std::env::var_os("ACTIONFS_BENCH_BASELINE") {
             let baseline = baseline.to_str().expect("UTF-8 path");
             mounts.push(Mounted::start("passthrough-baseline", baseline, &[]));
-            mounts.push(Mounted::start("cached-baseline", baseline, &["--passthrough=off"]));
+            mounts.push(Mounted::start(
+                "cached-baseline",
+                baseline,
+                &["--passthrough=off"],
+            ));
         }
         let ids = mounts
             .iter()
@@ -360,7 +364,11 @@ fn benches(c: &mut Criterion) {
     }
 
     reconfiguration(c, &world.mounts[0], "");
-    if let Some(baseline) = world.mounts.iter().find(|m| m.name == "passthrough-baseline") {
+    if let Some(baseline) = world
+        .mounts
+        .iter()
+        .find(|m| m.name == "passthrough-baseline")
+    {
         reconfiguration(c, baseline, "-baseline");
     }
 }

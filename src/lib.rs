@@ -1,9 +1,41 @@
 //! actionfs: a sandbox file system for build tools.
 //!
-//! Data flows one way: requests on stdin are decoded by the protocol crate,
-//! [`reconfig`] applies them to the [`tree`] with a pool of workers, and the
-//! FUSE shell ([`fuse_shell`]) serves the kernel's requests from the same
-//! tree. [`daemon`] wires these together and owns the mount's lifecycle.
+//! # Data flow
+//!
+//! Requests on stdin are decoded by the protocol crate (`protocol/`), and
+//! [`reconfig`] hands each to a pool of workers, one request in flight per
+//! sandbox id. A worker asks [`hybrid`] to make or remove the sandbox: the
+//! [`layout`] is planned once, then built either as nodes of the FUSE view
+//! ([`tree`]) or as real files by the [`materialize`]r, whichever the
+//! measured cutoff picks. The kernel's requests reach the same [`tree`]
+//! through the thin FUSE shell in [`fuse`]. [`daemon`] wires these together
+//! and owns the mount's lifecycle. Nothing flows backwards: the tree knows
+//! nothing of FUSE or of the request stream.
+//!
+//! # Layout
+//!
+//! - [`cli`] parses the command line into [`config`], the runtime's own
+//!   settings; `main.rs` dispatches to the daemon or a subcommand.
+//! - [`daemon`]: mount, threads, signals, unmount; [`mount`]: stale mounts
+//!   and unmounting.
+//! - [`reconfig`]: the request loop and its [`reconfig::Backend`] seam.
+//! - [`hybrid`]: the backend: FUSE or native per sandbox ([`hybrid::cutoff`]
+//!   decides where).
+//! - [`layout`]: a sandbox's shape, its mappings applied in order and each
+//!   underlying path pinned ([`dirfd::Anchor`]).
+//! - [`tree`]: the file-system core (nodes, inode table, handles, one module
+//!   per kind of operation), tested without a mount.
+//! - [`fuse`]: the shell from fuser to the core, kernel cache notifications,
+//!   passthrough bookkeeping.
+//! - [`dirfd`]: directories and the `*at` calls relative to them, including
+//!   resolution beneath a pinned directory that never follows a symlink.
+//! - [`materialize`]: native sandboxes (symlink, hardlink, clone, copy) and
+//!   `rm -rf`-style teardown; [`tools`]: the `materialize` and `rmtree`
+//!   subcommands; [`calibrate`]: the `calibrate` subcommand and the action
+//!   workload it shares with the benchmarks.
+//! - `sys`: the few calls whose form differs between Linux and macOS;
+//!   `sharded`: the sharded maps the core and shell keep state in;
+//!   [`file_kind`]: file types.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -19,6 +51,7 @@ pub mod layout;
 pub mod materialize;
 pub mod mount;
 pub mod reconfig;
+mod sharded;
 mod sys;
 pub mod tools;
 pub mod tree;

@@ -8,6 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use actionfs_testkit::tier::{self, require, Need};
 use actionfs_testkit::*;
 
 fn c(path: &Path) -> CString {
@@ -77,6 +78,9 @@ fn getxattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
 
 #[test]
 fn read_only_mappings_read_back_and_refuse_every_change() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let input = fx.write("src/in.txt", "input bytes");
     fx.write("src/tree/inner.txt", "inner");
@@ -184,6 +188,9 @@ fn read_only_mappings_read_back_and_refuse_every_change() {
 
 #[test]
 fn writable_mapping_passes_every_change_through() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let scratch = fx.path("scratch");
     let d = fx.start(&["--xattrs"]);
@@ -260,10 +267,16 @@ fn writable_mapping_passes_every_change_through() {
         fs::metadata(scratch.join("hard")).unwrap().mode() & 0o777,
         0o640
     );
-    if unsafe { libc::geteuid() } == 0 {
+    // Giving a file away takes root; as anyone else chown must be refused.
+    if tier::is_root() {
         std::os::unix::fs::chown(ws.join("hard"), Some(1), Some(2)).unwrap();
         let meta = fs::metadata(scratch.join("hard")).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (1, 2));
+    } else {
+        assert_eq!(
+            errno(std::os::unix::fs::chown(ws.join("hard"), Some(1), None)),
+            libc::EPERM
+        );
     }
     set_times(&ws.join("hard"), 1_000_000).unwrap();
     assert_eq!(
@@ -281,6 +294,9 @@ fn writable_mapping_passes_every_change_through() {
 
 #[test]
 fn directories_merge_underlying_entries_with_nested_mappings() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let scratch = fx.path("scratch");
     fx.write("scratch/keep.txt", "from scratch");
@@ -340,6 +356,9 @@ fn directories_merge_underlying_entries_with_nested_mappings() {
 
 #[test]
 fn symlinks_are_exposed_as_symlinks_and_never_followed() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     fx.write("src/target.txt", "target");
     std::os::unix::fs::symlink("target.txt", fx.path("src/rel")).unwrap();
@@ -386,6 +405,9 @@ fn symlinks_are_exposed_as_symlinks_and_never_followed() {
 
 #[test]
 fn inode_numbers_are_stable_and_distinct() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let a = fx.write("src/a", "a");
     let b = fx.write("src/b", "b");
@@ -409,6 +431,9 @@ fn inode_numbers_are_stable_and_distinct() {
 
 #[test]
 fn attributes_come_from_the_underlying_object() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let file = fx.write("src/f", "12345");
     fs::set_permissions(&file, fs::Permissions::from_mode(0o751)).unwrap();
@@ -439,6 +464,9 @@ fn attributes_come_from_the_underlying_object() {
 
 #[test]
 fn destroyed_sandbox_is_gone_at_once_and_a_reused_id_shows_new_mappings() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let old = fx.write("src/old", "old");
     let new = fx.write("src/new", "new");
@@ -462,6 +490,9 @@ fn destroyed_sandbox_is_gone_at_once_and_a_reused_id_shows_new_mappings() {
 
 #[test]
 fn open_files_keep_working_after_destroy() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let input = fx.write("src/in", "still readable");
     let d = fx.start(&[]);
@@ -476,6 +507,9 @@ fn open_files_keep_working_after_destroy() {
 
 #[test]
 fn renames_across_mappings_answer_exdev() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     fs::create_dir(fx.path("scratch/one")).unwrap();
     fs::create_dir(fx.path("scratch/two")).unwrap();
@@ -502,6 +536,9 @@ fn renames_across_mappings_answer_exdev() {
 
 #[test]
 fn initial_mappings_from_the_command_line() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     fx.write("src/top.txt", "top");
     let arg_root = format!("--mapping=ro:/:{}", fx.path("src").display());
@@ -520,6 +557,9 @@ fn initial_mappings_from_the_command_line() {
 
 #[test]
 fn extended_attributes_are_unsupported_without_the_flag() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let file = fx.write("scratch/f", "f");
     setxattr(&file, "user.present", b"1").unwrap();
@@ -538,6 +578,9 @@ fn extended_attributes_are_unsupported_without_the_flag() {
 
 #[test]
 fn made_up_directories_never_follow_an_underlying_symlink() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     fx.write("src/secret.txt", "outside the sandbox");
     let input = fx.write("inputs/x.txt", "x");
@@ -578,6 +621,9 @@ fn rename2(from: &Path, to: &Path, flags: u32) -> std::io::Result<()> {
 
 #[test]
 fn rename_flags_exchange_and_noreplace() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let d = fx.start(&["--ttl=0s"]);
     d.create(sandbox("s", vec![rw("/ws", &fx.path("scratch"))]));

@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use actionfs_protocol::Mapping;
+use actionfs_testkit::tier::{self, require, Need};
 use actionfs_testkit::*;
 
 /// Sends raw bytes for sandbox `id` and returns the error it got.
@@ -31,6 +32,9 @@ fn still_serving(d: &Daemon, good: &Path) {
 
 #[test]
 fn oversized_and_nul_laden_names_are_refused() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     let d = fx.start(&[]);
@@ -65,6 +69,9 @@ fn oversized_and_nul_laden_names_are_refused() {
 
 #[test]
 fn non_utf8_and_deeply_nested_input_is_fatal_without_a_crash() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     for (what, bytes) in [
         (
             "non-UTF-8",
@@ -107,6 +114,9 @@ fn non_utf8_and_deeply_nested_input_is_fatal_without_a_crash() {
 
 #[test]
 fn input_ending_inside_a_value_is_reported_as_truncated() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     let d = fx.start(&[]);
@@ -134,6 +144,9 @@ fn input_ending_inside_a_value_is_reported_as_truncated() {
 
 #[test]
 fn a_hundred_thousand_mappings_in_one_request() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     let d = fx.start(&[]);
@@ -153,6 +166,9 @@ fn a_hundred_thousand_mappings_in_one_request() {
 
 #[test]
 fn prefixes_into_the_mount_itself_are_refused() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     let d = fx.start(&[]);
@@ -175,6 +191,9 @@ fn prefixes_into_the_mount_itself_are_refused() {
 
 #[test]
 fn sockets_fifos_and_devices_are_shown_but_never_opened_by_the_daemon() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let fifo = fx.path("src/fifo");
     let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
@@ -218,6 +237,9 @@ fn sockets_fifos_and_devices_are_shown_but_never_opened_by_the_daemon() {
 
 #[test]
 fn underlying_files_deleted_or_replaced_while_mounted() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let file = fx.write("src/f", "first");
     let doomed = fx.write("src/doomed", "doomed");
@@ -247,6 +269,9 @@ fn underlying_files_deleted_or_replaced_while_mounted() {
 
 #[test]
 fn a_full_underlying_file_system_reports_enospc_and_the_daemon_survives() {
+    if !require(&[Need::Mount, Need::Root]) {
+        return;
+    }
     let fx = Fixture::new();
     let small = fx.path("small");
     fs::create_dir(&small).unwrap();
@@ -256,8 +281,7 @@ fn a_full_underlying_file_system_reports_enospc_and_the_daemon_survives() {
         .status()
         .map(|s| s.success())
         .unwrap_or(false);
-    if !mounted {
-        eprintln!("skipped: cannot mount a small tmpfs here (not root?)");
+    if !mounted && !tier::skip("cannot mount a small tmpfs here") {
         return;
     }
     let d = fx.start(&[]);
@@ -278,6 +302,9 @@ fn a_full_underlying_file_system_reports_enospc_and_the_daemon_survives() {
 
 #[test]
 fn a_read_only_mapping_cannot_be_changed_through_a_shared_writable_mmap() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let input = fx.write("src/in", "input bytes");
     let d = fx.start(&[]);
@@ -310,8 +337,7 @@ fn a_read_only_mapping_cannot_be_changed_through_a_shared_writable_mmap() {
 
 #[test]
 fn allow_self_shuts_other_users_out_and_allow_other_lets_them_in() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to act as another user");
+    if !require(&[Need::Mount, Need::Root]) {
         return;
     }
     for (flag, others_allowed) in [("--allow=self", false), ("--allow=other", true)] {
@@ -346,6 +372,9 @@ fn allow_self_shuts_other_users_out_and_allow_other_lets_them_in() {
 
 #[test]
 fn a_killed_daemon_leaves_a_mount_the_next_start_clears() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     // The stale-mount path, once more from the fault side: kill -9 while a
     // reader is inside the mount, then a new daemon on the same point.
     let fx = Fixture::new();
@@ -371,10 +400,13 @@ fn a_killed_daemon_leaves_a_mount_the_next_start_clears() {
 
 #[test]
 fn io_errors_of_the_underlying_file_system_reach_the_caller() {
+    if !require(&[Need::Mount, Need::LoopDevice]) {
+        return;
+    }
     let xfs = match LoopXfs::new() {
         Ok(xfs) => xfs,
         Err(why) => {
-            eprintln!("skipped: no loop-mounted xfs here: {why}");
+            tier::skip(&format!("no loop-mounted xfs here: {why}"));
             return;
         }
     };
@@ -403,8 +435,7 @@ fn io_errors_of_the_underlying_file_system_reach_the_caller() {
 
 #[test]
 fn permission_errors_reach_the_caller_as_eacces() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to act as another user");
+    if !require(&[Need::Mount, Need::Root]) {
         return;
     }
     let fx = Fixture::new();

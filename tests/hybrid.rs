@@ -7,6 +7,7 @@
 use std::fs;
 use std::path::Path;
 
+use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::*;
 
 /// Everything under `dir`, relative, sorted (directories included).
@@ -51,6 +52,9 @@ fn assert_only_the_probe_is_native(fx: &Fixture) {
 
 #[test]
 fn small_sandboxes_are_native_large_ones_fuse_and_both_look_the_same() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     fs::write(fx.path("scratch/owned-by-user"), "keep me").unwrap();
     let d = fx.start(&["--native_below=5"]);
@@ -97,6 +101,9 @@ fn small_sandboxes_are_native_large_ones_fuse_and_both_look_the_same() {
 
 #[test]
 fn bad_requests_get_the_fuse_answer_and_leave_nothing_behind() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let input = fx.write("src/in", "x");
     let missing = fx.path("src/missing");
@@ -123,6 +130,9 @@ fn bad_requests_get_the_fuse_answer_and_leave_nothing_behind() {
 
 #[test]
 fn layouts_the_materializer_cannot_build_fall_back_to_fuse() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let input = fx.write("src/in", "x");
     // An existing file where an input would go inside the writable
@@ -143,6 +153,9 @@ fn layouts_the_materializer_cannot_build_fall_back_to_fuse() {
 
 #[test]
 fn shutdown_removes_native_sandboxes_never_destroyed() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let d = fx.start(&["--native_below=100"]);
     d.create(bazel_like(&fx, "left", 4));
@@ -164,6 +177,9 @@ fn shutdown_removes_native_sandboxes_never_destroyed() {
 
 #[test]
 fn auto_takes_the_calibrated_cutoff() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     fs::write(fx.path("calibration.json"), r#"{"native_below": 3}"#).unwrap();
     let calibration = format!("--calibration={}", fx.path("calibration.json").display());

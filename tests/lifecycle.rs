@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::*;
 
 fn stops_cleanly_on(signal: i32) {
@@ -46,21 +47,33 @@ fn stops_cleanly_on(signal: i32) {
 
 #[test]
 fn sigterm_unmounts_and_exits_zero_with_files_open() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     stops_cleanly_on(libc::SIGTERM);
 }
 
 #[test]
 fn sigint_unmounts_and_exits_zero_with_files_open() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     stops_cleanly_on(libc::SIGINT);
 }
 
 #[test]
 fn sighup_unmounts_and_exits_zero_with_files_open() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     stops_cleanly_on(libc::SIGHUP);
 }
 
 #[test]
 fn end_of_input_keeps_the_mount_serving() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let input = fx.write("src/in", "data");
     let d = fx.start(&[]);
@@ -74,6 +87,9 @@ fn end_of_input_keeps_the_mount_serving() {
 
 #[test]
 fn a_closed_output_keeps_the_mount_serving() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let input = fx.write("src/in", "data");
     let mut child = fx
@@ -109,6 +125,9 @@ fn a_closed_output_keeps_the_mount_serving() {
 
 #[test]
 fn a_stale_mount_from_a_killed_daemon_is_cleared_at_start() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let input = fx.write("src/in", "data");
     let mut first = fx.start(&[]);
@@ -137,6 +156,9 @@ fn a_stale_mount_from_a_killed_daemon_is_cleared_at_start() {
 
 #[test]
 fn an_external_unmount_ends_the_daemon_with_status_zero() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let mut d = fx.start(&[]);
     let status = Command::new("fusermount3")

@@ -10,6 +10,7 @@ use std::process::Command;
 use actionfs::layout::{self, Entry};
 use actionfs::materialize::{self, Made, Method, Options, Trash};
 use actionfs_protocol::ResolvedMapping;
+use actionfs_testkit::tier::{self, require, Need};
 use actionfs_testkit::*;
 
 fn mapping(path: &str, underlying: &Path, writable: bool) -> ResolvedMapping {
@@ -235,6 +236,9 @@ fn a_failure_part_way_leaves_nothing_behind() {
 
 #[test]
 fn permission_denied_part_way_is_reported_and_undone() {
+    if !require(&[Need::Root]) {
+        return;
+    }
     // Root ignores permissions, so the command runs as an unprivileged user.
     let fx = Fixture::new();
     let base = fx.dir.path();
@@ -324,6 +328,9 @@ fn teardown_never_follows_symlinks_and_refuses_roots() {
 
 #[test]
 fn rmtree_grants_itself_access_only_where_refused() {
+    if !require(&[Need::Root]) {
+        return;
+    }
     // As an unprivileged owner: a read-only directory blocks unlink until
     // rmtree adds write permission to it.
     let fx = Fixture::new();
@@ -376,7 +383,7 @@ fn auto_falls_back_across_file_systems_and_says_so() {
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
     let fx = Fixture::new();
     if fs::metadata(shm.path()).unwrap().dev() == fs::metadata(fx.dir.path()).unwrap().dev() {
-        eprintln!("skipped: /dev/shm and the test directory are on one file system");
+        tier::skip("/dev/shm and the test directory are on one file system");
         return;
     }
     let input = shm.path().join("input.txt");
@@ -400,10 +407,15 @@ fn auto_falls_back_across_file_systems_and_says_so() {
 
 #[test]
 fn clone_makes_independent_copies_on_a_reflink_filesystem() {
+    if !require(&[Need::LoopDevice]) {
+        return;
+    }
     let xfs = match LoopXfs::new() {
         Ok(xfs) => xfs,
         Err(why) => {
-            eprintln!("skipped: no reflink-capable file system could be made here: {why}");
+            tier::skip(&format!(
+                "no reflink-capable file system could be made here: {why}"
+            ));
             return;
         }
     };

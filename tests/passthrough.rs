@@ -11,6 +11,7 @@ use std::fs;
 use std::io::Write;
 use std::process::Command;
 
+use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::*;
 
 /// Kernel requests of `kind` (e.g. "READ") in the daemon's debug log.
@@ -58,6 +59,9 @@ fn exercise(fx: &Fixture, d: &Daemon) {
 
 #[test]
 fn with_passthrough_file_data_never_reaches_the_daemon() {
+    if !require(&[Need::Mount, Need::Root]) {
+        return;
+    }
     let fx = Fixture::new();
     let d = fx.start_logged(&[], "debug");
     exercise(&fx, &d);
@@ -82,6 +86,9 @@ fn with_passthrough_file_data_never_reaches_the_daemon() {
 
 #[test]
 fn passthrough_off_serves_data_through_the_daemon() {
+    if !require(&[Need::Mount, Need::Root]) {
+        return;
+    }
     let fx = Fixture::new();
     let d = fx.start_logged(&["--passthrough=off"], "debug");
     exercise(&fx, &d);
@@ -94,6 +101,9 @@ fn passthrough_off_serves_data_through_the_daemon() {
 
 #[test]
 fn without_cap_sys_admin_passthrough_falls_back_and_says_so_once() {
+    if !require(&[Need::Mount, Need::Root]) {
+        return;
+    }
     // Root of a new user namespace may mount FUSE (in its own mount
     // namespace) but lacks CAP_SYS_ADMIN where passthrough checks for it.
     // Everything runs inside: the mount is invisible outside.

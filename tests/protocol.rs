@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use actionfs_protocol::{CreateSandbox, Mapping, Response};
+use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::*;
 
 /// Asserts that a failed create of `id` left nothing: the id is not in the
@@ -25,6 +26,9 @@ fn assert_no_trace(d: &Daemon, id: &str, good: &Path) {
 
 #[test]
 fn every_bad_create_is_answered_with_a_precise_error_and_leaves_nothing() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     let d = fx.start(&[]);
@@ -89,6 +93,9 @@ fn every_bad_create_is_answered_with_a_precise_error_and_leaves_nothing() {
 
 #[test]
 fn bad_ids_duplicates_and_unknown_destroys_are_errors() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     let d = fx.start(&[]);
@@ -122,6 +129,9 @@ fn bad_ids_duplicates_and_unknown_destroys_are_errors() {
 
 #[test]
 fn prefixes_persist_across_requests_even_after_a_failed_create() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     let d = fx.start(&[]);
@@ -173,6 +183,9 @@ fn prefixes_persist_across_requests_even_after_a_failed_create() {
 
 #[test]
 fn malformed_values_with_an_id_are_answered_and_reading_goes_on() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     let d = fx.start(&[]);
@@ -195,6 +208,9 @@ fn malformed_values_with_an_id_are_answered_and_reading_goes_on() {
 
 #[test]
 fn a_syntax_error_is_fatal_for_requests_but_the_mount_keeps_serving() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     let d = fx.start(&[]);
@@ -222,6 +238,9 @@ fn a_syntax_error_is_fatal_for_requests_but_the_mount_keeps_serving() {
 
 #[test]
 fn concurrent_requests_for_different_sandboxes_all_succeed() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     let d = fx.start(&["--reconfig_threads=4"]);
@@ -252,6 +271,9 @@ fn concurrent_requests_for_different_sandboxes_all_succeed() {
 
 #[test]
 fn wire_format_with_input_and_output_files() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     // Bazel's framing: objects back to back with no separator.

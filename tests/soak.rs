@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
+use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::*;
 
 const SANDBOXES_PER_WAVE: usize = 6;
@@ -100,6 +101,9 @@ fn sandbox_life(d: &Daemon, fx: &Fixture, id: &str, counts: &Counts) {
 
 #[test]
 fn waves_of_sandboxes_under_load() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
     let seconds: u64 = std::env::var("ACTIONFS_SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())

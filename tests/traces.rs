@@ -7,7 +7,8 @@ use std::fs;
 use std::time::Instant;
 
 use actionfs_protocol::{PrefixTable, Request, Response};
-use actionfs_testkit::traces::{load, populate, traces_dir};
+use actionfs_testkit::tier::{require, Need};
+use actionfs_testkit::traces::{self, load, populate, traces_dir};
 use actionfs_testkit::*;
 
 fn recorded_answers(stem: &str) -> Vec<Response> {
@@ -85,25 +86,40 @@ fn replay(stem: &str) {
 
 #[test]
 fn replay_mixed_linuxsandbox_mapsymlinks() {
+    if !require(&[Need::Mount]) || !traces::available() {
+        return;
+    }
     replay("mixed-linuxsandbox-mapsymlinks");
 }
 
 #[test]
 fn replay_mixed_processwrapper() {
+    if !require(&[Need::Mount]) || !traces::available() {
+        return;
+    }
     replay("mixed-processwrapper");
 }
 
 #[test]
 fn replay_stress_linuxsandbox() {
+    if !require(&[Need::Mount]) || !traces::available() {
+        return;
+    }
     replay("stress-linuxsandbox");
 }
 
 #[test]
 fn replay_second_server_build() {
+    if !require(&[Need::Mount]) || !traces::available() {
+        return;
+    }
     replay("second-server-build-2");
 }
 
 #[test]
 fn replay_local_strategy_probe_only() {
+    if !require(&[Need::Mount]) || !traces::available() {
+        return;
+    }
     replay("local-strategy-with-sandboxfs-flag");
 }

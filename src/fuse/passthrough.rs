@@ -22,44 +22,43 @@
 //! for good, logged once; any other failure is logged and that inode is
 //! served `Cached` until all its opens are released.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use fuser::BackingId;
-use parking_lot::Mutex;
+use crate::sharded::Sharded;
 
 const SHARDS: usize = 16;
 
-/// How one open is answered.
-pub enum OpenMode {
-    Passthrough(Arc<BackingId>),
+/// How one open is answered. `B` is the kernel's backing file reference
+/// (fuser's `BackingId`; anything in tests).
+pub enum OpenMode<B> {
+    Passthrough(Arc<B>),
     Cached,
     Busy,
 }
 
 /// What the kernel has open for one inode.
-struct InodeOpens {
-    backing: Option<Arc<BackingId>>,
+struct InodeOpens<B> {
+    backing: Option<Arc<B>>,
     /// (device, inode) of the underlying file the opens are on.
     file_id: (u64, u64),
     opens: usize,
 }
 
-pub struct Passthrough {
+pub struct Passthrough<B> {
     enabled: AtomicBool,
     /// Per inode number.
-    inodes: Vec<Mutex<HashMap<u64, InodeOpens>>>,
+    inodes: Sharded<InodeOpens<B>>,
     /// Inode number of each open handle counted in `inodes`.
-    handles: Vec<Mutex<HashMap<u64, u64>>>,
+    handles: Sharded<u64>,
 }
 
-impl Passthrough {
-    pub fn new(enabled: bool) -> Passthrough {
+impl<B> Passthrough<B> {
+    pub fn new(enabled: bool) -> Passthrough<B> {
         Passthrough {
             enabled: AtomicBool::new(enabled),
-            inodes: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            handles: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            inodes: Sharded::new(SHARDS),
+            handles: Sharded::new(SHARDS),
         }
     }
 
@@ -82,13 +81,13 @@ impl Passthrough {
         ino: u64,
         fh: u64,
         file_id: (u64, u64),
-        register: impl FnOnce() -> std::io::Result<BackingId>,
-    ) -> OpenMode {
+        register: impl FnOnce() -> std::io::Result<B>,
+    ) -> OpenMode<B> {
         if !self.enabled() {
             return OpenMode::Cached;
         }
         let mode = {
-            let mut inodes = self.inodes[shard(ino)].lock();
+            let mut inodes = self.inodes.shard(ino);
             match inodes.get_mut(&ino) {
                 Some(entry) if entry.file_id != file_id && entry.backing.is_some() => {
                     log::warn!("inode {ino}: underlying file replaced while open; EBUSY");
@@ -129,17 +128,17 @@ impl Passthrough {
                 }
             }
         };
-        self.handles[shard(fh)].lock().insert(fh, ino);
+        self.handles.shard(fh).insert(fh, ino);
         mode
     }
 
     /// Handle `fh` was released; the inode's backing id goes with its last
     /// open.
     pub fn release(&self, fh: u64) {
-        let Some(ino) = self.handles[shard(fh)].lock().remove(&fh) else {
+        let Some(ino) = self.handles.shard(fh).remove(&fh) else {
             return;
         };
-        let mut inodes = self.inodes[shard(ino)].lock();
+        let mut inodes = self.inodes.shard(ino);
         if let Some(entry) = inodes.get_mut(&ino) {
             entry.opens -= 1;
             if entry.opens == 0 {
@@ -149,6 +148,86 @@ impl Passthrough {
     }
 }
 
-fn shard(key: u64) -> usize {
-    (key as usize) % SHARDS
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::io;
+
+    /// A stand-in backing id: which registration made it.
+    type Fake = u32;
+
+    fn registered(mode: &OpenMode<Fake>) -> Option<Fake> {
+        match mode {
+            OpenMode::Passthrough(id) => Some(**id),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn opens_of_one_inode_share_one_registration_until_the_last_release() {
+        let pt = Passthrough::<Fake>::new(true);
+        let calls = Cell::new(0);
+        let register = || {
+            calls.set(calls.get() + 1);
+            Ok(calls.get())
+        };
+        let first = pt.open(7, 100, (1, 2), register);
+        let second = pt.open(7, 101, (1, 2), register);
+        assert_eq!(
+            (registered(&first), registered(&second)),
+            (Some(1), Some(1))
+        );
+        assert_eq!(calls.get(), 1, "the second open reuses the id");
+        pt.release(100);
+        assert_eq!(registered(&pt.open(7, 102, (1, 2), register)), Some(1));
+        pt.release(101);
+        pt.release(102);
+        // All released: the next open registers anew.
+        assert_eq!(registered(&pt.open(7, 103, (1, 2), register)), Some(2));
+        // Releasing an unknown handle is harmless.
+        pt.release(999);
+    }
+
+    #[test]
+    fn a_replaced_file_is_busy_while_the_old_one_is_open() {
+        let pt = Passthrough::<Fake>::new(true);
+        let next = Cell::new(0);
+        let register = || {
+            next.set(next.get() + 1);
+            Ok(next.get())
+        };
+        assert!(registered(&pt.open(7, 1, (1, 2), register)).is_some());
+        assert!(matches!(pt.open(7, 2, (1, 3), register), OpenMode::Busy));
+        pt.release(1);
+        assert_eq!(registered(&pt.open(7, 3, (1, 3), register)), Some(2));
+    }
+
+    #[test]
+    fn eperm_turns_passthrough_off_for_good_and_other_errors_for_one_inode() {
+        let pt = Passthrough::<Fake>::new(true);
+        let fail = |errno| move || Err::<Fake, _>(io::Error::from_raw_os_error(errno));
+        assert!(matches!(
+            pt.open(1, 1, (1, 1), fail(libc::EINVAL)),
+            OpenMode::Cached
+        ));
+        assert!(pt.enabled(), "one file's failure leaves passthrough on");
+        let calls = Cell::new(0);
+        let counting = || {
+            calls.set(calls.get() + 1);
+            Ok(9)
+        };
+        assert!(matches!(pt.open(1, 2, (1, 1), counting), OpenMode::Cached));
+        assert_eq!(calls.get(), 0, "that inode stays cached while open");
+        assert!(matches!(
+            pt.open(2, 3, (1, 5), fail(libc::EPERM)),
+            OpenMode::Cached
+        ));
+        assert!(!pt.enabled());
+        assert!(matches!(pt.open(3, 4, (1, 6), counting), OpenMode::Cached));
+        assert_eq!(calls.get(), 0, "off: nothing is registered any more");
+        let off = Passthrough::<Fake>::new(false);
+        assert!(matches!(off.open(1, 1, (1, 1), counting), OpenMode::Cached));
+        assert_eq!(calls.get(), 0);
+    }
 }

@@ -31,7 +31,7 @@ pub struct FuseShell {
     fs: Arc<SandboxFs>,
     /// How long the kernel may cache entries and attributes.
     ttl: Duration,
-    passthrough: Passthrough,
+    passthrough: Passthrough<fuser::BackingId>,
 }
 
 impl FuseShell {

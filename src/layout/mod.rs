@@ -2,11 +2,11 @@
 //!
 //! Both ways of serving a sandbox start here: the FUSE view turns a layout
 //! into nodes, the native materializer into files. Applying the mappings
-//! validates them: each underlying path is `lstat`ed exactly once ([`kinds`]; a symlink
-//! is taken as itself, never followed), and the tree can still change shape
-//! while mappings apply (a directory made to hold `/a/b` may later be mapped
-//! itself by `/a`). Nothing outside this tree changes, so an error leaves
-//! nothing to undo.
+//! validates them: each underlying path is `lstat`ed exactly once and
+//! pinned (`kinds`; a symlink is taken as itself, never followed), and the
+//! tree can still change shape while mappings apply (a directory made to
+//! hold `/a/b` may later be mapped itself by `/a`). Nothing outside this
+//! tree changes, so an error leaves nothing to undo.
 
 use std::collections::HashMap;
 use std::ffi::OsString;

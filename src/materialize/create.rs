@@ -19,7 +19,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::thread::ScopedJoinHandle;
 
 use super::place::{place, Leaf, LeafKind, Made, Method};
@@ -80,12 +82,17 @@ pub fn build(
         build.workers = None; // closes the queue: workers finish and exit
         let mut errors = Vec::new();
         for handle in handles {
-            let (report, error) = handle.join().expect("materializer worker panicked");
-            build.report.lock().unwrap().add(&report);
-            errors.extend(error);
+            match handle.join() {
+                Ok((report, error)) => {
+                    build.report.lock().add(&report);
+                    errors.extend(error);
+                }
+                // A bug; the caller still undoes what was made.
+                Err(_) => errors.push(Error::other(dest, "a materializer worker panicked")),
+            }
         }
-        record.report.add(&build.report.lock().unwrap());
-        record.in_place = std::mem::take(&mut *build.in_place.lock().unwrap());
+        record.report.add(&build.report.lock());
+        record.in_place = std::mem::take(&mut *build.in_place.lock());
         // A worker's own error explains a walk stopped by its failure.
         errors.into_iter().next().or(walked.err())
     });
@@ -115,14 +122,14 @@ fn start_workers<'scope, 'env>(
             scope.spawn(move || {
                 let mut report = Report::default();
                 loop {
-                    let batch = rx.lock().unwrap().recv();
+                    let batch = rx.lock().recv();
                     let Ok(batch) = batch else {
                         return (report, None);
                     };
                     if let Err(err) = place_all(method, &batch, &mut report) {
                         failed.store(true, Ordering::Release);
                         // Drain the queue so the walk never blocks on us.
-                        while rx.lock().unwrap().recv().is_ok() {}
+                        while rx.lock().recv().is_ok() {}
                         return (report, Some(err));
                     }
                 }
@@ -179,7 +186,7 @@ impl Build {
             None => {
                 let mut report = Report::default();
                 let result = place_all(self.method, &batch, &mut report);
-                self.report.lock().unwrap().add(&report);
+                self.report.lock().add(&report);
                 result
             }
         }
@@ -191,7 +198,7 @@ impl Build {
         parent
             .mkdir_at(&c, DIR_MODE)
             .map_err(|e| Error::new("mkdirat", &path, e))?;
-        self.report.lock().unwrap().dirs += 1;
+        self.report.lock().dirs += 1;
         let dir = parent
             .open_at(&c)
             .map_err(|e| Error::new("openat", &path, e))?;
@@ -396,7 +403,7 @@ impl Build {
                     ))
                 }
                 Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
-                    self.in_place.lock().unwrap().push(here);
+                    self.in_place.lock().push(here);
                     self.create_child(&dir, dir_path, name, child, None, &mut leaves)?;
                 }
                 Err(err) => return Err(Error::new("fstatat", &path, err)),

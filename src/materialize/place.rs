@@ -4,11 +4,10 @@
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::dirfd::{open_file_at, readlink_at, DirFd};
+use crate::dirfd::{c_name, open_file_at, readlink_at, DirFd};
 use crate::sys;
 
 /// How regular files are materialized.
@@ -168,8 +167,7 @@ fn may_fall_back(err: &io::Error) -> bool {
 }
 
 fn symlink_to(target: &Path, dest: &DirFd, name: &CStr) -> io::Result<Made> {
-    let target = CString::new(target.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let target = c_name(target.as_os_str())?;
     dest.symlink_at(&target, name)?;
     Ok(Made::Symlink)
 }

@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use super::remove::remove_tree_within;
@@ -42,9 +44,9 @@ impl Trash {
                 std::thread::Builder::new()
                     .name(format!("trash-{n}"))
                     .spawn(move || delete_queued(&dir, &rx, &pending))
-                    .expect("cannot start a trash thread")
             })
-            .collect();
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::new("pthread_create", dir, e))?;
         let trash = Trash {
             dir: dir.to_owned(),
             queue: Mutex::new(Some(tx)),
@@ -87,17 +89,17 @@ impl Trash {
     }
 
     fn enqueue(&self, path: PathBuf) {
-        *self.pending.count.lock().unwrap() += 1;
-        if let Some(queue) = self.queue.lock().unwrap().as_ref() {
+        *self.pending.count.lock() += 1;
+        if let Some(queue) = self.queue.lock().as_ref() {
             let _ = queue.send(path);
         }
     }
 
     /// Waits until everything queued so far has been deleted.
     pub fn wait_idle(&self) {
-        let mut count = self.pending.count.lock().unwrap();
+        let mut count = self.pending.count.lock();
         while *count > 0 {
-            count = self.pending.idle.wait(count).unwrap();
+            self.pending.idle.wait(&mut count);
         }
     }
 }
@@ -105,7 +107,7 @@ impl Trash {
 impl Drop for Trash {
     /// Finishes the queued deletions before returning.
     fn drop(&mut self) {
-        self.queue.lock().unwrap().take();
+        self.queue.lock().take();
         for worker in self.workers.drain(..) {
             let _ = worker.join();
         }
@@ -114,12 +116,12 @@ impl Drop for Trash {
 
 fn delete_queued(dir: &Path, queue: &Mutex<Receiver<PathBuf>>, pending: &Pending) {
     loop {
-        let next = queue.lock().unwrap().recv();
+        let next = queue.lock().recv();
         let Ok(path) = next else { return };
         if let Err(err) = remove_tree_within(dir, &path) {
             log::warn!("cannot empty trash entry: {err}");
         }
-        let mut count = pending.count.lock().unwrap();
+        let mut count = pending.count.lock();
         *count -= 1;
         if *count == 0 {
             pending.idle.notify_all();

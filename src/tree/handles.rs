@@ -1,53 +1,48 @@
 //! Open file and directory handles.
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use super::attr::FileKind;
+use crate::sharded::Sharded;
 
 const SHARDS: usize = 16;
 
-/// Handles of one kind, by number.
+/// Handles of one kind, by number (0 is never one: FUSE sends it when the
+/// kernel opened a file without asking).
 pub struct HandleTable<T> {
-    shards: Vec<Mutex<HashMap<u64, Arc<T>>>>,
+    handles: Sharded<Arc<T>>,
     next: AtomicU64,
 }
 
 impl<T> Default for HandleTable<T> {
     fn default() -> Self {
         HandleTable {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            handles: Sharded::new(SHARDS),
             next: AtomicU64::new(1),
         }
     }
 }
 
 impl<T> HandleTable<T> {
-    fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Arc<T>>> {
-        &self.shards[(fh as usize) % SHARDS]
-    }
-
     pub fn insert(&self, value: T) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
-        self.shard(fh).lock().insert(fh, Arc::new(value));
+        self.handles.shard(fh).insert(fh, Arc::new(value));
         fh
     }
 
     pub fn get(&self, fh: u64) -> Option<Arc<T>> {
-        self.shard(fh).lock().get(&fh).cloned()
+        self.handles.shard(fh).get(&fh).cloned()
     }
 
     pub fn remove(&self, fh: u64) -> Option<Arc<T>> {
-        self.shard(fh).lock().remove(&fh)
+        self.handles.shard(fh).remove(&fh)
     }
 
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.handles.len()
     }
 }
 

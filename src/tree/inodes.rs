@@ -3,13 +3,11 @@
 //!
 //! Sharded so that lookups of different inodes rarely share a lock.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use super::node::Node;
+use crate::sharded::Sharded;
 
 const SHARDS: usize = 64;
 
@@ -17,7 +15,7 @@ const SHARDS: usize = 64;
 pub const ROOT_INO: u64 = 1;
 
 pub struct InodeTable {
-    shards: Vec<Mutex<HashMap<u64, Arc<Node>>>>,
+    nodes: Sharded<Arc<Node>>,
     next_ino: AtomicU64,
 }
 
@@ -25,17 +23,13 @@ impl InodeTable {
     /// A table holding `root` as inode 1, never forgotten.
     pub fn new(root: Arc<Node>) -> InodeTable {
         let table = InodeTable {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            nodes: Sharded::new(SHARDS),
             next_ino: AtomicU64::new(ROOT_INO + 1),
         };
         root.assign_ino(ROOT_INO);
         root.lookups.store(1, Ordering::Relaxed);
-        table.shard(ROOT_INO).lock().insert(ROOT_INO, root);
+        table.nodes.shard(ROOT_INO).insert(ROOT_INO, root);
         table
-    }
-
-    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, Arc<Node>>> {
-        &self.shards[(ino as usize) % SHARDS]
     }
 
     /// The node's inode number, assigning one if it has none yet, without
@@ -50,7 +44,7 @@ impl InodeTable {
     /// Records one kernel lookup of `node` and returns its inode number.
     pub fn remember(&self, node: &Arc<Node>) -> u64 {
         let ino = self.ino_of(node);
-        let mut shard = self.shard(ino).lock();
+        let mut shard = self.nodes.shard(ino);
         shard.entry(ino).or_insert_with(|| node.clone());
         // Counted under the shard lock, as forget decrements it.
         let held = node.lookups.load(Ordering::Relaxed);
@@ -60,7 +54,7 @@ impl InodeTable {
     }
 
     pub fn get(&self, ino: u64) -> Option<Arc<Node>> {
-        self.shard(ino).lock().get(&ino).cloned()
+        self.nodes.shard(ino).get(&ino).cloned()
     }
 
     /// Drops `count` kernel lookups; returns the node if the kernel no
@@ -69,7 +63,7 @@ impl InodeTable {
         if ino == ROOT_INO {
             return None;
         }
-        let mut shard = self.shard(ino).lock();
+        let mut shard = self.nodes.shard(ino);
         let node = shard.get(&ino)?;
         let held = node.lookups.load(Ordering::Relaxed);
         let left = held.saturating_sub(count.min(u32::MAX as u64) as u32);
@@ -89,6 +83,6 @@ impl InodeTable {
 
     /// Number of inodes the kernel knows, root included.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.nodes.len()
     }
 }

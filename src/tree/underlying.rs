@@ -17,7 +17,6 @@
 use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use nix::fcntl::{AtFlags, OFlag};
@@ -78,8 +77,9 @@ fn route(node: &Node) -> FsResult<Option<Route>> {
     }
 }
 
-fn c_string(name: &OsStr) -> FsResult<CString> {
-    CString::new(name.as_bytes()).map_err(|_| FsError::refused(Errno::EINVAL))
+/// A name as a C string; EINVAL for one holding a NUL.
+pub fn c_string(name: &OsStr) -> FsResult<CString> {
+    crate::dirfd::c_name(name).map_err(|_| FsError::refused(Errno::EINVAL))
 }
 
 fn join(names: &[CString]) -> Vec<u8> {

@@ -5,9 +5,8 @@
 //! call acts on the object pinned beneath its anchor (see `underlying`),
 //! never on what a symlink points to.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
 
 use super::error::{Errno, FsError, FsResult};
 use super::underlying::{self, UObj};
@@ -42,7 +41,7 @@ impl SandboxFs {
         let Some(object) = self.xattr_object(ino, false)? else {
             return Err(Errno::ENODATA.into());
         };
-        let name = xattr_name(name)?;
+        let name = underlying::c_string(name)?;
         object.on_pinned("getxattr", |pinned| {
             sized(size, |buf| sys::get_xattr(pinned.as_fd(), &name, buf))
         })
@@ -61,7 +60,7 @@ impl SandboxFs {
         let object = self
             .xattr_object(ino, true)?
             .ok_or(FsError::refused(Errno::EPERM))?;
-        let name = xattr_name(name)?;
+        let name = underlying::c_string(name)?;
         object.on_pinned("setxattr", |pinned| {
             sys::set_xattr(pinned.as_fd(), &name, value, flags)
         })
@@ -71,15 +70,11 @@ impl SandboxFs {
         let object = self
             .xattr_object(ino, true)?
             .ok_or(FsError::refused(Errno::EPERM))?;
-        let name = xattr_name(name)?;
+        let name = underlying::c_string(name)?;
         object.on_pinned("removexattr", |pinned| {
             sys::remove_xattr(pinned.as_fd(), &name)
         })
     }
-}
-
-fn xattr_name(name: &OsStr) -> FsResult<CString> {
-    CString::new(name.as_bytes()).map_err(|_| FsError::refused(Errno::EINVAL))
 }
 
 /// Size 0 asks for the size needed; otherwise for at most `size` bytes.

@@ -93,3 +93,20 @@ fn on_path(program: &str) -> bool {
         .output()
         .is_ok_and(|out| out.status.success())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skip_is_a_failure_only_when_everything_is_required() {
+        // The only test in this binary that touches the variable.
+        std::env::remove_var("ACTIONFS_REQUIRE_ALL");
+        assert!(!skip("a reason"), "skipping says the test cannot run");
+        std::env::set_var("ACTIONFS_REQUIRE_ALL", "1");
+        let required = std::panic::catch_unwind(|| skip("a reason"));
+        std::env::remove_var("ACTIONFS_REQUIRE_ALL");
+        let message = *required.unwrap_err().downcast::<String>().unwrap();
+        assert!(message.contains("a reason"), "{message}");
+    }
+}

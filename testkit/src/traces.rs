@@ -9,17 +9,24 @@ use std::path::{Path, PathBuf};
 
 use actionfs_protocol::{Decoded, PrefixTable, Request, RequestReader};
 
+/// Where the recorded streams are: $ACTIONFS_TRACES, else
+/// `../shared/traces/bazel-4.2.3` beside this checkout.
 pub fn traces_dir() -> PathBuf {
-    let dir = std::env::var_os("ACTIONFS_TRACES")
+    std::env::var_os("ACTIONFS_TRACES")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/bazel-4.2.3")
-        });
-    assert!(
-        dir.is_dir(),
-        "trace directory {dir:?} is missing: clone next to shared/ or set ACTIONFS_TRACES"
-    );
-    dir
+        })
+}
+
+/// Whether the recorded streams are here; if not, the calling test is
+/// skipped (failed under ACTIONFS_REQUIRE_ALL) with the reason.
+pub fn available() -> bool {
+    let dir = traces_dir();
+    dir.is_dir()
+        || crate::tier::skip(&format!(
+            "trace directory {dir:?} is missing: clone next to shared/ or set ACTIONFS_TRACES"
+        ))
 }
 
 /// Decodes a recorded stream after pointing its placeholder roots at
