@@ -1,13 +1,20 @@
-//! Command-line parsing, compatible with sandboxfs 0.2's flags.
+//! The command line: one grammar for the daemon and every subcommand,
+//! parsed by clap. Flags take `--flag value` or `--flag=value`, `--` ends
+//! the options, and `-h`/`--help` works on the command and on each
+//! subcommand. Every flag of sandboxfs 0.2 is accepted, with its spelling.
 //!
-//! Flags take their value as `--flag=value` or `--flag value`. Any mistake
-//! is a [`UsageError`], which the binary reports with exit status 2.
+//! Help and version are ordinary flags checked after a successful parse,
+//! so an unknown flag next to them is still a usage error (exit 2), and
+//! help wins over version. The first line of `--version` is what Bazel
+//! parses to pick the protocol.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use actionfs_protocol::{Mapping, PrefixTable, ResolvedMapping};
+use clap::error::ErrorKind;
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::calibrate::CalibrateArgs;
 use crate::config::{Allow, DaemonConfig};
@@ -18,80 +25,27 @@ use crate::materialize::Method;
 /// 0.2.0 or later selects the JSON protocol actionfs speaks.
 pub const BAZEL_VERSION_LINE: &str = "sandboxfs 0.2.0";
 
-pub const HELP: &str = "\
-usage: actionfs [OPTIONS] MOUNTPOINT
-       actionfs materialize [-v] [--spec=FILE|-] [--method=M] [--threads=N] DEST
-       actionfs rmtree [-v] DIR
-       actionfs calibrate [--quick] [--dir=PATH] [--method=M] [--write=PATH]
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Command {
+    /// Print this help text and exit 0.
+    Help(String),
+    Version,
+    Serve(Box<DaemonConfig>),
+    Materialize(MaterializeArgs),
+    Rmtree { dir: PathBuf, verbose: bool },
+    Calibrate(CalibrateArgs),
+}
 
-Mounts a sandbox file system at MOUNTPOINT. Sandboxes are created and
-destroyed by JSON requests read from the input (the sandboxfs 0.2 protocol,
-see protocol/SPEC.md); each is answered with one line on the output. The
-mount stays up until SIGTERM, SIGINT or SIGHUP, or an external unmount.
+/// A usage error, rendered with the usage line; exit status 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
 
-options:
-  --allow=self|root|other  who may use the mount (default: self); root and
-                           other need user_allow_other in /etc/fuse.conf
-                           unless the daemon runs as root
-  --input=PATH|-           read requests from PATH (default -: stdin)
-  --output=PATH|-          write answers to PATH (default -: stdout)
-  --mapping=TYPE:PATH:TARGET
-                           map TARGET (absolute) at PATH (absolute, inside
-                           the mount) before any request; TYPE is ro or rw;
-                           repeatable, applied in order; unmapped parents
-                           become read-only virtual directories
-  --ttl=DURATION           how long the kernel caches names and attributes,
-                           e.g. 60s, 500ms, 0s (default: 60s)
-  --xattrs                 pass extended attributes through to underlying
-                           files (default: report them unsupported)
-  --passthrough=auto|off   auto (default): the kernel reads and writes
-                           files directly (FUSE passthrough, Linux 6.9+,
-                           needs CAP_SYS_ADMIN), falling back, logged, to
-                           serving data through the daemon; off: always
-                           serve data through the daemon
-  --native_below=N|auto|0  build sandboxes of fewer than N mappings as real
-                           files outside the mount (shown as MOUNTPOINT/ID,
-                           a symlink to them) instead of in the FUSE view;
-                           auto: the cutoff measured by `actionfs calibrate`
-                           (see --calibration), else the shipped default
-                           (tmpfs: all native; disk: all FUSE);
-                           0 (default): every sandbox in the FUSE view
-  --native_method=M        how native sandboxes place inputs: symlink
-                           (default), hardlink, clone, copy or auto
-  --native_dir=PATH        where native sandboxes are built (default:
-                           MOUNTPOINT.native; same file system as the
-                           inputs for hardlink and clone)
-  --calibration=PATH       the file `calibrate --write` saved, for
-                           --native_below=auto (default: the first of
-                           $ACTIONFS_CALIBRATION, ~/.config/actionfs/
-                           calibration.json, /etc/actionfs/calibration.json)
-  --node_cache             accepted for sandboxfs compatibility; no effect
-  --reconfig_threads=N     apply up to N requests at once (default: number
-                           of CPUs)
-  --help                   print this help and exit
-  --version                print the version and exit (the first line is
-                           the sandboxfs version Bazel checks)
-
-exit status: 0 after a clean unmount, 1 on a runtime error, 2 on a usage
-error. Set RUST_LOG=debug for a log of every request on stderr.
-
-materialize builds one sandbox as real files under DEST (missing or empty),
-from a spec holding one CreateSandbox request exactly as on the wire
-({\"C\":{...}}, prefixes included; default - reads stdin). --method is
-symlink, hardlink, clone (FICLONE / clonefile), copy, or auto (default:
-per file, hard link, else clone, else symlink). --threads (at most 2)
-defaults to 2 from 200 mappings on, else 1. On failure DEST is left as
-it was. rmtree deletes DIR like rm -rf, never following symlinks. With -v
-both print what they did and how long it took.
-
-calibrate times whole actions (create a sandbox, stat every input, read
-10% or all of them, write an output, destroy) in FUSE and native
-sandboxes from 10 to 20,000 inputs (--quick: 10 to 5,000, fewer runs)
-under --dir (default: the temporary directory; give the directory your
-sandboxes live in, e.g. Bazel's output base), prints the curve and the
-recommended --native_below, and with --write saves it for
---native_below=auto. --method is the native method (default symlink).
-";
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// `actionfs materialize`.
 #[derive(Clone, Debug)]
@@ -105,320 +59,343 @@ pub struct MaterializeArgs {
     pub dest: PathBuf,
 }
 
-#[derive(Debug)]
-pub enum Command {
-    Help,
-    Version,
-    Serve(DaemonConfig),
-    Materialize(MaterializeArgs),
-    Rmtree { dir: PathBuf, verbose: bool },
-    Calibrate(CalibrateArgs),
+#[derive(Parser, Debug)]
+#[command(
+    name = "actionfs",
+    about = "A sandbox file system for build tools (the sandboxfs 0.2 protocol)",
+    long_about = "Mounts a sandbox file system at MOUNTPOINT. Sandboxes are created and \
+destroyed by JSON requests read from the input (the sandboxfs 0.2 protocol, see \
+protocol/SPEC.md); each is answered with one line on the output. The mount stays up \
+until SIGTERM, SIGINT, SIGHUP or SIGQUIT, or an external unmount.",
+    after_long_help = "exit status: 0 after a clean unmount (end of input or an external \
+unmount), 1 on a runtime error, 2 on a usage error; after a signal the daemon unmounts and \
+exits by that signal. Set RUST_LOG=debug for a log of every request on stderr.",
+    override_usage = "actionfs [OPTIONS] MOUNTPOINT\n       actionfs <materialize|rmtree|calibrate> [OPTIONS] ...",
+    disable_help_flag = true,
+    disable_help_subcommand = true,
+    disable_version_flag = true,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    subcommand: Option<Sub>,
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Print this help and exit
+    #[arg(short = 'h', long = "help", action = ArgAction::SetTrue)]
+    help: bool,
+    /// Print the version and exit (the first line is the sandboxfs version
+    /// Bazel checks)
+    #[arg(long = "version", action = ArgAction::SetTrue)]
+    version: bool,
 }
 
-#[derive(Debug, PartialEq, Eq)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Who may use the mount: self, root or other; root and other need
+    /// user_allow_other in /etc/fuse.conf unless the daemon runs as root
+    #[arg(long, value_name = "self|root|other", default_value = "self", value_parser = parse_allow)]
+    allow: Allow,
+    /// Read requests from PATH (-: stdin)
+    #[arg(long, value_name = "PATH|-", default_value = "-")]
+    input: String,
+    /// Write answers to PATH (-: stdout)
+    #[arg(long, value_name = "PATH|-", default_value = "-")]
+    output: String,
+    /// Map TARGET (absolute) at PATH (absolute, inside the mount) before
+    /// any request; TYPE is ro or rw; repeatable, applied in order;
+    /// unmapped parents become read-only virtual directories
+    #[arg(long = "mapping", value_name = "TYPE:PATH:TARGET", value_parser = parse_mapping)]
+    mappings: Vec<ResolvedMapping>,
+    /// How long the kernel caches names and attributes, e.g. 60s, 500ms,
+    /// 0s (with --allow=root it never caches)
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    ttl: Duration,
+    /// Pass extended attributes through to underlying files (default:
+    /// report them unsupported)
+    #[arg(long)]
+    xattrs: bool,
+    /// auto: the kernel reads and writes files directly (FUSE
+    /// passthrough, Linux 6.9+, needs CAP_SYS_ADMIN), falling back,
+    /// logged, to serving data through the daemon; off: always the daemon
+    #[arg(long, value_name = "auto|off", default_value = "auto", value_parser = ["auto", "off"])]
+    passthrough: String,
+    /// Build sandboxes of fewer than N mappings as real files outside the
+    /// mount (MOUNTPOINT/ID is then a symlink to them); auto: the cutoff
+    /// `actionfs calibrate` measured, else the shipped default (tmpfs: all
+    /// native, disk: all FUSE); 0: every sandbox in the FUSE view
+    #[arg(long = "native_below", value_name = "N|auto|0", default_value = "0", value_parser = parse_native_below)]
+    native_below: NativeBelow,
+    /// How native sandboxes place inputs: symlink, hardlink, clone, copy
+    /// or auto
+    #[arg(long = "native_method", value_name = "METHOD", default_value = "symlink", value_parser = parse_method)]
+    native_method: Method,
+    /// Where native sandboxes are built (default: MOUNTPOINT.native; the
+    /// inputs' file system for hardlink and clone)
+    #[arg(long = "native_dir", value_name = "PATH")]
+    native_dir: Option<PathBuf>,
+    /// The file `calibrate --write` saved, for --native_below=auto
+    /// (default: the first of $ACTIONFS_CALIBRATION,
+    /// ~/.config/actionfs/calibration.json, /etc/actionfs/calibration.json)
+    #[arg(long, value_name = "PATH")]
+    calibration: Option<PathBuf>,
+    /// Accepted for sandboxfs compatibility; no effect
+    #[arg(long = "node_cache")]
+    node_cache: bool,
+    /// Accepted for sandboxfs compatibility; actionfs has no built-in CPU
+    /// profiler, so this only logs a warning (use perf)
+    #[arg(long = "cpu_profile", value_name = "PATH")]
+    cpu_profile: Option<PathBuf>,
+    /// Apply up to N requests at once (default: number of CPUs)
+    #[arg(long = "reconfig_threads", value_name = "N", value_parser = parse_positive)]
+    reconfig_threads: Option<usize>,
+    /// Where to mount (a directory)
+    // A list, so that a second one is reported as such.
+    #[arg(value_name = "MOUNTPOINT")]
+    mount_point: Vec<PathBuf>,
 }
 
-fn usage(message: impl Into<String>) -> UsageError {
-    UsageError(message.into())
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// Build one sandbox as real files under DEST (missing or empty), from a
+    /// spec holding one CreateSandbox request exactly as on the wire
+    #[command(
+        disable_help_flag = true,
+        override_usage = "actionfs materialize [OPTIONS] DEST",
+        long_about = "Builds one sandbox as real files under DEST (missing or empty), from a \
+spec holding one CreateSandbox request exactly as on the wire ({\"C\":{...}}, prefixes \
+included). On failure DEST is left as it was."
+    )]
+    Materialize {
+        /// Print what was made and how long it took
+        #[arg(short = 'v', long = "verbose")]
+        verbose: bool,
+        /// The request (-: stdin)
+        #[arg(long, value_name = "FILE|-", default_value = "-")]
+        spec: String,
+        /// symlink, hardlink, clone (FICLONE / clonefile), copy, or auto
+        /// (per file: hard link, else clone, else symlink)
+        #[arg(long, value_name = "METHOD", default_value = "auto", value_parser = parse_method)]
+        method: Method,
+        /// Threads making leaves (at most 2; default: 2 from 200 mappings
+        /// on, else 1)
+        #[arg(long, value_name = "N", value_parser = parse_positive)]
+        threads: Option<usize>,
+        #[arg(value_name = "DEST")]
+        dest: Option<PathBuf>,
+        /// Print this help and exit
+        #[arg(short = 'h', long = "help")]
+        help: bool,
+    },
+    /// Delete DIR like rm -rf, never following symlinks
+    #[command(disable_help_flag = true, override_usage = "actionfs rmtree [-v] DIR")]
+    Rmtree {
+        /// Print what was removed and how long it took
+        #[arg(short = 'v', long = "verbose")]
+        verbose: bool,
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Print this help and exit
+        #[arg(short = 'h', long = "help")]
+        help: bool,
+    },
+    /// Time whole actions in FUSE and native sandboxes and recommend
+    /// --native_below
+    #[command(
+        disable_help_flag = true,
+        override_usage = "actionfs calibrate [OPTIONS]",
+        long_about = "Times whole actions (create a sandbox, stat every input, read 10% or \
+all of them, write an output, destroy) in FUSE and native sandboxes from 10 to 20,000 inputs \
+under --dir, prints the curve and the recommended --native_below, and with --write saves it \
+for --native_below=auto."
+    )]
+    Calibrate {
+        /// 10 to 5,000 inputs and fewer runs
+        #[arg(long)]
+        quick: bool,
+        /// Where sandboxes would live, e.g. Bazel's output base (default:
+        /// the temporary directory)
+        #[arg(long, value_name = "PATH")]
+        dir: Option<PathBuf>,
+        /// The native method measured
+        #[arg(long, value_name = "METHOD", default_value = "symlink", value_parser = parse_method)]
+        method: Method,
+        /// Save the result where --native_below=auto finds it
+        #[arg(long, value_name = "PATH")]
+        write: Option<PathBuf>,
+        /// Print this help and exit
+        #[arg(short = 'h', long = "help")]
+        help: bool,
+    },
 }
 
 /// Parses the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
-    let mut args = args.into_iter().peekable();
-    match args.peek().and_then(|a| a.to_str()) {
-        Some("materialize") => {
-            args.next();
-            return parse_materialize(args);
-        }
-        Some("rmtree") => {
-            args.next();
-            return parse_rmtree(args);
-        }
-        Some("calibrate") => {
-            args.next();
-            return parse_calibrate(args);
-        }
-        _ => {}
-    }
-    let mut allow = Allow::OwnerOnly;
-    let mut input = None;
-    let mut output = None;
-    let mut mappings = Vec::new();
-    let mut ttl = Duration::from_secs(60);
-    let mut xattrs = false;
-    let mut passthrough = true;
-    let mut native_below = NativeBelow::Off;
-    let mut native_method = Method::Symlink;
-    let mut native_dir = None;
-    let mut calibration = None;
-    let mut reconfig_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let mut positional = Vec::new();
-
-    while let Some(arg) = args.next() {
-        let arg = arg
-            .into_string()
-            .map_err(|bad| usage(format!("argument {bad:?} is not valid UTF-8")))?;
-        if !arg.starts_with("--") || arg == "--" {
-            if arg != "--" {
-                positional.push(arg);
-            }
-            continue;
-        }
-        let (name, inline) = match arg.split_once('=') {
-            Some((name, value)) => (name.to_owned(), Some(value.to_owned())),
-            None => (arg.clone(), None),
-        };
-        let mut value = |what: &str| -> Result<String, UsageError> {
-            match &inline {
-                Some(v) => Ok(v.clone()),
-                None => args
-                    .next()
-                    .and_then(|v| v.into_string().ok())
-                    .ok_or_else(|| usage(format!("{name} needs {what}"))),
-            }
-        };
-        match name.as_str() {
-            "--help" => return Ok(Command::Help),
-            "--version" => return Ok(Command::Version),
-            "--allow" => {
-                allow = match value("self, root or other")?.as_str() {
-                    "self" => Allow::OwnerOnly,
-                    "root" => Allow::RootAndOwner,
-                    "other" => Allow::Everyone,
-                    other => {
-                        return Err(usage(format!(
-                            "--allow takes self, root or other, not {other:?}"
-                        )))
-                    }
-                }
-            }
-            "--input" => input = stream_path(value("a path or -")?),
-            "--output" => output = stream_path(value("a path or -")?),
-            "--mapping" => mappings.push(parse_mapping(&value("TYPE:PATH:TARGET")?)?),
-            "--ttl" => ttl = parse_duration(&value("a duration such as 60s")?)?,
-            "--xattrs" => xattrs = true,
-            "--passthrough" => {
-                passthrough = match value("auto or off")?.as_str() {
-                    "auto" => true,
-                    "off" => false,
-                    other => {
-                        return Err(usage(format!(
-                            "--passthrough takes auto or off, not {other:?}"
-                        )))
-                    }
-                }
-            }
-            "--native_below" => {
-                let text = value("a count, 0 or auto")?;
-                native_below = NativeBelow::parse(&text).ok_or_else(|| {
-                    usage(format!(
-                        "--native_below takes a count, 0 or auto, not {text:?}"
-                    ))
-                })?
-            }
-            "--native_method" => {
-                let text = value("a method")?;
-                native_method = Method::parse(&text).ok_or_else(|| {
-                    usage(format!(
-                        "--native_method takes symlink, hardlink, clone, copy or auto, not {text:?}"
-                    ))
-                })?;
-            }
-            "--native_dir" => native_dir = Some(PathBuf::from(value("a path")?)),
-            "--calibration" => calibration = Some(PathBuf::from(value("a path")?)),
-            "--node_cache" => {}
-            "--reconfig_threads" => {
-                let text = value("a number")?;
-                reconfig_threads =
-                    text.parse()
-                        .ok()
-                        .filter(|&n: &usize| n > 0)
-                        .ok_or_else(|| {
-                            usage(format!(
-                                "--reconfig_threads takes a positive number, not {text:?}"
-                            ))
-                        })?;
-            }
-            _ => return Err(usage(format!("unknown flag {name}"))),
-        }
-        if matches!(name.as_str(), "--xattrs" | "--node_cache") && inline.is_some() {
-            return Err(usage(format!("{name} takes no value")));
-        }
-    }
-
-    let mount_point = match positional.as_slice() {
-        [one] => PathBuf::from(one),
-        [] => return Err(usage("missing MOUNTPOINT")),
-        [_, extra @ ..] => {
-            return Err(usage(format!(
-                "only one MOUNTPOINT may be given; unexpected {extra:?}"
-            )))
-        }
+    let mut command = Cli::command();
+    let argv = std::iter::once(OsString::from("actionfs")).chain(args);
+    let matches = command
+        .try_get_matches_from_mut(argv)
+        .map_err(|err| usage_error(&mut command, &err))?;
+    let cli = Cli::from_arg_matches(&matches).map_err(|err| usage_error(&mut command, &err))?;
+    let sub_help = match &cli.subcommand {
+        Some(Sub::Materialize { help, .. } | Sub::Rmtree { help, .. } | Sub::Calibrate { help, .. }) => *help,
+        None => false,
     };
-    Ok(Command::Serve(DaemonConfig {
-        allow,
-        input,
-        output,
-        mappings,
-        ttl,
-        xattrs,
-        passthrough,
-        native_below,
-        native_method,
-        native_dir,
-        calibration,
-        reconfig_threads,
-        mount_point,
-    }))
+    if cli.help || sub_help {
+        let help = match matches.subcommand_name() {
+            Some(name) => command
+                .find_subcommand_mut(name)
+                .expect("a parsed subcommand exists")
+                .render_long_help(),
+            None => command.render_long_help(),
+        };
+        return Ok(Command::Help(help.to_string()));
+    }
+    if cli.version {
+        return Ok(Command::Version);
+    }
+    match cli.subcommand {
+        Some(sub) => subcommand(sub, &mut command),
+        None => serve(cli.serve, &mut command),
+    }
 }
 
-/// Subcommand flags as given: name (with dashes) and optional `=value`.
-type Flags = Vec<(String, Option<String>)>;
+/// A clap error as the user sees it: the problem, then the usage line of
+/// the command it concerns.
+fn usage_error(command: &mut clap::Command, err: &clap::Error) -> UsageError {
+    let mut text = err.render().to_string().trim_end().to_owned();
+    if !text.contains("Usage:") {
+        text.push_str("\n\n");
+        text.push_str(command.render_usage().to_string().trim_end());
+    }
+    UsageError(text)
+}
 
-/// Splits subcommand arguments into `--flag[=value]` pairs and positionals.
-fn split_flags(args: impl Iterator<Item = OsString>) -> Result<(Flags, Vec<String>), UsageError> {
-    let (mut flags, mut positional) = (Vec::new(), Vec::new());
-    for arg in args {
-        let arg = arg
-            .into_string()
-            .map_err(|bad| usage(format!("argument {bad:?} is not valid UTF-8")))?;
-        if arg == "-v" {
-            flags.push(("-v".to_owned(), None));
-        } else if let Some(flag) = arg.strip_prefix("--") {
-            let (name, value) = match flag.split_once('=') {
-                Some((n, v)) => (n.to_owned(), Some(v.to_owned())),
-                None => (flag.to_owned(), None),
+/// A usage error of our own about `command` (the top level, or a
+/// subcommand by name).
+fn missing(command: &mut clap::Command, sub: Option<&str>, what: &str) -> UsageError {
+    let target = match sub {
+        Some(name) => command
+            .find_subcommand_mut(name)
+            .expect("a known subcommand"),
+        None => command,
+    };
+    let err = target.error(ErrorKind::MissingRequiredArgument, what);
+    usage_error(target, &err)
+}
+
+fn serve(args: ServeArgs, command: &mut clap::Command) -> Result<Command, UsageError> {
+    let mount_point = match <[PathBuf; 1]>::try_from(args.mount_point) {
+        Ok([one]) => one,
+        Err(given) => {
+            let (kind, message) = if given.is_empty() {
+                (ErrorKind::MissingRequiredArgument, "missing MOUNTPOINT".to_owned())
+            } else {
+                (
+                    ErrorKind::TooManyValues,
+                    format!("only one MOUNTPOINT may be given, not {given:?}"),
+                )
             };
-            flags.push((format!("--{name}"), value));
-        } else {
-            positional.push(arg);
+            let err = command.error(kind, message);
+            return Err(usage_error(command, &err));
         }
-    }
-    Ok((flags, positional))
-}
-
-fn one_positional(positional: Vec<String>, what: &str) -> Result<PathBuf, UsageError> {
-    match <[String; 1]>::try_from(positional) {
-        Ok([one]) => Ok(PathBuf::from(one)),
-        Err(other) if other.is_empty() => Err(usage(format!("missing {what}"))),
-        Err(other) => Err(usage(format!(
-            "only one {what} may be given, got {other:?}"
-        ))),
-    }
-}
-
-fn parse_materialize(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
-    let (flags, positional) = split_flags(args)?;
-    let mut parsed = MaterializeArgs {
-        spec: None,
-        method: Method::Auto,
-        threads: 0,
-        verbose: false,
-        dest: PathBuf::new(),
     };
-    for (name, value) in flags {
-        let need = |what: &str| {
-            value
-                .clone()
-                .ok_or_else(|| usage(format!("{name} needs {what} (as {name}=...)")))
-        };
-        match name.as_str() {
-            "-v" => parsed.verbose = true,
-            "--spec" => parsed.spec = stream_path(need("a file or -")?),
-            "--method" => {
-                let text = need("a method")?;
-                parsed.method = Method::parse(&text).ok_or_else(|| {
-                    usage(format!(
-                        "--method takes symlink, hardlink, clone, copy or auto, not {text:?}"
-                    ))
-                })?;
-            }
-            "--threads" => {
-                let text = need("a number")?;
-                parsed.threads = text
-                    .parse()
-                    .ok()
-                    .filter(|&n: &usize| n > 0)
-                    .ok_or_else(|| {
-                        usage(format!("--threads takes a positive number, not {text:?}"))
-                    })?;
-            }
-            _ => return Err(usage(format!("unknown flag {name} for materialize"))),
-        }
+    if let Some(path) = &args.cpu_profile {
+        log::warn!("--cpu_profile={path:?} is accepted for compatibility and ignored");
     }
-    parsed.dest = one_positional(positional, "DEST")?;
-    Ok(Command::Materialize(parsed))
+    Ok(Command::Serve(Box::new(DaemonConfig {
+        allow: args.allow,
+        input: stream_path(args.input),
+        output: stream_path(args.output),
+        mappings: args.mappings,
+        ttl: args.ttl,
+        xattrs: args.xattrs,
+        passthrough: args.passthrough == "auto",
+        native_below: args.native_below,
+        native_method: args.native_method,
+        native_dir: args.native_dir,
+        calibration: args.calibration,
+        reconfig_threads: args
+            .reconfig_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+        mount_point,
+    })))
 }
 
-fn parse_rmtree(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
-    let (flags, positional) = split_flags(args)?;
-    let mut verbose = false;
-    for (name, _) in flags {
-        match name.as_str() {
-            "-v" => verbose = true,
-            _ => return Err(usage(format!("unknown flag {name} for rmtree"))),
-        }
-    }
-    let dir = one_positional(positional, "DIR")?;
-    Ok(Command::Rmtree { dir, verbose })
-}
-
-fn parse_calibrate(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
-    let (flags, positional) = split_flags(args)?;
-    if let Some(extra) = positional.first() {
-        return Err(usage(format!("calibrate takes no argument {extra:?}")));
-    }
-    let mut parsed = CalibrateArgs {
-        dir: std::env::temp_dir(),
-        quick: false,
-        method: Method::Symlink,
-        write: None,
-    };
-    for (name, value) in flags {
-        let needs = |what: &str| {
-            value
-                .clone()
-                .ok_or_else(|| usage(format!("{name} needs {what}")))
-        };
-        match name.as_str() {
-            "--quick" => parsed.quick = true,
-            "--dir" => parsed.dir = PathBuf::from(needs("a directory")?),
-            "--write" => parsed.write = Some(PathBuf::from(needs("a path")?)),
-            "--method" => {
-                let text = needs("a method")?;
-                parsed.method = Method::parse(&text)
-                    .ok_or_else(|| usage(format!("--method {text:?} is not a method")))?;
-            }
-            _ => return Err(usage(format!("unknown flag {name} for calibrate"))),
-        }
-    }
-    Ok(Command::Calibrate(parsed))
+fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageError> {
+    Ok(match sub {
+        Sub::Materialize {
+            verbose,
+            spec,
+            method,
+            threads,
+            dest,
+            help: _,
+        } => Command::Materialize(MaterializeArgs {
+            spec: stream_path(spec),
+            method,
+            threads: threads.unwrap_or(0),
+            verbose,
+            dest: dest.ok_or_else(|| missing(command, Some("materialize"), "missing DEST"))?,
+        }),
+        Sub::Rmtree { verbose, dir, .. } => Command::Rmtree {
+            dir: dir.ok_or_else(|| missing(command, Some("rmtree"), "missing DIR"))?,
+            verbose,
+        },
+        Sub::Calibrate {
+            quick,
+            dir,
+            method,
+            write,
+            help: _,
+        } => Command::Calibrate(CalibrateArgs {
+            dir: dir.unwrap_or_else(std::env::temp_dir),
+            quick,
+            method,
+            write,
+        }),
+    })
 }
 
 fn stream_path(value: String) -> Option<PathBuf> {
     (value != "-").then(|| PathBuf::from(value))
 }
 
+fn parse_allow(text: &str) -> Result<Allow, String> {
+    match text {
+        "self" => Ok(Allow::OwnerOnly),
+        "root" => Ok(Allow::RootAndOwner),
+        "other" => Ok(Allow::Everyone),
+        _ => Err("takes self, root or other".to_owned()),
+    }
+}
+
+fn parse_method(text: &str) -> Result<Method, String> {
+    Method::parse(text).ok_or_else(|| "takes symlink, hardlink, clone, copy or auto".to_owned())
+}
+
+fn parse_native_below(text: &str) -> Result<NativeBelow, String> {
+    NativeBelow::parse(text).ok_or_else(|| "takes a count, 0 or auto".to_owned())
+}
+
+fn parse_positive(text: &str) -> Result<usize, String> {
+    text.parse()
+        .ok()
+        .filter(|&n: &usize| n > 0)
+        .ok_or_else(|| "takes a positive number".to_owned())
+}
+
 /// `ro:/path/in/mount:/underlying` or `rw:...`.
-fn parse_mapping(text: &str) -> Result<ResolvedMapping, UsageError> {
+fn parse_mapping(text: &str) -> Result<ResolvedMapping, String> {
     let mut parts = text.splitn(3, ':');
     let (Some(kind), Some(path), Some(target)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(usage(format!("--mapping {text:?} is not TYPE:PATH:TARGET")));
+        return Err("is not TYPE:PATH:TARGET".to_owned());
     };
     let writable = match kind {
         "ro" => false,
         "rw" => true,
-        _ => {
-            return Err(usage(format!(
-                "--mapping {text:?}: TYPE must be ro or rw, not {kind:?}"
-            )))
-        }
+        _ => return Err(format!("TYPE must be ro or rw, not {kind:?}")),
     };
     PrefixTable::new()
         .resolve(&Mapping {
@@ -427,18 +404,18 @@ fn parse_mapping(text: &str) -> Result<ResolvedMapping, UsageError> {
             writable,
             ..Mapping::default()
         })
-        .map_err(|err| usage(format!("--mapping {text:?}: {err}")))
+        .map_err(|err| err.to_string())
 }
 
 /// `60s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
-fn parse_duration(text: &str) -> Result<Duration, UsageError> {
+fn parse_duration(text: &str) -> Result<Duration, String> {
     let split = text
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let number: f64 = number
         .parse()
-        .map_err(|_| usage(format!("--ttl {text:?} is not a duration such as 60s")))?;
+        .map_err(|_| "is not a duration such as 60s".to_owned())?;
     let seconds = match unit {
         "" | "s" => number,
         "ms" => number / 1e3,
@@ -446,14 +423,9 @@ fn parse_duration(text: &str) -> Result<Duration, UsageError> {
         "ns" => number / 1e9,
         "m" => number * 60.0,
         "h" => number * 3600.0,
-        _ => {
-            return Err(usage(format!(
-                "--ttl {text:?} has an unknown unit {unit:?}"
-            )))
-        }
+        _ => return Err(format!("has an unknown unit {unit:?}")),
     };
-    Duration::try_from_secs_f64(seconds)
-        .map_err(|_| usage(format!("--ttl {text:?} is out of range")))
+    Duration::try_from_secs_f64(seconds).map_err(|_| "is out of range".to_owned())
 }
 
 #[cfg(test)]
@@ -466,8 +438,15 @@ mod tests {
 
     fn options(args: &[&str]) -> DaemonConfig {
         match parse_strs(args) {
-            Ok(Command::Serve(options)) => options,
+            Ok(Command::Serve(options)) => *options,
             other => panic!("{args:?} gave {other:?}"),
+        }
+    }
+
+    fn usage(args: &[&str]) -> String {
+        match parse_strs(args) {
+            Err(UsageError(message)) => message,
+            other => panic!("{args:?} should be a usage error, gave {other:?}"),
         }
     }
 
@@ -481,7 +460,7 @@ mod tests {
     }
 
     #[test]
-    fn every_flag_in_both_spellings() {
+    fn every_flag_in_both_spellings_and_double_dash_ends_options() {
         let o = options(&[
             "--allow",
             "other",
@@ -494,8 +473,13 @@ mod tests {
             "--ttl=500ms",
             "--xattrs",
             "--node_cache",
+            "--cpu_profile",
+            "/tmp/p",
             "--reconfig_threads=3",
-            "/mnt",
+            "--native_below",
+            "auto",
+            "--",
+            "--looks-like-a-flag",
         ]);
         assert_eq!(o.allow, Allow::Everyone);
         assert_eq!(o.input, Some(PathBuf::from("/in")));
@@ -506,68 +490,88 @@ mod tests {
         assert_eq!(o.ttl, Duration::from_millis(500));
         assert!(o.xattrs);
         assert_eq!(o.reconfig_threads, 3);
+        assert_eq!(o.native_below, NativeBelow::Auto);
+        assert_eq!(o.mount_point, PathBuf::from("--looks-like-a-flag"));
     }
 
     #[test]
-    fn usage_errors_name_the_problem() {
+    fn usage_errors_name_the_problem_and_show_the_usage() {
         for (args, expected) in [
             (&[][..], "missing MOUNTPOINT"),
             (&["/a", "/b"][..], "only one MOUNTPOINT"),
-            (&["--bogus", "/m"][..], "unknown flag --bogus"),
-            (&["--allow=everyone", "/m"][..], "--allow"),
+            (&["--bogus", "/m"][..], "--bogus"),
+            (&["--allow=everyone", "/m"][..], "self, root or other"),
             (&["--mapping=xx:/a:/b", "/m"][..], "TYPE must be ro or rw"),
             (&["--mapping=ro:a:/b", "/m"][..], "not absolute"),
             (&["--mapping=ro:/a", "/m"][..], "TYPE:PATH:TARGET"),
             (&["--ttl=5parsecs", "/m"][..], "unknown unit"),
             (&["--reconfig_threads=0", "/m"][..], "positive number"),
-            (&["--xattrs=yes", "/m"][..], "takes no value"),
-            (&["/m", "--allow"][..], "--allow needs"),
+            (&["/m", "--allow"][..], "--allow"),
         ] {
-            let err = parse_strs(args).unwrap_err();
-            assert!(err.0.contains(expected), "{args:?}: {err}");
+            let err = usage(args);
+            assert!(err.contains(expected), "{args:?}: {err}");
+            assert!(err.contains("Usage: actionfs"), "{args:?}: no usage line: {err}");
         }
     }
 
     #[test]
-    fn subcommands() {
-        let Ok(Command::Materialize(m)) = parse_strs(&[
-            "materialize",
-            "-v",
-            "--spec=s.json",
-            "--method=clone",
-            "--threads=2",
-            "/d",
-        ]) else {
-            panic!("materialize did not parse");
-        };
-        assert_eq!(m.method, Method::Clone);
-        assert_eq!((m.threads, m.verbose), (2, true));
-        assert_eq!(m.spec, Some(PathBuf::from("s.json")));
-        assert_eq!(m.dest, PathBuf::from("/d"));
-        assert!(matches!(
-            parse_strs(&["rmtree", "/x"]),
-            Ok(Command::Rmtree { verbose: false, .. })
-        ));
-        for (args, expected) in [
-            (
-                &["materialize", "--method=magic", "/d"][..],
-                "--method takes",
-            ),
-            (&["materialize"][..], "missing DEST"),
-            (&["rmtree", "/a", "/b"][..], "only one DIR"),
-            (&["rmtree", "--force", "/a"][..], "unknown flag --force"),
-        ] {
-            let err = parse_strs(args).unwrap_err();
-            assert!(err.0.contains(expected), "{args:?}: {err}");
-        }
-    }
-
-    #[test]
-    fn help_and_version_win() {
-        assert!(matches!(parse_strs(&["--help"]), Ok(Command::Help)));
+    fn help_and_version_lose_to_an_unknown_flag_and_help_wins_over_version() {
+        assert!(matches!(parse_strs(&["-h"]), Ok(Command::Help(_))));
+        assert!(matches!(parse_strs(&["--help"]), Ok(Command::Help(_))));
+        assert!(matches!(parse_strs(&["--version"]), Ok(Command::Version)));
         assert!(matches!(
             parse_strs(&["--version", "/m"]),
             Ok(Command::Version)
         ));
+        assert!(matches!(
+            parse_strs(&["--version", "--help"]),
+            Ok(Command::Help(_))
+        ));
+        assert!(matches!(
+            parse_strs(&["--help", "--version"]),
+            Ok(Command::Help(_))
+        ));
+        for args in [&["--help", "--bogus"][..], &["--bogus", "--version"][..]] {
+            assert!(usage(args).contains("--bogus"), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn subcommands_take_the_same_grammar() {
+        for args in [
+            &["materialize", "-v", "--spec=s.json", "--method=clone", "--threads=2", "/d"][..],
+            &["materialize", "--verbose", "--spec", "s.json", "--method", "clone", "--threads", "2", "/d"][..],
+        ] {
+            let Ok(Command::Materialize(m)) = parse_strs(args) else {
+                panic!("{args:?} did not parse");
+            };
+            assert_eq!(m.method, Method::Clone);
+            assert_eq!((m.threads, m.verbose), (2, true));
+            assert_eq!(m.spec, Some(PathBuf::from("s.json")));
+            assert_eq!(m.dest, PathBuf::from("/d"));
+        }
+        assert!(matches!(
+            parse_strs(&["rmtree", "--", "-odd-name"]),
+            Ok(Command::Rmtree { verbose: false, dir }) if dir == PathBuf::from("-odd-name")
+        ));
+        let Ok(Command::Calibrate(c)) = parse_strs(&["calibrate", "--quick", "--dir", "/x"]) else {
+            panic!("calibrate did not parse");
+        };
+        assert!(c.quick && c.dir == PathBuf::from("/x"));
+        for sub in ["materialize", "rmtree", "calibrate"] {
+            let Ok(Command::Help(help)) = parse_strs(&[sub, "-h"]) else {
+                panic!("{sub} -h is not help");
+            };
+            assert!(help.contains(&format!("Usage: actionfs {sub}")), "{help}");
+        }
+        for (args, expected) in [
+            (&["materialize", "--method=magic", "/d"][..], "symlink, hardlink"),
+            (&["materialize"][..], "DEST"),
+            (&["rmtree", "/a", "/b"][..], "'/b'"),
+            (&["rmtree", "--force", "/a"][..], "--force"),
+        ] {
+            let err = usage(args);
+            assert!(err.contains(expected), "{args:?}: {err}");
+        }
     }
 }

@@ -1,8 +1,10 @@
-//! The `actionfs` binary: parses the command line and runs the daemon.
+//! The `actionfs` binary: parses the command line and runs the daemon or
+//! a subcommand.
 
 use std::process::ExitCode;
 
-use actionfs::cli::{self, Command, BAZEL_VERSION_LINE, HELP};
+use actionfs::cli::{self, Command, BAZEL_VERSION_LINE};
+use actionfs::daemon::{stop, Stopped};
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,fuser=error"))
@@ -10,11 +12,11 @@ fn main() -> ExitCode {
         .init();
     match cli::parse(std::env::args_os().skip(1)) {
         Err(err) => {
-            eprintln!("actionfs: {err} (see actionfs --help)");
+            eprintln!("{err}");
             ExitCode::from(2)
         }
-        Ok(Command::Help) => {
-            print!("{HELP}");
+        Ok(Command::Help(text)) => {
+            print!("{text}");
             ExitCode::SUCCESS
         }
         Ok(Command::Version) => {
@@ -25,7 +27,11 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Ok(Command::Serve(options)) => exit(actionfs::daemon::run(options)),
+        Ok(Command::Serve(options)) => match actionfs::daemon::run(*options) {
+            Ok(Stopped::Unmounted) => ExitCode::SUCCESS,
+            Ok(Stopped::BySignal(signal)) => stop::exit_by(signal),
+            Err(err) => exit(Err(err)),
+        },
         Ok(Command::Materialize(args)) => exit(actionfs::tools::materialize(&args)),
         Ok(Command::Rmtree { dir, verbose }) => exit(actionfs::tools::rmtree(&dir, verbose)),
         Ok(Command::Calibrate(args)) => exit(actionfs::calibrate::run(&args)),

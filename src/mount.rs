@@ -28,37 +28,51 @@ pub fn clear_stale(path: &Path) -> io::Result<bool> {
     Ok(true)
 }
 
+/// Unmounts `path` the normal way, which fails with EBUSY while a file in
+/// it is open or a process has its working directory inside. Uses umount2
+/// directly when privileged, the setuid `fusermount3 -u` otherwise.
+pub fn unmount(path: &Path) -> io::Result<()> {
+    unmount_with(path, false)
+}
+
 /// Detaches the mount at `path` even if files in it are open (they fail
 /// from then on). Uses umount2(MNT_DETACH) directly when privileged, and
 /// the setuid `fusermount3 -u -z` otherwise.
 pub fn unmount_lazily(path: &Path) -> io::Result<()> {
-    let direct = match crate::sys::unmount_detached(path) {
+    unmount_with(path, true)
+}
+
+fn unmount_with(path: &Path, lazily: bool) -> io::Result<()> {
+    let direct = if lazily {
+        crate::sys::unmount_detached(path)
+    } else {
+        crate::sys::unmount(path)
+    };
+    let direct = match direct {
         Ok(()) => return Ok(()),
         Err(err) => err,
     };
     if direct.raw_os_error() != Some(libc::EPERM) {
-        return Err(io::Error::new(
-            direct.kind(),
-            format!("detaching unmount of {path:?}: {direct}"),
-        ));
+        return Err(direct);
     }
-    let status = Command::new("fusermount3")
-        .args(["-u", "-z", "--"])
-        .arg(path)
-        .status()
-        .or_else(|_| {
-            Command::new("fusermount")
-                .args(["-u", "-z", "--"])
-                .arg(path)
-                .status()
-        })
+    let flags: &[&str] = if lazily { &["-u", "-z", "--"] } else { &["-u", "--"] };
+    let run = |program: &str| Command::new(program).args(flags).arg(path).output();
+    let out = run("fusermount3")
+        .or_else(|_| run("fusermount"))
         .map_err(|err| io::Error::new(err.kind(), format!("cannot run fusermount3: {err}")))?;
-    if !status.success() {
-        return Err(io::Error::other(format!(
-            "fusermount3 -u -z {path:?} failed with {status}"
-        )));
+    if out.status.success() {
+        return Ok(());
     }
-    Ok(())
+    let message = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    // fusermount3 says why in words; a busy mount is what callers retry.
+    if message.contains("busy") {
+        return Err(io::Error::from_raw_os_error(libc::EBUSY));
+    }
+    Err(io::Error::other(format!(
+        "fusermount3 {} {path:?} failed with {}: {message}",
+        flags.join(" "),
+        out.status
+    )))
 }
 
 /// Whether this process may ask for `allow_other`, which `--allow=root`

@@ -183,7 +183,7 @@ fn read_only_mappings_read_back_and_refuse_every_change() {
         "inner"
     );
     assert_eq!(names(&fx.path("src/tree")), ["inner.txt"]);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -289,7 +289,7 @@ fn writable_mapping_passes_every_change_through() {
         b"yes"
     );
     assert_eq!(getxattr(&ws.join("hard"), "user.actionfs").unwrap(), b"yes");
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -351,7 +351,7 @@ fn directories_merge_underlying_entries_with_nested_mappings() {
         !scratch.join("in").exists(),
         "virtual directories must not touch disk"
     );
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -400,7 +400,7 @@ fn symlinks_are_exposed_as_symlinks_and_never_followed() {
     );
     // The relative link resolves inside the view, to the view's file.
     assert_eq!(fs::read_to_string(d.path("s/dir/rel")).unwrap(), "target");
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -426,7 +426,7 @@ fn inode_numbers_are_stable_and_distinct() {
     assert_eq!(fs::metadata(d.path("s/dir/a")).unwrap().ino(), inner);
     // The same underlying file mapped twice is two nodes.
     assert_ne!(inner, ino_a);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -459,7 +459,7 @@ fn attributes_come_from_the_underlying_object() {
     assert!(st.f_blocks > 0 && st.f_bsize > 0);
     assert_eq!(unsafe { libc::statvfs(c(&d.mnt).as_ptr(), &mut st) }, 0);
     assert_eq!(st.f_namemax, 255);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -485,7 +485,7 @@ fn destroyed_sandbox_is_gone_at_once_and_a_reused_id_shows_new_mappings() {
     ));
     assert_eq!(fs::read_to_string(d.path("7/ws/file")).unwrap(), "new");
     assert_eq!(names(&d.path("7/ws")), ["file", "other"]);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -502,7 +502,7 @@ fn open_files_keep_working_after_destroy() {
     let mut content = String::new();
     open.read_to_string(&mut content).unwrap();
     assert_eq!(content, "still readable");
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -531,7 +531,7 @@ fn renames_across_mappings_answer_exdev() {
         errno(fs::rename(d.path("s/one"), d.path("s/three"))),
         libc::EPERM
     );
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -552,7 +552,7 @@ fn initial_mappings_from_the_command_line() {
     // A sandbox id cannot hide a mapping of the same name.
     let err = d.create_err(sandbox("scratch", vec![]));
     assert!(err.contains("scratch"), "{err}");
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -573,7 +573,7 @@ fn extended_attributes_are_unsupported_without_the_flag() {
         errno(setxattr(&d.path("s/ws/f"), "user.new", b"1")),
         libc::EOPNOTSUPP
     );
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -598,7 +598,7 @@ fn made_up_directories_never_follow_an_underlying_symlink() {
     assert_eq!(errno(fs::metadata(evil.join("secret.txt"))), libc::ENOENT);
     assert_eq!(errno(fs::write(evil.join("planted.txt"), "x")), libc::EPERM);
     assert_eq!(names(&fx.path("src")), ["secret.txt"]);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 fn rename2(from: &Path, to: &Path, flags: u32) -> std::io::Result<()> {
@@ -643,5 +643,5 @@ fn rename_flags_exchange_and_noreplace() {
     assert_eq!(fs::metadata(&x).unwrap().ino(), ino_y);
     assert_eq!(fs::metadata(&y).unwrap().ino(), ino_x);
     assert_eq!(fs::read_to_string(fx.path("scratch/sub/y")).unwrap(), "x");
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }

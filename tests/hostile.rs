@@ -64,7 +64,7 @@ fn oversized_and_nul_laden_names_are_refused() {
     }
     assert_eq!(names(&d.mnt), ["empty"]);
     still_serving(&d, &good);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -108,7 +108,7 @@ fn non_utf8_and_deeply_nested_input_is_fatal_without_a_crash() {
             "good",
             "{what}"
         );
-        assert_eq!(d.terminate(), 0, "{what}");
+        assert_eq!(d.terminate(), BY_SIGTERM, "{what}");
     }
 }
 
@@ -139,7 +139,7 @@ fn input_ending_inside_a_value_is_reported_as_truncated() {
         "{fatal:?}"
     );
     assert_eq!(fs::read_to_string(d.path("before/g")).unwrap(), "good");
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -161,7 +161,7 @@ fn a_hundred_thousand_mappings_in_one_request() {
     assert_eq!(names(&d.path("huge/ws")).len(), 500);
     d.destroy("huge");
     assert_eq!(errno(fs::metadata(d.path("huge"))), libc::ENOENT);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -186,7 +186,7 @@ fn prefixes_into_the_mount_itself_are_refused() {
     let error = d.create_err(create);
     assert!(error.contains("inside the mount point"), "{error}");
     still_serving(&d, &good);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -232,7 +232,7 @@ fn sockets_fifos_and_devices_are_shown_but_never_opened_by_the_daemon() {
         .open(d.path("odd/fifo"));
     assert!(pipe.is_ok(), "{pipe:?}");
     still_serving(&d, &good);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -264,7 +264,7 @@ fn underlying_files_deleted_or_replaced_while_mounted() {
     assert_eq!(errno(fs::File::open(d.path("s/doomed"))), libc::ENOENT);
     assert_eq!(errno(fs::File::open(d.path("s/dir/doomed"))), libc::ENOENT);
     still_serving(&d, &fx.write("src/good", "good"));
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -296,7 +296,7 @@ fn a_full_underlying_file_system_reports_enospc_and_the_daemon_survives() {
     fs::remove_file(d.path("s/out/big")).unwrap();
     fs::write(d.path("s/out/small"), "fits").unwrap();
     assert_eq!(fs::read_to_string(small.join("small")).unwrap(), "fits");
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
     Command::new("umount").arg(&small).status().unwrap();
 }
 
@@ -332,7 +332,7 @@ fn a_read_only_mapping_cannot_be_changed_through_a_shared_writable_mmap() {
         Some(libc::EACCES)
     );
     assert_eq!(fs::read_to_string(&input).unwrap(), "input bytes");
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -366,7 +366,7 @@ fn allow_self_shuts_other_users_out_and_allow_other_lets_them_in() {
         }
         // The owner always gets in.
         assert_eq!(fs::read_to_string(d.path("s/in")).unwrap(), "data");
-        assert_eq!(d.terminate(), 0);
+        assert_eq!(d.terminate(), BY_SIGTERM);
     }
 }
 
@@ -394,7 +394,7 @@ fn a_killed_daemon_leaves_a_mount_the_next_start_clears() {
     still_serving(&second, &good);
     let _ = reader.kill();
     let _ = reader.wait();
-    assert_eq!(second.terminate(), 0);
+    assert_eq!(second.terminate(), BY_SIGTERM);
     assert!(!is_mounted(&fx.mnt()));
 }
 
@@ -430,7 +430,7 @@ fn io_errors_of_the_underlying_file_system_reach_the_caller() {
     assert_eq!(errno(fs::read(d.path("s/data"))), libc::EIO);
     assert_eq!(errno(fs::write(d.path("s/out/new"), "x")), libc::EIO);
     still_serving(&d, &good);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -463,5 +463,5 @@ fn permission_errors_reach_the_caller_as_eacces() {
     }
     assert!(!fx.path("scratch/new").exists());
     still_serving(&d, &fx.write("src/good", "good"));
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }

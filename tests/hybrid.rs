@@ -96,7 +96,7 @@ fn small_sandboxes_are_native_large_ones_fuse_and_both_look_the_same() {
     );
     d.destroy("large");
     assert_eq!(listing(&fx.path("scratch")), ["owned-by-user"]);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn bad_requests_get_the_fuse_answer_and_leave_nothing_behind() {
         .contains("escape"));
     assert!(!fx.path("escape").exists() && !native_dir(&fx).join("escape").exists());
     d.destroy("twice");
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -147,7 +147,7 @@ fn layouts_the_materializer_cannot_build_fall_back_to_fuse() {
     assert_eq!(fs::read_to_string(d.path("s/ws/in")).unwrap(), "x");
     d.destroy("s");
     assert_eq!(fs::read_to_string(fx.path("scratch/in")).unwrap(), "user's");
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
     assert!(fx.log().contains("served by FUSE"), "{}", fx.log());
 }
 
@@ -163,7 +163,7 @@ fn shutdown_removes_native_sandboxes_never_destroyed() {
         fx.path("scratch/pkg/in0.c").exists(),
         "inputs made in place"
     );
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
     assert!(!is_mounted(&fx.mnt()));
     assert!(
         listing(&fx.path("scratch")).is_empty(),
@@ -191,6 +191,6 @@ fn auto_takes_the_calibrated_cutoff() {
         .file_type()
         .is_symlink());
     assert!(fs::symlink_metadata(d.path("three")).unwrap().is_dir());
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
     assert!(fx.log().contains("fewer than 3 mappings"), "{}", fx.log());
 }

@@ -9,64 +9,115 @@ use std::time::Duration;
 use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::*;
 
-fn stops_cleanly_on(signal: i32) {
-    let fx = Fixture::new();
+/// A daemon with one sandbox: an input and a writable workspace.
+fn daemon_with_sandbox(fx: &Fixture) -> Daemon {
     let input = fx.write("src/in", "data");
-    let d = fx.start(&[]);
+    fx.write("src/other", "other");
+    let d = fx.start_logged(&[], "info");
     d.create(sandbox(
         "s",
-        vec![ro("/in", &input), rw("/ws", &fx.path("scratch"))],
+        vec![
+            ro("/in", &input),
+            ro("/other", &fx.path("src/other")),
+            rw("/ws", &fx.path("scratch")),
+        ],
     ));
-    // Open files and a process sitting inside the mount must not hold the
-    // daemon up.
-    let _open = fs::File::open(d.path("s/in")).unwrap();
-    let _writing = fs::File::create(d.path("s/ws/out")).unwrap();
+    d
+}
+
+fn signal_of(status: std::process::ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(&status)
+}
+
+#[test]
+fn every_stop_signal_unmounts_an_idle_mount_at_once_and_exits_by_that_signal() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+        let fx = Fixture::new();
+        let mut d = daemon_with_sandbox(&fx);
+        assert_eq!(fs::read_to_string(d.path("s/in")).unwrap(), "data");
+        let mut client = d.client.take().unwrap();
+        // Bazel's order: stdin closed, then the signal.
+        client.close_input();
+        client.signal(signal).unwrap();
+        let status = client
+            .wait_timeout(Duration::from_secs(10))
+            .unwrap()
+            .unwrap_or_else(|| panic!("signal {signal}: still running\n{}", fx.log()));
+        assert_eq!(signal_of(status), Some(signal), "{status:?}\n{}", fx.log());
+        assert!(!is_mounted(&fx.mnt()), "mount left behind after signal {signal}");
+        assert!(!fx.log().contains("busy"), "an idle mount is never busy");
+    }
+}
+
+#[test]
+fn a_busy_mount_keeps_serving_until_it_is_free_then_unmounts() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let mut d = daemon_with_sandbox(&fx);
+    let open = fs::File::open(d.path("s/in")).unwrap();
     let mut sitter = Command::new("sleep")
-        .arg("30")
+        .arg("60")
         .current_dir(d.path("s/ws"))
         .spawn()
         .unwrap();
-    let mut d = d;
-    let client = d.client.take().unwrap();
-    client.signal(signal).unwrap();
-    let mut client = client;
-    let status = client.wait().unwrap();
-    let _ = sitter.kill();
-    let _ = sitter.wait();
-    assert_eq!(
-        status.code(),
-        Some(0),
-        "signal {signal}; log:\n{}",
+    let mut client = d.client.take().unwrap();
+    client.signal(libc::SIGTERM).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || fx.log().contains("busy")),
+        "no busy report:\n{}",
         fx.log()
     );
-    assert!(
-        !is_mounted(&fx.mnt()),
-        "mount left behind after signal {signal}"
+    // Still the daemon's: a process inside keeps every path.
+    assert!(client.wait_timeout(Duration::from_millis(500)).unwrap().is_none());
+    assert!(is_mounted(&fx.mnt()));
+    assert_eq!(fs::read_to_string(d.path("s/other")).unwrap(), "other");
+    fs::write(d.path("s/ws/late-output"), "written after SIGTERM").unwrap();
+    assert_eq!(
+        fs::read_to_string(fx.path("scratch/late-output")).unwrap(),
+        "written after SIGTERM"
     );
+    // Once nothing is inside, the retry succeeds.
+    drop(open);
+    sitter.kill().unwrap();
+    sitter.wait().unwrap();
+    let status = client
+        .wait_timeout(Duration::from_secs(10))
+        .unwrap()
+        .unwrap_or_else(|| panic!("still running once free:\n{}", fx.log()));
+    assert_eq!(signal_of(status), Some(libc::SIGTERM), "{}", fx.log());
+    assert!(!is_mounted(&fx.mnt()));
+    let retries = fx.log().matches("busy").count();
+    assert!(retries >= 1, "one log line per retry:\n{}", fx.log());
 }
 
 #[test]
-fn sigterm_unmounts_and_exits_zero_with_files_open() {
+fn a_second_signal_detaches_a_busy_mount_at_once() {
     if !require(&[Need::Mount]) {
         return;
     }
-    stops_cleanly_on(libc::SIGTERM);
-}
-
-#[test]
-fn sigint_unmounts_and_exits_zero_with_files_open() {
-    if !require(&[Need::Mount]) {
-        return;
-    }
-    stops_cleanly_on(libc::SIGINT);
-}
-
-#[test]
-fn sighup_unmounts_and_exits_zero_with_files_open() {
-    if !require(&[Need::Mount]) {
-        return;
-    }
-    stops_cleanly_on(libc::SIGHUP);
+    let fx = Fixture::new();
+    let mut d = daemon_with_sandbox(&fx);
+    let open = fs::File::open(d.path("s/in")).unwrap();
+    let mut client = d.client.take().unwrap();
+    client.signal(libc::SIGTERM).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || fx.log().contains("busy")),
+        "no busy report:\n{}",
+        fx.log()
+    );
+    client.signal(libc::SIGINT).unwrap();
+    let status = client
+        .wait_timeout(Duration::from_secs(10))
+        .unwrap()
+        .unwrap_or_else(|| panic!("a second signal did not stop it:\n{}", fx.log()));
+    assert_eq!(signal_of(status), Some(libc::SIGTERM), "exits by the first signal");
+    assert!(!is_mounted(&fx.mnt()));
+    drop(open);
 }
 
 #[test]
@@ -82,7 +133,7 @@ fn end_of_input_keeps_the_mount_serving() {
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(fs::read_to_string(d.path("s/in")).unwrap(), "data");
     assert!(is_mounted(&fx.mnt()));
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -118,8 +169,9 @@ fn a_closed_output_keeps_the_mount_serving() {
     }
     assert_eq!(fs::read_to_string(fx.mnt().join("b/in")).unwrap(), "data");
     drop(stdin);
+    // SAFETY: kill(2) with our own child's pid and a plain signal.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert_eq!(child.wait().unwrap().code(), Some(0), "{}", fx.log());
+    assert_eq!(shell_status(child.wait().unwrap()), BY_SIGTERM, "{}", fx.log());
     assert!(!is_mounted(&fx.mnt()));
 }
 
@@ -147,7 +199,7 @@ fn a_stale_mount_from_a_killed_daemon_is_cleared_at_start() {
     let second = fx.start(&[]);
     second.create(sandbox("s", vec![ro("/in", &input)]));
     assert_eq!(fs::read_to_string(second.path("s/in")).unwrap(), "data");
-    assert_eq!(second.terminate(), 0);
+    assert_eq!(second.terminate(), BY_SIGTERM);
     assert!(
         !is_mounted(&fx.mnt()),
         "one mount was stale, one live: both must be gone"
@@ -200,7 +252,13 @@ fn help_lists_every_flag() {
         "--xattrs",
         "--node_cache",
         "--reconfig_threads",
-        "--help",
+        "--cpu_profile",
+        "--passthrough",
+        "--native_below",
+        "--native_method",
+        "--native_dir",
+        "--calibration",
+        "-h, --help",
         "--version",
         "MOUNTPOINT",
     ] {
@@ -209,7 +267,7 @@ fn help_lists_every_flag() {
 }
 
 #[test]
-fn usage_errors_exit_2_and_runtime_errors_exit_1_with_one_line() {
+fn usage_errors_exit_2_with_the_usage_and_runtime_errors_exit_1_with_one_line() {
     let fx = Fixture::new();
     let file = fx.write("src/file", "x");
     let run = |args: &[&str]| {
@@ -220,13 +278,24 @@ fn usage_errors_exit_2_and_runtime_errors_exit_1_with_one_line() {
             .unwrap();
         (out.status.code(), String::from_utf8(out.stderr).unwrap())
     };
-    for args in [&["--bogus", "/m"][..], &[][..], &["--allow=all", "/m"][..]] {
+    for args in [
+        &["--bogus", "/m"][..],
+        &[][..],
+        &["--allow=all", "/m"][..],
+        &["--help", "--bogus"][..],
+        &["--version", "--bogus"][..],
+        &["materialize", "--bogus", "/d"][..],
+    ] {
         let (code, err) = run(args);
         assert_eq!(code, Some(2), "{args:?}: {err}");
-        assert!(
-            err.starts_with("actionfs: ") && err.trim_end().lines().count() == 1,
-            "{err}"
-        );
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+        assert!(err.contains("Usage: actionfs"), "{args:?}: no usage line: {err}");
+    }
+    // -h is the help, not a mount point, on the command and subcommands.
+    for args in [&["-h"][..], &["--help", "--version"][..], &["rmtree", "-h"][..]] {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: actionfs"));
     }
     let missing = fx.path("no/such/dir");
     for (mount_point, expected) in [

@@ -65,7 +65,7 @@ fn with_passthrough_file_data_never_reaches_the_daemon() {
     let fx = Fixture::new();
     let d = fx.start_logged(&[], "debug");
     exercise(&fx, &d);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
     let log = fx.log();
     assert!(log.contains("FUSE passthrough on"), "{log}");
     assert!(
@@ -92,7 +92,7 @@ fn passthrough_off_serves_data_through_the_daemon() {
     let fx = Fixture::new();
     let d = fx.start_logged(&["--passthrough=off"], "debug");
     exercise(&fx, &d);
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
     let log = fx.log();
     assert!(!log.contains("FUSE passthrough on"), "{log}");
     assert!(requests_of(&log, "READ") > 0);

@@ -88,7 +88,7 @@ fn every_bad_create_is_answered_with_a_precise_error_and_leaves_nothing() {
         );
         assert_no_trace(&d, id, &good);
     }
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -124,7 +124,7 @@ fn bad_ids_duplicates_and_unknown_destroys_are_errors() {
         d.client().destroy("dup").is_err(),
         "a second destroy must fail"
     );
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -177,7 +177,7 @@ fn prefixes_persist_across_requests_even_after_a_failed_create() {
     assert!(message.contains("prefix 2"), "{message}");
     // ...and re-registering it to the same path is fine.
     d.create(sandbox("4", vec![]).with_prefix(2, src.to_str().unwrap()));
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
     let _ = good;
 }
 
@@ -203,7 +203,7 @@ fn malformed_values_with_an_id_are_answered_and_reading_goes_on() {
     // Still reading.
     d.create(sandbox("after", vec![ro("/g", &good)]));
     assert_eq!(fs::read_to_string(d.path("after/g")).unwrap(), "good");
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -233,7 +233,7 @@ fn a_syntax_error_is_fatal_for_requests_but_the_mount_keeps_serving() {
     // Requests are no longer read, but files are still served.
     d.client().write_raw(br#"{"D":"kept"}"#).unwrap();
     assert_eq!(fs::read_to_string(d.path("kept/g")).unwrap(), "good");
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -266,7 +266,7 @@ fn concurrent_requests_for_different_sandboxes_all_succeed() {
     // 8 threads x 13 kept sandboxes, plus the probe.
     assert_eq!(names(&d.mnt).len(), 8 * 12 + 1);
     assert!(d.client().unexpected_responses().is_empty());
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]

@@ -208,7 +208,7 @@ fn a_directory_swapped_for_a_symlink_under_a_writable_mapping_leads_nowhere() {
         !t.under_rw.join("stolen").exists(),
         "a link to the secret was made"
     );
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -241,7 +241,7 @@ fn a_file_swapped_for_a_symlink_is_never_followed() {
         &["ENOTSUP", "EOPNOTSUPP"],
     );
     t.assert_untouched();
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -264,7 +264,7 @@ fn a_directory_swapped_for_a_symlink_under_a_read_only_mapping_leads_nowhere() {
         &["ELOOP"],
     );
     t.assert_untouched();
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -290,7 +290,7 @@ fn racing_swaps_never_let_an_operation_through() {
     assert!(report["swaps"].as_u64().unwrap() >= 1000, "{report}");
     assert!(report["ok"].as_u64().unwrap() > 0, "{report}");
     t.assert_untouched();
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]
@@ -333,7 +333,7 @@ fn what_another_user_creates_through_the_mount_is_theirs() {
     fs::write(ws.join("roots"), "r").unwrap();
     let meta = fs::symlink_metadata(t.under_rw.join("roots")).unwrap();
     assert_eq!((meta.uid(), meta.gid()), (0, 0));
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 /// Every path below `dir` with its mode, owner and contents (for files).
@@ -419,7 +419,7 @@ fn native_teardown_never_follows_a_symlink_swapped_into_the_scratch_directory() 
     let _ = d.client().destroy("n");
     assert_eq!(snapshot(&t.protected), before);
     t.assert_untouched_secret();
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]

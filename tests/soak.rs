@@ -180,6 +180,6 @@ fn waves_of_sandboxes_under_load() {
         late_peak <= early_peak + early_peak / 10 + 4096,
         "RSS grows: {samples:?}"
     );
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
     assert!(!is_mounted(&fx.mnt()));
 }

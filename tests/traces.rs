@@ -81,7 +81,7 @@ fn replay(stem: &str) {
         ["empty"],
         "{stem}: sandboxes left after the replay"
     );
-    assert_eq!(d.terminate(), 0);
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]

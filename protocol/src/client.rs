@@ -163,6 +163,21 @@ impl Client {
         self.wait()
     }
 
+    /// Waits up to `limit` for the daemon to exit; `None` if it is still
+    /// running then.
+    pub fn wait_timeout(&mut self, limit: std::time::Duration) -> io::Result<Option<ExitStatus>> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if self.child.try_wait()?.is_some() {
+                return self.wait().map(Some);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// Waits for the daemon to exit.
     pub fn wait(&mut self) -> io::Result<ExitStatus> {
         let status = self.child.wait()?;

@@ -1,5 +1,5 @@
 //! The daemon's life: prepare the mount point, mount, serve requests and
-//! kernel calls, and unmount on a signal or external unmount.
+//! kernel calls, and unmount on a signal or external unmount ([`stop`]).
 //!
 //! Three threads report to the main one: the FUSE session (ends when the
 //! mount goes away), the signal watcher, and the request reader. The reader
@@ -13,12 +13,14 @@ use std::sync::mpsc::channel;
 use std::sync::Arc;
 
 use fuser::{Config, MountOption, SessionACL};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 mod error;
+pub mod stop;
 
 pub use error::DaemonError;
+pub use stop::Stopped;
+use stop::Event;
 
 use crate::config::{Allow, DaemonConfig};
 use crate::fuse::{FuseShell, NotifierInvalidator};
@@ -28,14 +30,9 @@ use crate::mount;
 use crate::reconfig::{self, ResponseSink};
 use crate::tree::{FsConfig, SandboxFs};
 
-/// Why the daemon stopped.
-enum Event {
-    Signal(i32),
-    SessionEnded(io::Result<()>),
-}
-
-/// Runs the daemon until it is told to stop. An error means exit status 1.
-pub fn run(options: DaemonConfig) -> Result<(), DaemonError> {
+/// Runs the daemon until it is told to stop, and says how it stopped. An
+/// error means exit status 1.
+pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     // Modes from the kernel already have the caller's umask applied; ours
     // must not mask them again.
     nix::sys::stat::umask(nix::sys::stat::Mode::empty());
@@ -60,7 +57,7 @@ pub fn run(options: DaemonConfig) -> Result<(), DaemonError> {
         .map_err(DaemonError::Mapping)?,
     );
     let native = open_native(&options, &mount_point)?;
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(DaemonError::Signals)?;
+    let mut signals = Signals::new(stop::STOP_SIGNALS).map_err(DaemonError::Signals)?;
 
     let session = fuser::Session::new(
         FuseShell::new(fs.clone(), options.ttl, options.passthrough),
@@ -99,8 +96,10 @@ pub fn run(options: DaemonConfig) -> Result<(), DaemonError> {
         std::thread::Builder::new()
             .name("signals".into())
             .spawn(move || {
-                if let Some(signal) = signals.forever().next() {
-                    let _ = events.send(Event::Signal(signal));
+                for signal in signals.forever() {
+                    if events.send(Event::Signal(signal)).is_err() {
+                        break;
+                    }
                 }
             })
             .map_err(|source| DaemonError::Thread {
@@ -129,7 +128,7 @@ pub fn run(options: DaemonConfig) -> Result<(), DaemonError> {
     }
     drop(events);
 
-    let outcome = wait_and_unmount(&event, &mount_point);
+    let outcome = stop::wait_and_unmount(&event, &mount_point);
     // Native sandboxes outlive the mount unless removed: an undestroyed
     // FUSE sandbox vanishes with the unmount, and so must they.
     if let Some(native) = native {
@@ -167,30 +166,6 @@ fn open_native(
         options.native_method.name()
     );
     Ok(Some(Arc::new(native)))
-}
-
-/// Waits for a signal or the end of the session; unmounts on a signal.
-fn wait_and_unmount(
-    event: &std::sync::mpsc::Receiver<Event>,
-    mount_point: &Path,
-) -> Result<(), DaemonError> {
-    match event.recv() {
-        Ok(Event::Signal(signal)) => {
-            log::info!("signal {signal}: unmounting {mount_point:?}");
-            // Lazy, so that open files do not keep the mount (or us) alive;
-            // exiting then closes /dev/fuse and fails whatever is left.
-            mount::unmount_lazily(mount_point).map_err(|source| DaemonError::Unmount {
-                path: mount_point.to_owned(),
-                source,
-            })
-        }
-        Ok(Event::SessionEnded(Ok(()))) => {
-            log::info!("{mount_point:?} was unmounted");
-            Ok(())
-        }
-        Ok(Event::SessionEnded(Err(err))) => Err(DaemonError::Session(err)),
-        Err(_) => Err(DaemonError::ThreadsEnded),
-    }
 }
 
 /// Makes every thread allocate from one glibc arena. With an arena per

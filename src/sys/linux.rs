@@ -44,6 +44,11 @@ pub fn is_exchange(flags: u32) -> bool {
     flags & libc::RENAME_EXCHANGE != 0
 }
 
+/// Unmounts, failing with EBUSY while the mount is in use.
+pub fn unmount(path: &std::path::Path) -> io::Result<()> {
+    Ok(nix::mount::umount2(path, nix::mount::MntFlags::empty())?)
+}
+
 /// Detaches a mount even while files in it are open.
 pub fn unmount_detached(path: &std::path::Path) -> io::Result<()> {
     Ok(nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH)?)

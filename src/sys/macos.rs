@@ -40,6 +40,11 @@ pub fn is_exchange(_flags: u32) -> bool {
     false
 }
 
+/// Unmounts, failing with EBUSY while the mount is in use.
+pub fn unmount(path: &std::path::Path) -> io::Result<()> {
+    Ok(nix::mount::unmount(path, nix::mount::MntFlags::empty())?)
+}
+
 /// The closest macOS has to a lazy unmount.
 pub fn unmount_detached(path: &std::path::Path) -> io::Result<()> {
     Ok(nix::mount::unmount(path, nix::mount::MntFlags::MNT_FORCE)?)

@@ -163,10 +163,13 @@ impl Daemon {
             .unwrap_or_else(|err| panic!("destroy {id:?} failed: {err}"));
     }
 
-    /// Bazel's shutdown: close stdin, SIGTERM, wait. Returns the exit code.
+    /// Bazel's shutdown: close stdin, SIGTERM, wait. Returns the exit
+    /// status as a shell shows it: 128 + N after a death by signal N
+    /// ([`BY_SIGTERM`] when all went well). A daemon still busy after 10
+    /// seconds (a file the test left open) is sent SIGTERM again, which
+    /// detaches the mount.
     pub fn terminate(mut self) -> i32 {
-        let status = self.client.take().unwrap().terminate().unwrap();
-        status.code().unwrap_or(-1)
+        shell_status(stop(self.client.take().unwrap()))
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -177,7 +180,7 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(client) = self.client.take() {
-            let _ = client.terminate();
+            stop(client);
         }
         if is_mounted(&self.mnt) {
             let _ = Command::new("fusermount3")
@@ -186,6 +189,34 @@ impl Drop for Daemon {
                 .status();
         }
     }
+}
+
+/// The status of a daemon stopped by Bazel's SIGTERM, as a shell shows it.
+pub const BY_SIGTERM: i32 = 128 + libc::SIGTERM;
+
+/// An exit status as a shell shows it (128 + N for a death by signal N).
+pub fn shell_status(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        (None, None) => -1,
+    }
+}
+
+/// Stops a daemon as Bazel does, forcing it if a busy mount holds it up,
+/// so that no test can hang on its daemon.
+fn stop(mut client: Client) -> std::process::ExitStatus {
+    client.close_input();
+    for signal in [libc::SIGTERM, libc::SIGTERM, libc::SIGKILL] {
+        if client.signal(signal).is_err() {
+            break;
+        }
+        if let Ok(Some(status)) = client.wait_timeout(Duration::from_secs(10)) {
+            return status;
+        }
+    }
+    client.wait().expect("the daemon ends after SIGKILL")
 }
 
 /// Runs a command as the unprivileged user 65534 (root ignores permission
