@@ -33,7 +33,10 @@ pub enum Command {
     Version,
     Serve(Box<DaemonConfig>),
     Materialize(MaterializeArgs),
-    Rmtree { dir: PathBuf, verbose: bool },
+    Rmtree {
+        dir: PathBuf,
+        verbose: bool,
+    },
     Calibrate(CalibrateArgs),
 }
 
@@ -239,7 +242,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         .map_err(|err| usage_error(&mut command, &err))?;
     let cli = Cli::from_arg_matches(&matches).map_err(|err| usage_error(&mut command, &err))?;
     let sub_help = match &cli.subcommand {
-        Some(Sub::Materialize { help, .. } | Sub::Rmtree { help, .. } | Sub::Calibrate { help, .. }) => *help,
+        Some(
+            Sub::Materialize { help, .. } | Sub::Rmtree { help, .. } | Sub::Calibrate { help, .. },
+        ) => *help,
         None => false,
     };
     if cli.help || sub_help {
@@ -290,7 +295,10 @@ fn serve(args: ServeArgs, command: &mut clap::Command) -> Result<Command, UsageE
         Ok([one]) => one,
         Err(given) => {
             let (kind, message) = if given.is_empty() {
-                (ErrorKind::MissingRequiredArgument, "missing MOUNTPOINT".to_owned())
+                (
+                    ErrorKind::MissingRequiredArgument,
+                    "missing MOUNTPOINT".to_owned(),
+                )
             } else {
                 (
                     ErrorKind::TooManyValues,
@@ -431,6 +439,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn parse_strs(args: &[&str]) -> Result<Command, UsageError> {
         parse(args.iter().map(OsString::from))
@@ -510,7 +519,10 @@ mod tests {
         ] {
             let err = usage(args);
             assert!(err.contains(expected), "{args:?}: {err}");
-            assert!(err.contains("Usage: actionfs"), "{args:?}: no usage line: {err}");
+            assert!(
+                err.contains("Usage: actionfs"),
+                "{args:?}: no usage line: {err}"
+            );
         }
     }
 
@@ -539,8 +551,25 @@ mod tests {
     #[test]
     fn subcommands_take_the_same_grammar() {
         for args in [
-            &["materialize", "-v", "--spec=s.json", "--method=clone", "--threads=2", "/d"][..],
-            &["materialize", "--verbose", "--spec", "s.json", "--method", "clone", "--threads", "2", "/d"][..],
+            &[
+                "materialize",
+                "-v",
+                "--spec=s.json",
+                "--method=clone",
+                "--threads=2",
+                "/d",
+            ][..],
+            &[
+                "materialize",
+                "--verbose",
+                "--spec",
+                "s.json",
+                "--method",
+                "clone",
+                "--threads",
+                "2",
+                "/d",
+            ][..],
         ] {
             let Ok(Command::Materialize(m)) = parse_strs(args) else {
                 panic!("{args:?} did not parse");
@@ -552,12 +581,12 @@ mod tests {
         }
         assert!(matches!(
             parse_strs(&["rmtree", "--", "-odd-name"]),
-            Ok(Command::Rmtree { verbose: false, dir }) if dir == PathBuf::from("-odd-name")
+            Ok(Command::Rmtree { verbose: false, dir }) if dir == Path::new("-odd-name")
         ));
         let Ok(Command::Calibrate(c)) = parse_strs(&["calibrate", "--quick", "--dir", "/x"]) else {
             panic!("calibrate did not parse");
         };
-        assert!(c.quick && c.dir == PathBuf::from("/x"));
+        assert!(c.quick && c.dir == Path::new("/x"));
         for sub in ["materialize", "rmtree", "calibrate"] {
             let Ok(Command::Help(help)) = parse_strs(&[sub, "-h"]) else {
                 panic!("{sub} -h is not help");
@@ -565,7 +594,10 @@ mod tests {
             assert!(help.contains(&format!("Usage: actionfs {sub}")), "{help}");
         }
         for (args, expected) in [
-            (&["materialize", "--method=magic", "/d"][..], "symlink, hardlink"),
+            (
+                &["materialize", "--method=magic", "/d"][..],
+                "symlink, hardlink",
+            ),
             (&["materialize"][..], "DEST"),
             (&["rmtree", "/a", "/b"][..], "'/b'"),
             (&["rmtree", "--force", "/a"][..], "--force"),

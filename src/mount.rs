@@ -55,7 +55,11 @@ fn unmount_with(path: &Path, lazily: bool) -> io::Result<()> {
     if direct.raw_os_error() != Some(libc::EPERM) {
         return Err(direct);
     }
-    let flags: &[&str] = if lazily { &["-u", "-z", "--"] } else { &["-u", "--"] };
+    let flags: &[&str] = if lazily {
+        &["-u", "-z", "--"]
+    } else {
+        &["-u", "--"]
+    };
     let run = |program: &str| Command::new(program).args(flags).arg(path).output();
     let out = run("fusermount3")
         .or_else(|_| run("fusermount"))

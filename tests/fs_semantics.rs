@@ -502,6 +502,7 @@ fn open_files_keep_working_after_destroy() {
     let mut content = String::new();
     open.read_to_string(&mut content).unwrap();
     assert_eq!(content, "still readable");
+    drop(open);
     assert_eq!(d.terminate(), BY_SIGTERM);
 }
 

@@ -231,6 +231,7 @@ fn sockets_fifos_and_devices_are_shown_but_never_opened_by_the_daemon() {
         .custom_flags(libc::O_NONBLOCK)
         .open(d.path("odd/fifo"));
     assert!(pipe.is_ok(), "{pipe:?}");
+    drop(pipe);
     still_serving(&d, &good);
     assert_eq!(d.terminate(), BY_SIGTERM);
 }
@@ -332,6 +333,7 @@ fn a_read_only_mapping_cannot_be_changed_through_a_shared_writable_mmap() {
         Some(libc::EACCES)
     );
     assert_eq!(fs::read_to_string(&input).unwrap(), "input bytes");
+    drop(file);
     assert_eq!(d.terminate(), BY_SIGTERM);
 }
 

@@ -47,7 +47,10 @@ fn every_stop_signal_unmounts_an_idle_mount_at_once_and_exits_by_that_signal() {
             .unwrap()
             .unwrap_or_else(|| panic!("signal {signal}: still running\n{}", fx.log()));
         assert_eq!(signal_of(status), Some(signal), "{status:?}\n{}", fx.log());
-        assert!(!is_mounted(&fx.mnt()), "mount left behind after signal {signal}");
+        assert!(
+            !is_mounted(&fx.mnt()),
+            "mount left behind after signal {signal}"
+        );
         assert!(!fx.log().contains("busy"), "an idle mount is never busy");
     }
 }
@@ -73,7 +76,10 @@ fn a_busy_mount_keeps_serving_until_it_is_free_then_unmounts() {
         fx.log()
     );
     // Still the daemon's: a process inside keeps every path.
-    assert!(client.wait_timeout(Duration::from_millis(500)).unwrap().is_none());
+    assert!(client
+        .wait_timeout(Duration::from_millis(500))
+        .unwrap()
+        .is_none());
     assert!(is_mounted(&fx.mnt()));
     assert_eq!(fs::read_to_string(d.path("s/other")).unwrap(), "other");
     fs::write(d.path("s/ws/late-output"), "written after SIGTERM").unwrap();
@@ -115,7 +121,11 @@ fn a_second_signal_detaches_a_busy_mount_at_once() {
         .wait_timeout(Duration::from_secs(10))
         .unwrap()
         .unwrap_or_else(|| panic!("a second signal did not stop it:\n{}", fx.log()));
-    assert_eq!(signal_of(status), Some(libc::SIGTERM), "exits by the first signal");
+    assert_eq!(
+        signal_of(status),
+        Some(libc::SIGTERM),
+        "exits by the first signal"
+    );
     assert!(!is_mounted(&fx.mnt()));
     drop(open);
 }
@@ -171,7 +181,12 @@ fn a_closed_output_keeps_the_mount_serving() {
     drop(stdin);
     // SAFETY: kill(2) with our own child's pid and a plain signal.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert_eq!(shell_status(child.wait().unwrap()), BY_SIGTERM, "{}", fx.log());
+    assert_eq!(
+        shell_status(child.wait().unwrap()),
+        BY_SIGTERM,
+        "{}",
+        fx.log()
+    );
     assert!(!is_mounted(&fx.mnt()));
 }
 
@@ -289,10 +304,17 @@ fn usage_errors_exit_2_with_the_usage_and_runtime_errors_exit_1_with_one_line() 
         let (code, err) = run(args);
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(err.starts_with("error: "), "{args:?}: {err}");
-        assert!(err.contains("Usage: actionfs"), "{args:?}: no usage line: {err}");
+        assert!(
+            err.contains("Usage: actionfs"),
+            "{args:?}: no usage line: {err}"
+        );
     }
     // -h is the help, not a mount point, on the command and subcommands.
-    for args in [&["-h"][..], &["--help", "--version"][..], &["rmtree", "-h"][..]] {
+    for args in [
+        &["-h"][..],
+        &["--help", "--version"][..],
+        &["rmtree", "-h"][..],
+    ] {
         let out = Command::new(bin()).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{args:?}");
         assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: actionfs"));

@@ -328,8 +328,9 @@ fn wire_format_with_input_and_output_files() {
     );
     // Input ended; the mount still serves.
     assert_eq!(names(&fx.mnt()), ["empty", "long"]);
+    // SAFETY: kill(2) with our own child's pid and a plain signal.
     unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
-    assert_eq!(child.0.wait().unwrap().code(), Some(0));
+    assert_eq!(shell_status(child.0.wait().unwrap()), BY_SIGTERM);
     assert!(!is_mounted(&fx.mnt()));
 }
 

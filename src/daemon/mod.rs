@@ -19,8 +19,8 @@ mod error;
 pub mod stop;
 
 pub use error::DaemonError;
-pub use stop::Stopped;
 use stop::Event;
+pub use stop::Stopped;
 
 use crate::config::{Allow, DaemonConfig};
 use crate::fuse::{FuseShell, NotifierInvalidator};
@@ -60,7 +60,7 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     let mut signals = Signals::new(stop::STOP_SIGNALS).map_err(DaemonError::Signals)?;
 
     let session = fuser::Session::new(
-        FuseShell::new(fs.clone(), options.ttl, options.passthrough),
+        FuseShell::new(fs.clone(), kernel_ttl(&options), options.passthrough),
         &mount_point,
         &session_config(options.allow),
     )
@@ -166,6 +166,22 @@ fn open_native(
         options.native_method.name()
     );
     Ok(Some(Arc::new(native)))
+}
+
+/// How long the kernel may cache names and attributes. With
+/// `--allow=root`, the kernel lets every user in (allow_other) and the
+/// session refuses the others per request; a name or attribute the kernel
+/// cached would be served to them without asking, so nothing is cached.
+fn kernel_ttl(options: &DaemonConfig) -> std::time::Duration {
+    if options.allow == Allow::RootAndOwner && !options.ttl.is_zero() {
+        log::info!(
+            "--allow=root: the kernel caches nothing (--ttl={:?} ignored), so that users the \
+             mount refuses cannot see what root or the owner looked up",
+            options.ttl
+        );
+        return std::time::Duration::ZERO;
+    }
+    options.ttl
 }
 
 /// Makes every thread allocate from one glibc arena. With an arena per

@@ -56,7 +56,10 @@ pub enum Stopped {
 
 /// Waits for a reason to stop and, for a signal, unmounts (patiently,
 /// then forcibly on a second signal).
-pub fn wait_and_unmount(events: &Receiver<Event>, mount_point: &Path) -> Result<Stopped, DaemonError> {
+pub fn wait_and_unmount(
+    events: &Receiver<Event>,
+    mount_point: &Path,
+) -> Result<Stopped, DaemonError> {
     let signal = match events.recv() {
         Ok(Event::Signal(signal)) => signal,
         Ok(Event::SessionEnded(Ok(()))) => {

@@ -102,6 +102,10 @@ impl DirFd {
         self.0.as_raw_fd()
     }
 
+    pub fn into_owned(self) -> OwnedFd {
+        self.0
+    }
+
     pub fn mkdir_at(&self, name: &CStr, mode: u32) -> io::Result<()> {
         Ok(nix::sys::stat::mkdirat(
             self,

@@ -103,6 +103,22 @@ pub fn mknod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u32) -> nix::
     nix::sys::stat::mknodat(dir, name, kind, Mode::from_bits_truncate(mode), rdev.into())
 }
 
+/// Truncates the regular file `fd` holds (opened for reading, and perhaps
+/// deleted since) by reopening it for writing through its magic link.
+pub fn truncate_fd(fd: BorrowedFd<'_>, size: u64) -> nix::Result<()> {
+    use nix::fcntl::OFlag;
+    let st = nix::sys::stat::fstat(fd)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(nix::errno::Errno::EINVAL);
+    }
+    let file = nix::fcntl::open(
+        pinned_path(fd).as_c_str(),
+        OFlag::O_WRONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    nix::unistd::ftruncate(&file, size as libc::off_t)
+}
+
 pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, length: u64) -> io::Result<()> {
     let mode = nix::fcntl::FallocateFlags::from_bits_retain(mode);
     Ok(nix::fcntl::fallocate(

@@ -101,6 +101,12 @@ pub fn mknod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u32) -> nix::
     nix::errno::Errno::result(ret).map(drop)
 }
 
+/// Truncating a file opened only for reading needs its path, which macOS
+/// does not offer for a descriptor in a way that survives deletion.
+pub fn truncate_fd(_fd: BorrowedFd<'_>, _size: u64) -> nix::Result<()> {
+    Err(nix::errno::Errno::EBADF)
+}
+
 pub fn fallocate(_fd: BorrowedFd<'_>, _mode: i32, _offset: u64, _length: u64) -> io::Result<()> {
     Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
 }

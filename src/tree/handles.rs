@@ -2,6 +2,7 @@
 
 use std::ffi::OsString;
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -27,10 +28,12 @@ impl<T> Default for HandleTable<T> {
 }
 
 impl<T> HandleTable<T> {
-    pub fn insert(&self, value: T) -> u64 {
+    /// Adds a handle; returns its number and the shared value.
+    pub fn insert(&self, value: T) -> (u64, Arc<T>) {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
-        self.handles.shard(fh).insert(fh, Arc::new(value));
-        fh
+        let value = Arc::new(value);
+        self.handles.shard(fh).insert(fh, value.clone());
+        (fh, value)
     }
 
     pub fn get(&self, fh: u64) -> Option<Arc<T>> {
@@ -51,6 +54,8 @@ pub struct OpenFile {
     pub file: File,
     /// Whether the kernel may send writes through this handle.
     pub writable: bool,
+    /// The inode it was opened as.
+    pub ino: u64,
 }
 
 /// One entry of a directory listing.
@@ -62,7 +67,10 @@ pub struct DirEntry {
 }
 
 /// A directory listing taken when the directory was opened, so that
-/// offsets stay meaningful while entries change.
+/// offsets stay meaningful while entries change, and the directory itself
+/// (none for a virtual one), kept open as long as the handle.
 pub struct OpenDir {
     pub entries: Vec<DirEntry>,
+    pub fd: Option<OwnedFd>,
+    pub ino: u64,
 }

@@ -13,6 +13,7 @@ use nix::sys::stat::FileStat;
 
 use super::error::{Errno, FsError, FsResult};
 use super::handles::OpenFile;
+use super::held::HeldFd;
 use super::namespace::require_object;
 use super::SandboxFs;
 
@@ -82,10 +83,12 @@ impl SandboxFs {
         // time: an input replaced behind our back must not show old bytes.
         let st = fstat(&file)?;
         let keep_cache = !node.is_writable() && node.reopened_same(identity(&st));
-        let fh = self.files.insert(OpenFile {
+        let (fh, open) = self.files.insert(OpenFile {
             file,
             writable: (flags.bits() & libc::O_ACCMODE) != libc::O_RDONLY,
+            ino,
         });
+        self.hold(ino, HeldFd::File(open));
         Ok(Opened {
             fh,
             keep_cache,
@@ -151,11 +154,19 @@ impl SandboxFs {
 
     /// A file created through the mount, opened with `flags`: see
     /// [`SandboxFs::create`].
-    pub(super) fn register_created(&self, file: File, flags: i32, st: &FileStat) -> Opened {
-        let fh = self.files.insert(OpenFile {
+    pub(super) fn register_created(
+        &self,
+        ino: u64,
+        file: File,
+        flags: i32,
+        st: &FileStat,
+    ) -> Opened {
+        let (fh, open) = self.files.insert(OpenFile {
             file,
             writable: (flags & libc::O_ACCMODE) != libc::O_RDONLY,
+            ino,
         });
+        self.hold(ino, HeldFd::File(open));
         Opened {
             fh,
             keep_cache: false,
@@ -164,6 +175,8 @@ impl SandboxFs {
     }
 
     pub fn release(&self, fh: u64) {
-        self.files.remove(fh);
+        if let Some(file) = self.files.remove(fh) {
+            self.unhold(file.ino);
+        }
     }
 }

@@ -17,6 +17,7 @@ mod attr;
 mod build;
 mod error;
 mod handles;
+mod held;
 mod inodes;
 mod io;
 mod mutate;
@@ -116,6 +117,8 @@ pub struct SandboxFs {
     inodes: InodeTable,
     files: HandleTable<OpenFile>,
     dirs: HandleTable<OpenDir>,
+    /// Open handles by inode (`held`).
+    held: crate::sharded::Sharded<held::Held>,
     /// Names of the root that are sandboxes (as opposed to `--mapping`s).
     sandboxes: Mutex<HashSet<OsString>>,
     invalidator: OnceLock<Arc<dyn Invalidator>>,
@@ -134,6 +137,7 @@ impl SandboxFs {
             root,
             files: HandleTable::default(),
             dirs: HandleTable::default(),
+            held: crate::sharded::Sharded::new(16),
             sandboxes: Mutex::default(),
             invalidator: OnceLock::new(),
         })

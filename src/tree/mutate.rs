@@ -20,11 +20,12 @@ use nix::unistd::{Gid, Uid, UnlinkatFlags};
 
 use super::attr::{Attr, FileKind};
 use super::error::{Errno, FsError, FsResult};
+use super::held::HeldFd;
 use super::io::Opened;
 use super::name::Name;
 use super::namespace::{backing_dir, require_object};
 use super::node::{Node, Origin};
-use super::underlying::{self, UDir};
+use super::underlying::{self, UDir, UObj};
 use super::SandboxFs;
 use crate::dirfd::kind_of;
 use crate::sys::{as_caller, Caller};
@@ -161,7 +162,7 @@ impl SandboxFs {
         let file = as_caller(caller, || dir.create_file(name, flags, mode))?;
         let st = nix::sys::stat::fstat(&file).map_err(|e| FsError::call("fstat", e))?;
         let attr = self.adopt(&node, name, &st);
-        let opened = self.register_created(file, flags.bits(), &st);
+        let opened = self.register_created(attr.ino, file, flags.bits(), &st);
         Ok((attr, opened))
     }
 
@@ -217,63 +218,91 @@ impl SandboxFs {
         Ok(())
     }
 
-    /// Changes attributes of a writable node and returns the new ones.
+    /// Changes attributes of a writable node and returns the new ones:
+    /// through an open handle of it when there is one (the object may be
+    /// gone from its name), else through its name.
     pub fn setattr(&self, ino: u64, change: &SetAttr) -> FsResult<Attr> {
         let node = self.node(ino)?;
         if !node.is_writable() {
             return Err(Errno::EPERM.into());
         }
-        let open = change.fh.and_then(|fh| self.files.get(fh));
-        let object = require_object(&node)?;
-        if let Some(mode) = change.mode {
-            // chmod(2) follows symlinks, which could reach outside the view.
-            if node.kind() == FileKind::Symlink {
-                return Err(Errno::EOPNOTSUPP.into());
-            }
-            let mode = Mode::from_bits_truncate(mode as _);
-            match &open {
-                Some(f) => {
-                    nix::sys::stat::fchmod(&f.file, mode).map_err(|e| FsError::call("fchmod", e))?
-                }
-                None => object.at("fchmodat", |fd, c| {
-                    nix::sys::stat::fchmodat(fd, c, mode, FchmodatFlags::NoFollowSymlink)
-                })?,
-            }
+        // chmod(2) follows symlinks, which could reach outside the view.
+        if change.mode.is_some() && node.kind() == FileKind::Symlink {
+            return Err(Errno::EOPNOTSUPP.into());
         }
-        if change.uid.is_some() || change.gid.is_some() {
-            let uid = change.uid.map(Uid::from_raw);
-            let gid = change.gid.map(Gid::from_raw);
-            object.at("fchownat", |fd, c| {
-                nix::unistd::fchownat(fd, c, uid, gid, AtFlags::AT_SYMLINK_NOFOLLOW)
-            })?;
+        if change.size.is_some() && node.is_dir() {
+            return Err(Errno::EISDIR.into());
         }
-        if let Some(size) = change.size {
-            match &open {
-                Some(f) => f
-                    .file
-                    .set_len(size)
-                    .map_err(|e| FsError::call("ftruncate", e))?,
-                None if node.kind() == FileKind::RegularFile => {
-                    object.at("truncate", |fd, c| crate::sys::truncate_at(fd, c, size))?
-                }
-                None if node.is_dir() => return Err(Errno::EISDIR.into()),
-                None => return Err(Errno::EINVAL.into()),
-            }
+        if change.size.is_some() && node.kind() != FileKind::RegularFile {
+            return Err(Errno::EINVAL.into());
         }
-        if change.atime.is_some() || change.mtime.is_some() {
-            let (atime, mtime) = (timespec(change.atime), timespec(change.mtime));
-            object.at("utimensat", |fd, c| {
-                nix::sys::stat::utimensat(fd, c, &atime, &mtime, UtimensatFlags::NoFollowSymlink)
-            })?;
-        }
-        match &open {
-            Some(f) => {
-                let st = nix::sys::stat::fstat(&f.file).map_err(|e| FsError::call("fstat", e))?;
+        match self.open_handle(ino, change.fh) {
+            Some(held) if held.fd().is_some() => {
+                set_through_handle(&held, change)?;
+                let fd = held.fd().expect("checked");
+                let st = nix::sys::stat::fstat(fd).map_err(|e| FsError::call("fstat", e))?;
                 Ok(Attr::from_stat(ino, &st))
             }
-            None => self.attr_of(&node, ino),
+            _ => {
+                set_through_name(&require_object(&node)?, change)?;
+                self.attr_of(&node, ino)
+            }
         }
     }
+}
+
+/// Applies `change` through an open descriptor of the object.
+fn set_through_handle(held: &HeldFd, change: &SetAttr) -> FsResult<()> {
+    let fd = held.fd().expect("a held descriptor");
+    if let Some(mode) = change.mode {
+        let mode = Mode::from_bits_truncate(mode as _);
+        nix::sys::stat::fchmod(fd, mode).map_err(|e| FsError::call("fchmod", e))?;
+    }
+    if change.uid.is_some() || change.gid.is_some() {
+        let (uid, gid) = (change.uid.map(Uid::from_raw), change.gid.map(Gid::from_raw));
+        nix::unistd::fchown(fd, uid, gid).map_err(|e| FsError::call("fchown", e))?;
+    }
+    if let Some(size) = change.size {
+        // A descriptor opened only for reading cannot be truncated; the
+        // object is reopened for writing through it, deleted or not.
+        let truncated = if held.writable() {
+            nix::unistd::ftruncate(fd, size as libc::off_t)
+        } else {
+            crate::sys::truncate_fd(fd, size)
+        };
+        truncated.map_err(|e| FsError::call("ftruncate", e))?;
+    }
+    if change.atime.is_some() || change.mtime.is_some() {
+        let (atime, mtime) = (timespec(change.atime), timespec(change.mtime));
+        nix::sys::stat::futimens(fd, &atime, &mtime).map_err(|e| FsError::call("futimens", e))?;
+    }
+    Ok(())
+}
+
+/// Applies `change` to the object by its name, never following a symlink.
+fn set_through_name(object: &UObj, change: &SetAttr) -> FsResult<()> {
+    if let Some(mode) = change.mode {
+        let mode = Mode::from_bits_truncate(mode as _);
+        object.at("fchmodat", |fd, c| {
+            nix::sys::stat::fchmodat(fd, c, mode, FchmodatFlags::NoFollowSymlink)
+        })?;
+    }
+    if change.uid.is_some() || change.gid.is_some() {
+        let (uid, gid) = (change.uid.map(Uid::from_raw), change.gid.map(Gid::from_raw));
+        object.at("fchownat", |fd, c| {
+            nix::unistd::fchownat(fd, c, uid, gid, AtFlags::AT_SYMLINK_NOFOLLOW)
+        })?;
+    }
+    if let Some(size) = change.size {
+        object.at("truncate", |fd, c| crate::sys::truncate_at(fd, c, size))?;
+    }
+    if change.atime.is_some() || change.mtime.is_some() {
+        let (atime, mtime) = (timespec(change.atime), timespec(change.mtime));
+        object.at("utimensat", |fd, c| {
+            nix::sys::stat::utimensat(fd, c, &atime, &mtime, UtimensatFlags::NoFollowSymlink)
+        })?;
+    }
+    Ok(())
 }
 
 fn timespec(time: Option<SetTime>) -> TimeSpec {

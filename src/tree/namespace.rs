@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::attr::{Attr, FileKind};
 use super::error::{Errno, FsError, FsResult};
 use super::handles::{DirEntry, OpenDir};
+use super::held::HeldFd;
 use super::inodes::ROOT_INO;
 use super::name::Name;
 use super::node::{Node, Origin};
@@ -97,9 +98,11 @@ impl SandboxFs {
     }
 
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
-        if let Some(file) = fh.and_then(|fh| self.files.get(fh)) {
-            let st = nix::sys::stat::fstat(&file.file).map_err(|e| FsError::call("fstat", e))?;
-            return Ok(Attr::from_stat(ino, &st));
+        if let Some(held) = self.open_handle(ino, fh) {
+            if let Some(fd) = held.fd() {
+                let st = nix::sys::stat::fstat(fd).map_err(|e| FsError::call("fstat", e))?;
+                return Ok(Attr::from_stat(ino, &st));
+            }
         }
         let node = self.node(ino)?;
         self.attr_of(&node, ino)
@@ -169,9 +172,10 @@ impl SandboxFs {
                 kind: child.kind(),
             });
         }
+        let mut kept = None;
         if let Some(backing) = backing_dir(&node)? {
-            let listing = backing.open_listing()?;
-            let mut listing = listing
+            let opened = backing.open_listing()?;
+            let mut listing = opened
                 .entries()
                 .map_err(|e| FsError::call("fdopendir", e))?;
             let discovered = dir.discovered().lock();
@@ -198,8 +202,18 @@ impl SandboxFs {
                     kind,
                 });
             }
+            // Kept while the handle is open: what is done to the directory
+            // by descriptor is done to it even after it is removed.
+            drop(listing);
+            kept = Some(opened.into_owned());
         }
-        Ok(self.dirs.insert(OpenDir { entries }))
+        let (fh, open) = self.dirs.insert(OpenDir {
+            entries,
+            fd: kept,
+            ino,
+        });
+        self.hold(ino, HeldFd::Dir(open));
+        Ok(fh)
     }
 
     /// Entries of an open directory from position `offset` on. The position
@@ -216,7 +230,9 @@ impl SandboxFs {
     }
 
     pub fn releasedir(&self, fh: u64) {
-        self.dirs.remove(fh);
+        if let Some(dir) = self.dirs.remove(fh) {
+            self.unhold(dir.ino);
+        }
     }
 
     /// Statistics of the file system holding `ino`'s underlying object;
@@ -224,18 +240,26 @@ impl SandboxFs {
     // statvfs counts are u32 on macOS and u64 on Linux.
     #[allow(clippy::useless_conversion)]
     pub fn statfs(&self, ino: u64) -> FsResult<StatFs> {
-        let node = self.node(ino)?;
-        let Some(object) = underlying::object(&node)? else {
-            return Ok(StatFs {
-                bsize: 4096,
-                frsize: 4096,
-                namelen: 255,
-                ..StatFs::default()
-            });
+        let st = match self.open_handle(ino, None) {
+            Some(held) if held.fd().is_some() => {
+                nix::sys::statvfs::fstatvfs(held.fd().expect("checked"))
+                    .map_err(|e| FsError::call("fstatvfs", e))?
+            }
+            _ => {
+                let node = self.node(ino)?;
+                let Some(object) = present_object(&node)? else {
+                    return Ok(StatFs {
+                        bsize: 4096,
+                        frsize: 4096,
+                        namelen: 255,
+                        ..StatFs::default()
+                    });
+                };
+                object.on_pinned("fstatvfs", |pinned| {
+                    Ok(nix::sys::statvfs::fstatvfs(pinned)?)
+                })?
+            }
         };
-        let st = object.on_pinned("fstatvfs", |pinned| {
-            Ok(nix::sys::statvfs::fstatvfs(pinned)?)
-        })?;
         Ok(StatFs {
             blocks: st.blocks().into(),
             bfree: st.blocks_free().into(),
@@ -266,6 +290,25 @@ impl SandboxFs {
 /// The underlying object of `node`; ENOENT for a virtual directory.
 pub(super) fn require_object(node: &Node) -> FsResult<UObj> {
     underlying::object(node)?.ok_or(Errno::ENOENT.into())
+}
+
+/// The underlying object of `node`, or `None` where it shows none: a
+/// virtual directory, or one made up for nested mappings whose
+/// underlying counterpart is not a directory there.
+pub(super) fn present_object(node: &Node) -> FsResult<Option<UObj>> {
+    let object = match underlying::object(node) {
+        Err(err) if is_scaffold(node) && is_absent(&err) => return Ok(None),
+        other => other?,
+    };
+    match object {
+        Some(object) if is_scaffold(node) => match object.stat() {
+            Ok(st) if kind_of(&st) == FileKind::Directory => Ok(Some(object)),
+            Ok(_) => Ok(None),
+            Err(err) if is_absent(&err) => Ok(None),
+            Err(err) => Err(err),
+        },
+        other => Ok(other),
+    }
 }
 
 /// Whether an error means the object is not there as a directory: nothing,

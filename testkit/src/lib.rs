@@ -212,9 +212,10 @@ fn stop(mut client: Client) -> std::process::ExitStatus {
         if client.signal(signal).is_err() {
             break;
         }
-        if let Ok(Some(status)) = client.wait_timeout(Duration::from_secs(10)) {
+        if let Ok(Some(status)) = client.wait_timeout(Duration::from_secs(5)) {
             return status;
         }
+        eprintln!("daemon {} still busy 5 s after signal {signal}", client.pid());
     }
     client.wait().expect("the daemon ends after SIGKILL")
 }
