@@ -17,7 +17,7 @@ use clap::error::ErrorKind;
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::calibrate::CalibrateArgs;
-use crate::config::{Allow, DaemonConfig};
+use crate::config::{Allow, DaemonConfig, ZeroMessageOpens};
 use crate::hybrid::cutoff::NativeBelow;
 use crate::materialize::Method;
 
@@ -124,6 +124,11 @@ struct ServeArgs {
     /// logged, to serving data through the daemon; off: always the daemon
     #[arg(long, value_name = "auto|off", default_value = "auto", value_parser = ["auto", "off"])]
     passthrough: String,
+    /// on: the kernel opens files without asking the daemon (no OPEN or
+    /// RELEASE round trip; rules out passthrough; read-only files show no
+    /// write permission); off: every open asks; auto: decided per mount
+    #[arg(long = "zero_message_opens", value_name = "auto|on|off", default_value = "auto", value_parser = parse_zero_message_opens)]
+    zero_message_opens: ZeroMessageOpens,
     /// Build sandboxes of fewer than N mappings as real files outside the
     /// mount (MOUNTPOINT/ID is then a symlink to them); auto: the cutoff
     /// `actionfs calibrate` measured, else the shipped default (tmpfs: all
@@ -320,6 +325,7 @@ fn serve(args: ServeArgs, command: &mut clap::Command) -> Result<Command, UsageE
         ttl: args.ttl,
         xattrs: args.xattrs,
         passthrough: args.passthrough == "auto",
+        zero_message_opens: args.zero_message_opens,
         native_below: args.native_below,
         native_method: args.native_method,
         native_dir: args.native_dir,
@@ -376,6 +382,15 @@ fn parse_allow(text: &str) -> Result<Allow, String> {
         "root" => Ok(Allow::RootAndOwner),
         "other" => Ok(Allow::Everyone),
         _ => Err("takes self, root or other".to_owned()),
+    }
+}
+
+fn parse_zero_message_opens(text: &str) -> Result<ZeroMessageOpens, String> {
+    match text {
+        "auto" => Ok(ZeroMessageOpens::Auto),
+        "on" => Ok(ZeroMessageOpens::On),
+        "off" => Ok(ZeroMessageOpens::Off),
+        _ => Err("takes auto, on or off".to_owned()),
     }
 }
 

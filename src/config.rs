@@ -18,6 +18,17 @@ pub enum Allow {
     Everyone,
 }
 
+/// Whether opens reach the daemon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZeroMessageOpens {
+    /// Decided per mount (see `fuse::shell`).
+    Auto,
+    /// The kernel opens files without asking (no OPEN or RELEASE).
+    On,
+    /// Every open is a round trip (needed for passthrough).
+    Off,
+}
+
 /// Everything the daemon needs to run, however it was asked for.
 #[derive(Clone, Debug)]
 pub struct DaemonConfig {
@@ -31,6 +42,7 @@ pub struct DaemonConfig {
     pub xattrs: bool,
     /// Try FUSE passthrough for file data.
     pub passthrough: bool,
+    pub zero_message_opens: ZeroMessageOpens,
     pub native_below: NativeBelow,
     pub native_method: Method,
     /// `None`: next to the mount point.

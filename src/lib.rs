@@ -52,6 +52,7 @@ pub mod materialize;
 pub mod mount;
 pub mod reconfig;
 mod sharded;
+pub mod stats;
 mod sys;
 pub mod tools;
 pub mod tree;

@@ -25,6 +25,8 @@ use actionfs_protocol::{
 };
 use parking_lot::Mutex;
 
+use crate::stats::{RequestKind, Stats};
+
 /// Why a request was refused; its text is the answer's error.
 pub type Refusal = Box<dyn std::error::Error + Send + Sync>;
 
@@ -90,8 +92,9 @@ pub fn serve<R: Read>(
     backend: Arc<dyn Backend>,
     sink: Arc<ResponseSink>,
     workers: usize,
+    stats: Arc<Stats>,
 ) -> io::Result<()> {
-    let (queues, handles) = start_workers(workers.max(1), &backend, &sink)?;
+    let (queues, handles) = start_workers(workers.max(1), &backend, &sink, &stats)?;
     let mut prefixes = PrefixTable::new();
     for item in RequestReader::new(input) {
         let job = match item {
@@ -162,6 +165,7 @@ fn start_workers(
     count: usize,
     backend: &Arc<dyn Backend>,
     sink: &Arc<ResponseSink>,
+    stats: &Arc<Stats>,
 ) -> io::Result<Workers> {
     let mut queues = Vec::with_capacity(count);
     let mut handles = Vec::with_capacity(count);
@@ -169,11 +173,12 @@ fn start_workers(
         let (tx, rx) = channel::<Job>();
         let backend = backend.clone();
         let sink = sink.clone();
+        let stats = stats.clone();
         let handle = std::thread::Builder::new()
             .name(format!("reconfig-{n}"))
             .spawn(move || {
                 for job in rx {
-                    sink.send(&apply(&*backend, job));
+                    sink.send(&apply(&*backend, job, &stats));
                 }
             })?;
         queues.push(tx);
@@ -184,15 +189,20 @@ fn start_workers(
 
 /// Applies one job and builds its answer. A panic in the backend is a bug;
 /// it is answered as an internal error and logged, and serving goes on.
-fn apply(backend: &dyn Backend, job: Job) -> Response {
+fn apply(backend: &dyn Backend, job: Job, stats: &Stats) -> Response {
     let started = Instant::now();
     let id = job.id().to_owned();
+    let kind = match job {
+        Job::Create { .. } => RequestKind::Create,
+        Job::Destroy { .. } => RequestKind::Destroy,
+    };
     let outcome = catch_unwind(AssertUnwindSafe(|| match &job {
         Job::Create { id, mappings } => backend
             .create(id, mappings)
             .map(|how| format!("{how} create with {} mappings", mappings.len())),
         Job::Destroy { id } => backend.destroy(id).map(|()| "destroy".to_owned()),
     }));
+    stats.request(kind, started.elapsed(), matches!(outcome, Ok(Ok(_))));
     match outcome {
         Ok(Ok(what)) => {
             log::debug!("sandbox {id:?}: {what} took {:?}", started.elapsed());
@@ -289,7 +299,16 @@ mod tests {
     ) -> Vec<(Option<String>, Option<String>)> {
         let output = SharedBuf::default();
         let sink = Arc::new(ResponseSink::new(Box::new(output.clone())));
-        serve(input.as_bytes(), backend, sink, workers).unwrap();
+        let stats = Arc::new(Stats::default());
+        serve(input.as_bytes(), backend, sink, workers, stats.clone()).unwrap();
+        let counted = stats.to_json(serde_json::Value::Null)["requests"].clone();
+        let answered = text_lines(&output);
+        let counted = counted["create"]["count"].as_u64().unwrap()
+            + counted["destroy"]["count"].as_u64().unwrap();
+        assert!(
+            counted as usize <= answered,
+            "every request counted is answered"
+        );
         let text = String::from_utf8(output.0.lock().clone()).unwrap();
         text.lines()
             .map(|line| {
@@ -297,6 +316,13 @@ mod tests {
                 (r.id, r.error)
             })
             .collect()
+    }
+
+    fn text_lines(output: &SharedBuf) -> usize {
+        String::from_utf8(output.0.lock().clone())
+            .unwrap()
+            .lines()
+            .count()
     }
 
     #[derive(Clone, Default)]

@@ -76,15 +76,35 @@ fn getxattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Opens `file` with `options` and writes a byte, returning the first
+/// error. With OPEN messages the daemon refuses the open itself; with
+/// zero-message opens the kernel opens without asking and the daemon
+/// refuses the WRITE (or the SETATTR of O_TRUNC). Either way no byte lands.
+fn write_through(file: &Path, options: &OpenOptions) -> std::io::Result<()> {
+    let mut f = options.open(file)?;
+    f.write_all(b"x")?;
+    f.flush()
+}
+
+/// Both ways of serving opens, so each test covers the mount as it is run
+/// with passthrough (OPEN messages) and without (zero-message opens).
+const OPEN_MODES: [&str; 2] = ["--zero_message_opens=off", "--zero_message_opens=on"];
+
 #[test]
 fn read_only_mappings_read_back_and_refuse_every_change() {
     if !require(&[Need::Mount]) {
         return;
     }
+    for mode in OPEN_MODES {
+        read_only_mapping_refusals(mode);
+    }
+}
+
+fn read_only_mapping_refusals(open_mode: &str) {
     let fx = Fixture::new();
     let input = fx.write("src/in.txt", "input bytes");
     fx.write("src/tree/inner.txt", "inner");
-    let d = fx.start(&["--xattrs"]);
+    let d = fx.start(&["--xattrs", open_mode]);
     d.create(sandbox(
         "s",
         vec![
@@ -101,26 +121,34 @@ fn read_only_mappings_read_back_and_refuse_every_change() {
     );
 
     let eperm = libc::EPERM;
-    assert_eq!(
-        errno(OpenOptions::new().write(true).open(&file)),
-        eperm,
-        "O_WRONLY"
-    );
-    assert_eq!(
-        errno(OpenOptions::new().read(true).write(true).open(&file)),
-        eperm,
-        "O_RDWR"
-    );
-    assert_eq!(
-        errno(OpenOptions::new().append(true).open(&file)),
-        eperm,
-        "O_APPEND"
-    );
-    assert_eq!(
-        errno(OpenOptions::new().write(true).truncate(true).open(&file)),
-        eperm,
-        "O_TRUNC"
-    );
+    let mut write = OpenOptions::new();
+    write.write(true);
+    let mut read_write = OpenOptions::new();
+    read_write.read(true).write(true);
+    let mut append = OpenOptions::new();
+    append.append(true);
+    let mut truncate = OpenOptions::new();
+    truncate.write(true).truncate(true);
+    for (what, options) in [
+        ("O_WRONLY", &write),
+        ("O_RDWR", &read_write),
+        ("O_APPEND", &append),
+        ("O_TRUNC", &truncate),
+    ] {
+        assert_eq!(
+            errno(write_through(&file, options)),
+            eperm,
+            "{what} ({open_mode})"
+        );
+    }
+    if open_mode.ends_with("off") {
+        // With OPEN messages the refusal comes at open time.
+        assert_eq!(errno(write.open(&file)), eperm, "open O_WRONLY");
+    } else {
+        // Without them the file shows no write bits, so tools that look
+        // before they write see a read-only input.
+        assert_eq!(fs::metadata(&file).unwrap().mode() & 0o222, 0);
+    }
     assert_eq!(
         errno(fs::set_permissions(
             &file,
@@ -191,9 +219,15 @@ fn writable_mapping_passes_every_change_through() {
     if !require(&[Need::Mount]) {
         return;
     }
+    for mode in OPEN_MODES {
+        writable_mapping_changes(mode);
+    }
+}
+
+fn writable_mapping_changes(open_mode: &str) {
     let fx = Fixture::new();
     let scratch = fx.path("scratch");
-    let d = fx.start(&["--xattrs"]);
+    let d = fx.start(&["--xattrs", open_mode]);
     d.create(sandbox("s", vec![rw("/ws", &scratch)]));
     let ws = d.path("s/ws");
 
@@ -434,18 +468,41 @@ fn attributes_come_from_the_underlying_object() {
     if !require(&[Need::Mount]) {
         return;
     }
+    for mode in OPEN_MODES {
+        attributes_in_open_mode(mode);
+    }
+}
+
+fn attributes_in_open_mode(open_mode: &str) {
     let fx = Fixture::new();
     let file = fx.write("src/f", "12345");
     fs::set_permissions(&file, fs::Permissions::from_mode(0o751)).unwrap();
     set_times(&file, 123_456_789).unwrap();
-    let d = fx.start(&[]);
-    d.create(sandbox("s", vec![ro("/f", &file)]));
+    let scratch = fx.write("scratch/w", "w");
+    fs::set_permissions(&scratch, fs::Permissions::from_mode(0o664)).unwrap();
+    let d = fx.start(&[open_mode]);
+    d.create(sandbox(
+        "s",
+        vec![ro("/f", &file), rw("/rw", &fx.path("scratch"))],
+    ));
     let (view, real) = (
         fs::metadata(d.path("s/f")).unwrap(),
         fs::metadata(&file).unwrap(),
     );
     assert_eq!(view.len(), 5);
-    assert_eq!(view.mode(), real.mode());
+    // Without OPEN messages a read-only file loses its write bits, the only
+    // place the kernel can refuse a write-open on its own.
+    let shown_mode = if open_mode.ends_with("on") {
+        real.mode() & !0o222
+    } else {
+        real.mode()
+    };
+    assert_eq!(view.mode(), shown_mode, "{open_mode}");
+    // Writable files show their modes untouched in either way.
+    assert_eq!(
+        fs::metadata(d.path("s/rw/w")).unwrap().mode(),
+        fs::metadata(&scratch).unwrap().mode()
+    );
     assert_eq!(view.mtime(), 123_456_789);
     assert_eq!(view.nlink(), real.nlink());
     assert_eq!((view.uid(), view.gid()), (real.uid(), real.gid()));

@@ -268,7 +268,7 @@ impl Harness {
             return Some(Seen::Dir);
         }
         let opened = self.fs.open(ino, libc::O_RDONLY).unwrap();
-        let data = self.fs.read(opened.fh, 0, 4096).unwrap();
+        let data = self.fs.read(ino, opened.fh, 0, 4096).unwrap();
         self.fs.release(opened.fh);
         Some(Seen::File(String::from_utf8(data).unwrap()))
     }
@@ -339,26 +339,27 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let text = format!("written-{content}");
                 let Some(target) = target else { continue };
                 let (dir, _) = h.walk(IDS[id], &target[..target.len() - 1]).unwrap();
-                let fh = match h.fs.lookup(dir, OsStr::new(name)) {
-                    Ok(attr) => {
+                let (ino, fh) = match h.fs.lookup(dir, OsStr::new(name)) {
+                    Ok(attr) => (
+                        attr.ino,
                         h.fs.open(attr.ino, libc::O_WRONLY | libc::O_TRUNC)
                             .unwrap()
-                            .fh
-                    }
+                            .fh,
+                    ),
                     Err(_) => {
-                        h.fs.create(
-                            dir,
-                            OsStr::new(name),
-                            0o644,
-                            libc::O_WRONLY,
-                            Caller { uid: 0, gid: 0 },
-                        )
-                        .unwrap()
-                        .1
-                        .fh
+                        let (attr, opened) =
+                            h.fs.create(
+                                dir,
+                                OsStr::new(name),
+                                0o644,
+                                libc::O_WRONLY,
+                                Caller { uid: 0, gid: 0 },
+                            )
+                            .unwrap();
+                        (attr.ino, opened.fh)
                     }
                 };
-                h.fs.write(fh, 0, text.as_bytes()).unwrap();
+                h.fs.write(ino, fh, 0, text.as_bytes()).unwrap();
                 h.fs.release(fh);
                 sandbox.scratch.insert(name.to_owned(), text);
             }

@@ -63,7 +63,7 @@ fn with_passthrough_file_data_never_reaches_the_daemon() {
         return;
     }
     let fx = Fixture::new();
-    let d = fx.start_logged(&[], "debug");
+    let d = fx.start_logged(&["--zero_message_opens=off"], "debug");
     exercise(&fx, &d);
     assert_eq!(d.terminate(), BY_SIGTERM);
     let log = fx.log();
@@ -90,7 +90,7 @@ fn passthrough_off_serves_data_through_the_daemon() {
         return;
     }
     let fx = Fixture::new();
-    let d = fx.start_logged(&["--passthrough=off"], "debug");
+    let d = fx.start_logged(&["--passthrough=off", "--zero_message_opens=off"], "debug");
     exercise(&fx, &d);
     assert_eq!(d.terminate(), BY_SIGTERM);
     let log = fx.log();
@@ -122,7 +122,7 @@ fn without_cap_sys_admin_passthrough_falls_back_and_says_so_once() {
     )
     .unwrap();
     let script = r#"
-        "$BIN" --input="$DIR/requests" --output="$DIR/answers" "$DIR/mnt" 2>"$DIR/daemon.log" &
+        "$BIN" --zero_message_opens=off --input="$DIR/requests" --output="$DIR/answers" "$DIR/mnt" 2>"$DIR/daemon.log" &
         daemon=$!
         for _ in $(seq 100); do [ -e "$DIR/mnt/s/in" ] && break; sleep 0.05; done
         cat "$DIR/mnt/s/in" > "$DIR/read1" && cat "$DIR/mnt/s/in" > "$DIR/read2" &&

@@ -28,6 +28,11 @@ struct Target {
     under_ro: PathBuf,
 }
 
+/// Every attack runs against both ways of serving opens: with OPEN
+/// messages (each open resolves the name again) and without (the kernel
+/// opens on its own and the daemon serves I/O from descriptors per inode).
+const OPEN_MODES: [&str; 2] = ["--zero_message_opens=off", "--zero_message_opens=on"];
+
 impl Target {
     fn new() -> Target {
         let fx = Fixture::new();
@@ -60,10 +65,12 @@ impl Target {
         }
     }
 
-    fn start(&self) -> Daemon {
+    /// Starts the daemon serving opens in `open_mode` (one of
+    /// [`OPEN_MODES`]).
+    fn start(&self, open_mode: &str) -> Daemon {
         let d = self
             .fx
-            .start_logged(&["--allow=other", "--xattrs"], "debug");
+            .start_logged(&["--allow=other", "--xattrs", open_mode], "debug");
         d.create(sandbox(
             "s",
             vec![rw("/ws", &self.under_rw), ro("/ro", &self.under_ro)],
@@ -172,43 +179,50 @@ fn a_directory_swapped_for_a_symlink_under_a_writable_mapping_leads_nowhere() {
     if !require(&[Need::Mount, Need::Root]) {
         return;
     }
-    let t = Target::new();
-    let d = t.start();
-    let report = t.attack(&[
-        "swap-dir",
-        &t.view(&d, "s/ws"),
-        t.under_rw.to_str().unwrap(),
-        t.protected.to_str().unwrap(),
-    ]);
-    // Everything below the swapped directory fails as the walk meets the
-    // symlink, whether the kernel cached a name there or not.
-    let every_op = [
-        "stat",
-        "read",
-        "list",
-        "create",
-        "mkdir",
-        "symlink",
-        "mkfifo",
-        "write",
-        "truncate",
-        "chmod",
-        "utime",
-        "rename",
-        "link-out",
-        "unlink",
-        "setxattr",
-        "getxattr",
-        "listxattr",
-        "removexattr",
-    ];
-    check_report("swap-dir", &report, &every_op, &["ELOOP"]);
-    t.assert_untouched();
-    assert!(
-        !t.under_rw.join("stolen").exists(),
-        "a link to the secret was made"
-    );
-    assert_eq!(d.terminate(), BY_SIGTERM);
+    for open_mode in OPEN_MODES {
+        let t = Target::new();
+        let d = t.start(open_mode);
+        let report = t.attack(&[
+            "swap-dir",
+            &t.view(&d, "s/ws"),
+            t.under_rw.to_str().unwrap(),
+            t.protected.to_str().unwrap(),
+        ]);
+        // Everything below the swapped directory fails as the walk meets the
+        // symlink, whether the kernel cached a name there or not.
+        let every_op = [
+            "stat",
+            "read",
+            "list",
+            "create",
+            "mkdir",
+            "symlink",
+            "mkfifo",
+            "write",
+            "truncate",
+            "chmod",
+            "utime",
+            "rename",
+            "link-out",
+            "unlink",
+            "setxattr",
+            "getxattr",
+            "listxattr",
+            "removexattr",
+        ];
+        check_report(
+            &format!("swap-dir {open_mode}"),
+            &report,
+            &every_op,
+            &["ELOOP"],
+        );
+        t.assert_untouched();
+        assert!(
+            !t.under_rw.join("stolen").exists(),
+            "a link to the secret was made"
+        );
+        assert_eq!(d.terminate(), BY_SIGTERM);
+    }
 }
 
 #[test]
@@ -216,32 +230,50 @@ fn a_file_swapped_for_a_symlink_is_never_followed() {
     if !require(&[Need::Mount, Need::Root]) {
         return;
     }
-    let t = Target::new();
-    let d = t.start();
-    let report = t.attack(&[
-        "swap-last",
-        &t.view(&d, "s/ws"),
-        t.under_rw.to_str().unwrap(),
-        t.protected.to_str().unwrap(),
-    ]);
-    // Opening, truncating or chmodding the symlink itself is refused; a
-    // link or a time change acts on the symlink, never on its target.
-    check_report(
-        "swap-last read/write",
-        &report,
-        &["read", "write"],
-        &["ELOOP"],
-    );
-    check_report("swap-last truncate", &report, &["truncate"], &["EINVAL"]);
-    // (Python spells EOPNOTSUPP as ENOTSUP, its Linux alias.)
-    check_report(
-        "swap-last chmod",
-        &report,
-        &["chmod"],
-        &["ENOTSUP", "EOPNOTSUPP"],
-    );
-    t.assert_untouched();
-    assert_eq!(d.terminate(), BY_SIGTERM);
+    for open_mode in OPEN_MODES {
+        let t = Target::new();
+        let d = t.start(open_mode);
+        let report = t.attack(&[
+            "swap-last",
+            &t.view(&d, "s/ws"),
+            t.under_rw.to_str().unwrap(),
+            t.protected.to_str().unwrap(),
+        ]);
+        if open_mode.ends_with("off") {
+            // Each open resolves the name again: opening, truncating or
+            // chmodding the symlink itself is refused; a link or a time
+            // change acts on the symlink, never on its target.
+            check_report(
+                "swap-last read/write",
+                &report,
+                &["read", "write"],
+                &["ELOOP"],
+            );
+            check_report("swap-last truncate", &report, &["truncate"], &["EINVAL"]);
+            // (Python spells EOPNOTSUPP as ENOTSUP, its Linux alias.)
+            check_report(
+                "swap-last chmod",
+                &report,
+                &["chmod"],
+                &["ENOTSUP", "EOPNOTSUPP"],
+            );
+        } else {
+            // The daemon holds the file the attacker made through the
+            // mount open for the kernel's inode; like any open descriptor
+            // it keeps acting on that file, now renamed, and never on
+            // what took its name.
+            check_report("swap-last zero-open", &report, &[], &[]);
+            let original = t.under_rw.join("secret.orig");
+            assert_eq!(report["read"], "ok:mine", "{report}");
+            assert_eq!(report["write"], "ok", "{report}");
+            assert_eq!(report["truncate"], "ok", "{report}");
+            assert_eq!(fs::metadata(&original).unwrap().len(), 0, "truncated");
+            assert_eq!(report["chmod"], "ok", "{report}");
+            assert_eq!(fs::metadata(&original).unwrap().mode() & 0o777, 0o777);
+        }
+        t.assert_untouched();
+        assert_eq!(d.terminate(), BY_SIGTERM);
+    }
 }
 
 #[test]
@@ -249,22 +281,24 @@ fn a_directory_swapped_for_a_symlink_under_a_read_only_mapping_leads_nowhere() {
     if !require(&[Need::Mount, Need::Root]) {
         return;
     }
-    let t = Target::new();
-    let d = t.start();
-    let report = t.attack(&[
-        "swap-ro",
-        &t.view(&d, "s/ro"),
-        t.under_ro.to_str().unwrap(),
-        t.protected.to_str().unwrap(),
-    ]);
-    check_report(
-        "swap-ro",
-        &report,
-        &["stat", "read", "list", "getxattr", "listxattr"],
-        &["ELOOP"],
-    );
-    t.assert_untouched();
-    assert_eq!(d.terminate(), BY_SIGTERM);
+    for open_mode in OPEN_MODES {
+        let t = Target::new();
+        let d = t.start(open_mode);
+        let report = t.attack(&[
+            "swap-ro",
+            &t.view(&d, "s/ro"),
+            t.under_ro.to_str().unwrap(),
+            t.protected.to_str().unwrap(),
+        ]);
+        check_report(
+            &format!("swap-ro {open_mode}"),
+            &report,
+            &["stat", "read", "list", "getxattr", "listxattr"],
+            &["ELOOP"],
+        );
+        t.assert_untouched();
+        assert_eq!(d.terminate(), BY_SIGTERM);
+    }
 }
 
 #[test]
@@ -272,25 +306,27 @@ fn racing_swaps_never_let_an_operation_through() {
     if !require(&[Need::Mount, Need::Root]) {
         return;
     }
-    let t = Target::new();
-    let d = t.start();
-    let attempts = 10_000;
-    let report = t.attack(&[
-        "race",
-        &t.view(&d, "s/ws"),
-        t.under_rw.to_str().unwrap(),
-        t.protected.to_str().unwrap(),
-        &attempts.to_string(),
-    ]);
-    eprintln!("race: {report}");
-    assert_eq!(report["attempts"], attempts);
-    assert_eq!(report["leaked"], serde_json::json!([]));
-    // The race was real: the directory moved thousands of times, and
-    // operations still went through while it was a real directory.
-    assert!(report["swaps"].as_u64().unwrap() >= 1000, "{report}");
-    assert!(report["ok"].as_u64().unwrap() > 0, "{report}");
-    t.assert_untouched();
-    assert_eq!(d.terminate(), BY_SIGTERM);
+    for open_mode in OPEN_MODES {
+        let t = Target::new();
+        let d = t.start(open_mode);
+        let attempts = 10_000;
+        let report = t.attack(&[
+            "race",
+            &t.view(&d, "s/ws"),
+            t.under_rw.to_str().unwrap(),
+            t.protected.to_str().unwrap(),
+            &attempts.to_string(),
+        ]);
+        eprintln!("race {open_mode}: {report}");
+        assert_eq!(report["attempts"], attempts);
+        assert_eq!(report["leaked"], serde_json::json!([]));
+        // The race was real: the directory moved thousands of times, and
+        // operations still went through while it was a real directory.
+        assert!(report["swaps"].as_u64().unwrap() >= 1000, "{report}");
+        assert!(report["ok"].as_u64().unwrap() > 0, "{report}");
+        t.assert_untouched();
+        assert_eq!(d.terminate(), BY_SIGTERM);
+    }
 }
 
 #[test]
@@ -298,42 +334,44 @@ fn what_another_user_creates_through_the_mount_is_theirs() {
     if !require(&[Need::Mount, Need::Root]) {
         return;
     }
-    let t = Target::new();
-    let d = t.start();
-    let ws = d.path("s/ws");
-    let script = format!(
-        "cd {ws:?} && echo x > file && mkdir dir && ln -s file link && mkfifo fifo && \
-         ln file hardlink && mkdir dir/nested && echo y > dir/nested/deep"
-    );
-    let out = as_nobody(&["sh", "-c", &script]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for name in [
-        "file",
-        "dir",
-        "link",
-        "fifo",
-        "hardlink",
-        "dir/nested",
-        "dir/nested/deep",
-    ] {
-        let meta = fs::symlink_metadata(t.under_rw.join(name)).unwrap();
-        assert_eq!(
-            (meta.uid(), meta.gid()),
-            (NOBODY, NOBODY),
-            "{name} belongs to {}:{}",
-            meta.uid(),
-            meta.gid()
+    for open_mode in OPEN_MODES {
+        let t = Target::new();
+        let d = t.start(open_mode);
+        let ws = d.path("s/ws");
+        let script = format!(
+            "cd {ws:?} && echo x > file && mkdir dir && ln -s file link && mkfifo fifo && \
+             ln file hardlink && mkdir dir/nested && echo y > dir/nested/deep"
         );
+        let out = as_nobody(&["sh", "-c", &script]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for name in [
+            "file",
+            "dir",
+            "link",
+            "fifo",
+            "hardlink",
+            "dir/nested",
+            "dir/nested/deep",
+        ] {
+            let meta = fs::symlink_metadata(t.under_rw.join(name)).unwrap();
+            assert_eq!(
+                (meta.uid(), meta.gid()),
+                (NOBODY, NOBODY),
+                "{name} belongs to {}:{}",
+                meta.uid(),
+                meta.gid()
+            );
+        }
+        // Root's own creations stay root's.
+        fs::write(ws.join("roots"), "r").unwrap();
+        let meta = fs::symlink_metadata(t.under_rw.join("roots")).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (0, 0));
+        assert_eq!(d.terminate(), BY_SIGTERM);
     }
-    // Root's own creations stay root's.
-    fs::write(ws.join("roots"), "r").unwrap();
-    let meta = fs::symlink_metadata(t.under_rw.join("roots")).unwrap();
-    assert_eq!((meta.uid(), meta.gid()), (0, 0));
-    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 /// Every path below `dir` with its mode, owner and contents (for files).

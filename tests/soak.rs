@@ -100,10 +100,20 @@ fn sandbox_life(d: &Daemon, fx: &Fixture, id: &str, counts: &Counts) {
 }
 
 #[test]
-fn waves_of_sandboxes_under_load() {
+fn waves_of_sandboxes_under_load_with_open_messages() {
+    waves_of_sandboxes_under_load("--zero_message_opens=off");
+}
+
+#[test]
+fn waves_of_sandboxes_under_load_with_zero_message_opens() {
+    waves_of_sandboxes_under_load("--zero_message_opens=on");
+}
+
+fn waves_of_sandboxes_under_load(open_mode: &str) {
     if !require(&[Need::Mount]) {
         return;
     }
+    let zero_message_opens = open_mode.ends_with("on");
     let seconds: u64 = std::env::var("ACTIONFS_SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -112,7 +122,7 @@ fn waves_of_sandboxes_under_load() {
     for n in 0..INPUTS_PER_SANDBOX {
         fx.write(&format!("src/f{n}"), &format!("input {n}"));
     }
-    let d = fx.start(&["--reconfig_threads=4"]);
+    let d = fx.start(&["--reconfig_threads=4", open_mode]);
     let pid = d.client().pid();
     let baseline_fds = open_fds(pid);
     let counts = Counts::default();
@@ -160,15 +170,21 @@ fn waves_of_sandboxes_under_load() {
     );
     // A sandbox pins its scratch directory (and all share the input
     // directory) until the kernel forgets its nodes, shortly after destroy.
-    for (n, (_, fds)) in samples.iter().enumerate() {
-        assert!(
-            *fds <= baseline_fds + SANDBOXES_PER_WAVE + 1,
-            "descriptors pile up by wave {n} (baseline {baseline_fds}): {samples:?}"
-        );
+    // With zero-message opens the caches of destroyed sandboxes are kept
+    // for up to ten seconds (with the descriptors of files written in
+    // them), so only the return to the start is checked, later.
+    if !zero_message_opens {
+        for (n, (_, fds)) in samples.iter().enumerate() {
+            assert!(
+                *fds <= baseline_fds + SANDBOXES_PER_WAVE + 1,
+                "descriptors pile up by wave {n} (baseline {baseline_fds}): {samples:?}"
+            );
+        }
     }
+    let kept_for = Duration::from_secs(if zero_message_opens { 20 } else { 10 });
     assert!(
-        wait_for(Duration::from_secs(10), || open_fds(pid) == baseline_fds),
-        "descriptors leaked: {} open, {baseline_fds} before the first sandbox",
+        wait_for(kept_for, || open_fds(pid) == baseline_fds),
+        "descriptors leaked: {} open, {baseline_fds} before the first sandbox ({open_mode})",
         open_fds(pid)
     );
     // Flat memory: the second half of the run never exceeds the first

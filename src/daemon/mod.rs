@@ -13,6 +13,7 @@ use std::sync::mpsc::channel;
 use std::sync::Arc;
 
 use fuser::{Config, MountOption, SessionACL};
+use signal_hook::consts::SIGUSR1;
 use signal_hook::iterator::Signals;
 
 mod error;
@@ -28,6 +29,7 @@ use crate::hybrid::cutoff;
 use crate::hybrid::{NativeSandboxes, Sandboxes};
 use crate::mount;
 use crate::reconfig::{self, ResponseSink};
+use crate::stats::Stats;
 use crate::tree::{FsConfig, SandboxFs};
 
 /// Runs the daemon until it is told to stop, and says how it stopped. An
@@ -57,10 +59,18 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         .map_err(DaemonError::Mapping)?,
     );
     let native = open_native(&options, &mount_point)?;
-    let mut signals = Signals::new(stop::STOP_SIGNALS).map_err(DaemonError::Signals)?;
+    let stats = Arc::new(Stats::default());
+    let mut signals =
+        Signals::new(stop::STOP_SIGNALS.iter().chain([&SIGUSR1])).map_err(DaemonError::Signals)?;
 
     let session = fuser::Session::new(
-        FuseShell::new(fs.clone(), kernel_ttl(&options), options.passthrough),
+        FuseShell::new(
+            fs.clone(),
+            stats.clone(),
+            kernel_ttl(&options),
+            options.passthrough,
+            options.zero_message_opens,
+        ),
         &mount_point,
         &session_config(options.allow),
     )
@@ -91,12 +101,21 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
                 source,
             })?;
     }
+    let report = {
+        let (fs, stats) = (fs.clone(), stats.clone());
+        move || stats.to_json(live_figures(&fs))
+    };
     {
         let events = events.clone();
+        let report = report.clone();
         std::thread::Builder::new()
             .name("signals".into())
             .spawn(move || {
                 for signal in signals.forever() {
+                    if signal == SIGUSR1 {
+                        log::warn!("stats (SIGUSR1): {}", report());
+                        continue;
+                    }
                     if events.send(Event::Signal(signal)).is_err() {
                         break;
                     }
@@ -110,11 +129,11 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     {
         let sink = Arc::new(ResponseSink::new(output));
         let threads = options.reconfig_threads;
-        let backend = Arc::new(Sandboxes::new(fs, native.clone()));
+        let backend = Arc::new(Sandboxes::new(fs, native.clone(), stats.clone()));
         std::thread::Builder::new()
             .name("requests".into())
             .spawn(
-                move || match reconfig::serve(input, backend, sink, threads) {
+                move || match reconfig::serve(input, backend, sink, threads, stats) {
                     Ok(()) => log::info!("request input ended; still serving the mount"),
                     Err(err) => log::error!(
                         "cannot start reconfiguration workers: {err}; no requests are read"
@@ -129,12 +148,26 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     drop(events);
 
     let outcome = stop::wait_and_unmount(&event, &mount_point);
+    log::info!("stats at exit: {}", report());
     // Native sandboxes outlive the mount unless removed: an undestroyed
     // FUSE sandbox vanishes with the unmount, and so must they.
     if let Some(native) = native {
         native.destroy_all();
     }
     outcome
+}
+
+/// The figures `ctl stats` and SIGUSR1 show beside the counters.
+fn live_figures(fs: &SandboxFs) -> serde_json::Value {
+    let mut live = crate::stats::process_figures();
+    live["sandboxes"] = fs.sandbox_ids().len().into();
+    live["inodes_known"] = fs.known_inodes().into();
+    live["open_handles"] = fs.open_handles().into();
+    let (kept, cap) = fs.inode_descriptors();
+    live["inode_descriptors"] = kept.into();
+    live["inode_descriptor_cap"] = cap.into();
+    live["zero_message_opens"] = fs.zero_message_opens().into();
+    live
 }
 
 /// Opens the native sandbox directory if hybrid mode is on.

@@ -87,7 +87,7 @@ impl<B> Passthrough<B> {
             return OpenMode::Cached;
         }
         let mode = {
-            let mut inodes = self.inodes.shard(ino);
+            let mut inodes = self.inodes.shard(&ino);
             match inodes.get_mut(&ino) {
                 Some(entry) if entry.file_id != file_id && entry.backing.is_some() => {
                     log::warn!("inode {ino}: underlying file replaced while open; EBUSY");
@@ -128,17 +128,17 @@ impl<B> Passthrough<B> {
                 }
             }
         };
-        self.handles.shard(fh).insert(fh, ino);
+        self.handles.shard(&fh).insert(fh, ino);
         mode
     }
 
     /// Handle `fh` was released; the inode's backing id goes with its last
     /// open.
     pub fn release(&self, fh: u64) {
-        let Some(ino) = self.handles.shard(fh).remove(&fh) else {
+        let Some(ino) = self.handles.shard(&fh).remove(&fh) else {
             return;
         };
-        let mut inodes = self.inodes.shard(ino);
+        let mut inodes = self.inodes.shard(&ino);
         if let Some(entry) = inodes.get_mut(&ino) {
             entry.opens -= 1;
             if entry.opens == 0 {

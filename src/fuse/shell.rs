@@ -19,6 +19,8 @@ use fuser::{
 };
 
 use super::passthrough::{OpenMode, Passthrough};
+use crate::config::ZeroMessageOpens;
+use crate::stats::{Op, Stats};
 use crate::tree::{
     Attr, Caller, Errno, FileKind, FsError, FsResult, Opened, SandboxFs, SetAttr, SetTime,
     XattrReply,
@@ -29,19 +31,50 @@ const GENERATION: Generation = Generation(0);
 
 pub struct FuseShell {
     fs: Arc<SandboxFs>,
+    stats: Arc<Stats>,
     /// How long the kernel may cache entries and attributes.
     ttl: Duration,
     passthrough: Passthrough<fuser::BackingId>,
+    /// What was asked; decided at init into `zero_open`.
+    zero_message_opens: ZeroMessageOpens,
+    zero_open: bool,
 }
 
 impl FuseShell {
     /// `passthrough`: try FUSE passthrough for file data (falls back, logged,
     /// where the kernel or our privileges do not allow it).
-    pub fn new(fs: Arc<SandboxFs>, ttl: Duration, passthrough: bool) -> FuseShell {
+    pub fn new(
+        fs: Arc<SandboxFs>,
+        stats: Arc<Stats>,
+        ttl: Duration,
+        passthrough: bool,
+        zero_message_opens: ZeroMessageOpens,
+    ) -> FuseShell {
         FuseShell {
             fs,
+            stats,
             ttl,
             passthrough: Passthrough::new(passthrough),
+            zero_message_opens,
+            zero_open: false,
+        }
+    }
+
+    /// Whether opens should skip the daemon on this mount.
+    fn wants_zero_message_opens(&self, config: &KernelConfig) -> bool {
+        if !config
+            .capabilities()
+            .contains(InitFlags::FUSE_NO_OPEN_SUPPORT)
+        {
+            if self.zero_message_opens == ZeroMessageOpens::On {
+                log::warn!("the kernel cannot open files without asking (no FUSE_NO_OPEN_SUPPORT)");
+            }
+            return false;
+        }
+        match self.zero_message_opens {
+            ZeroMessageOpens::On => true,
+            ZeroMessageOpens::Off => false,
+            ZeroMessageOpens::Auto => true,
         }
     }
 }
@@ -224,6 +257,22 @@ impl Filesystem for FuseShell {
                 log::info!("kernel does not offer {wanted:?}");
             }
         }
+        if self.wants_zero_message_opens(config) {
+            self.zero_open = true;
+            self.fs.set_zero_message_opens(true);
+            self.passthrough
+                .disable("files are opened without asking the daemon (--zero_message_opens)");
+            // With no OPEN to decide whether cached pages are still good,
+            // the kernel drops them when it sees a file's size or mtime
+            // change in the attributes a lookup or getattr brings.
+            if config
+                .add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA)
+                .is_err()
+            {
+                log::info!("kernel does not offer FUSE_AUTO_INVAL_DATA");
+            }
+            log::info!("zero-message opens: no OPEN or RELEASE round trips");
+        }
         if self.passthrough.enabled() {
             // Depth 1: backing files may not themselves be on a stacked file
             // system, but ours can sit under one (e.g. overlayfs).
@@ -243,15 +292,18 @@ impl Filesystem for FuseShell {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.stats.op(Op::Lookup);
         let result = self.fs.lookup(parent.0, name);
         self.reply_entry(req, "lookup", parent, reply, result);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.stats.op(Op::Forget);
         self.fs.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.stats.op(Op::Getattr);
         let result = self.fs.getattr(ino.0, fh.map(|f| f.0));
         self.reply_attr(req, "getattr", ino, reply, result);
     }
@@ -274,6 +326,7 @@ impl Filesystem for FuseShell {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.stats.op(Op::Setattr);
         let change = SetAttr {
             mode,
             uid,
@@ -288,6 +341,7 @@ impl Filesystem for FuseShell {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.stats.op(Op::Readlink);
         let result = self.fs.readlink(ino.0);
         self.reply_data(req, "readlink", ino, reply, result);
     }
@@ -302,6 +356,7 @@ impl Filesystem for FuseShell {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.stats.op(Op::Mknod);
         let result = self
             .fs
             .mknod(parent.0, name, mode & !umask, rdev, caller(req));
@@ -317,16 +372,19 @@ impl Filesystem for FuseShell {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.stats.op(Op::Mkdir);
         let result = self.fs.mkdir(parent.0, name, mode & !umask, caller(req));
         self.reply_entry(req, "mkdir", parent, reply, result);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.stats.op(Op::Unlink);
         let result = self.fs.unlink(parent.0, name);
         self.reply_empty(req, "unlink", parent, reply, result);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.stats.op(Op::Rmdir);
         let result = self.fs.rmdir(parent.0, name);
         self.reply_empty(req, "rmdir", parent, reply, result);
     }
@@ -339,6 +397,7 @@ impl Filesystem for FuseShell {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.stats.op(Op::Symlink);
         let result = self.fs.symlink(parent.0, link_name, target, caller(req));
         self.reply_entry(req, "symlink", parent, reply, result);
     }
@@ -353,6 +412,7 @@ impl Filesystem for FuseShell {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.stats.op(Op::Rename);
         let result = self
             .fs
             .rename(parent.0, name, newparent.0, newname, flags.bits());
@@ -367,11 +427,18 @@ impl Filesystem for FuseShell {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.stats.op(Op::Link);
         let result = self.fs.link(ino.0, newparent.0, newname);
         self.reply_entry(req, "link", ino, reply, result);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.stats.op(Op::Open);
+        if self.zero_open {
+            // The kernel takes ENOSYS as "open without asking from now on";
+            // this open goes ahead too.
+            return reply.error(fuser::Errno::from_i32(libc::ENOSYS));
+        }
         let opened = match self.fs.open(ino.0, flags.0) {
             Ok(opened) => opened,
             Err(err) => return reply.error(self.failed(req, "open", ino, err)),
@@ -396,7 +463,8 @@ impl Filesystem for FuseShell {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let result = self.fs.read(fh.0, offset, size);
+        self.stats.op(Op::Read);
+        let result = self.fs.read(ino.0, fh.0, offset, size);
         self.reply_data(req, "read", ino, reply, result);
     }
 
@@ -412,7 +480,8 @@ impl Filesystem for FuseShell {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(fh.0, offset, data) {
+        self.stats.op(Op::Write);
+        match self.fs.write(ino.0, fh.0, offset, data) {
             Ok(written) => reply.written(written),
             Err(err) => reply.error(self.failed(req, "write", ino, err)),
         }
@@ -426,6 +495,7 @@ impl Filesystem for FuseShell {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.stats.op(Op::Flush);
         // Writes are already in the underlying file; nothing is buffered.
         // ENOSYS tells the kernel never to send FLUSH again, which saves a
         // round trip on every close(2) (close still returns 0).
@@ -442,6 +512,7 @@ impl Filesystem for FuseShell {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.stats.op(Op::Release);
         self.passthrough.release(fh.0);
         self.fs.release(fh.0);
         reply.ok();
@@ -455,11 +526,13 @@ impl Filesystem for FuseShell {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let result = self.fs.fsync(fh.0, datasync);
+        self.stats.op(Op::Fsync);
+        let result = self.fs.fsync(ino.0, fh.0, datasync);
         self.reply_empty(req, "fsync", ino, reply, result);
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.stats.op(Op::Opendir);
         match self.fs.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(err) => reply.error(self.failed(req, "opendir", ino, err)),
@@ -474,6 +547,7 @@ impl Filesystem for FuseShell {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.stats.op(Op::Readdir);
         match self.fs.readdir(fh.0, offset) {
             Ok(entries) => {
                 for (next, entry) in entries {
@@ -495,6 +569,7 @@ impl Filesystem for FuseShell {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.stats.op(Op::Releasedir);
         self.fs.releasedir(fh.0);
         reply.ok();
     }
@@ -507,12 +582,14 @@ impl Filesystem for FuseShell {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.stats.op(Op::Fsyncdir);
         // Directory changes are made by syscalls on the underlying file
         // system; syncing them is its business.
         reply.ok();
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        self.stats.op(Op::Statfs);
         match self.fs.statfs(ino.0) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -531,26 +608,31 @@ impl Filesystem for FuseShell {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.stats.op(Op::Setxattr);
         let result = self.fs.setxattr(ino.0, name, value, flags);
         self.reply_empty(req, "setxattr", ino, reply, result);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.stats.op(Op::Getxattr);
         let result = self.fs.getxattr(ino.0, name, size);
         self.reply_xattr(req, "getxattr", ino, reply, result);
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.stats.op(Op::Listxattr);
         let result = self.fs.listxattr(ino.0, size);
         self.reply_xattr(req, "listxattr", ino, reply, result);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.stats.op(Op::Removexattr);
         let result = self.fs.removexattr(ino.0, name);
         self.reply_empty(req, "removexattr", ino, reply, result);
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        self.stats.op(Op::Access);
         // Mounted with default_permissions: the kernel checks modes itself.
         reply.ok();
     }
@@ -565,6 +647,7 @@ impl Filesystem for FuseShell {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.stats.op(Op::Create);
         let created = self
             .fs
             .create(parent.0, name, mode & !umask, flags, caller(req));
@@ -603,7 +686,8 @@ impl Filesystem for FuseShell {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let result = self.fs.fallocate(fh.0, offset, length, mode);
+        self.stats.op(Op::Fallocate);
+        let result = self.fs.fallocate(ino.0, fh.0, offset, length, mode);
         self.reply_empty(req, "fallocate", ino, reply, result);
     }
 }

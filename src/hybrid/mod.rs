@@ -28,6 +28,7 @@ use crate::dirfd::Anchor;
 use crate::layout::{self, Entry};
 use crate::materialize::{self, Materialized, Method, Options, Trash};
 use crate::reconfig::{Backend, Refusal};
+use crate::stats::{Built, Stats};
 use crate::tree::{SandboxError, SandboxFs};
 
 /// The sandboxes of a mount, each made by the backend its size calls for:
@@ -36,11 +37,16 @@ use crate::tree::{SandboxError, SandboxFs};
 pub struct Sandboxes {
     fs: Arc<SandboxFs>,
     native: Option<Arc<NativeSandboxes>>,
+    stats: Arc<Stats>,
 }
 
 impl Sandboxes {
-    pub fn new(fs: Arc<SandboxFs>, native: Option<Arc<NativeSandboxes>>) -> Sandboxes {
-        Sandboxes { fs, native }
+    pub fn new(
+        fs: Arc<SandboxFs>,
+        native: Option<Arc<NativeSandboxes>>,
+        stats: Arc<Stats>,
+    ) -> Sandboxes {
+        Sandboxes { fs, native, stats }
     }
 
     /// Builds sandbox `id` natively from `plan`, or hands the same plan to
@@ -85,20 +91,27 @@ impl Backend for Sandboxes {
                     error,
                 }
             })?;
-        match self.native.as_deref().filter(|n| n.wants(mappings.len())) {
+        let built = match self.native.as_deref().filter(|n| n.wants(mappings.len())) {
             Some(native) => {
                 self.create_native(native, id, plan)?;
-                Ok(if native.is_native(id) {
-                    "native"
+                if native.is_native(id) {
+                    Built::Native
                 } else {
-                    "FUSE (fallback)"
-                })
+                    Built::FuseFallback
+                }
             }
             None => {
                 self.fs.create_planned(id, plan)?;
-                Ok("FUSE")
+                Built::Fuse
             }
-        }
+        };
+        self.stats.built(built);
+        Ok(match built {
+            Built::Native => "native",
+            Built::Stash => "native from a stash",
+            Built::FuseFallback => "FUSE (fallback)",
+            Built::Fuse => "FUSE",
+        })
     }
 
     fn destroy(&self, id: &str) -> Result<(), Refusal> {

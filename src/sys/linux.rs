@@ -2,7 +2,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use super::{check, xattr_call};
 
@@ -106,17 +106,24 @@ pub fn mknod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u32) -> nix::
 /// Truncates the regular file `fd` holds (opened for reading, and perhaps
 /// deleted since) by reopening it for writing through its magic link.
 pub fn truncate_fd(fd: BorrowedFd<'_>, size: u64) -> nix::Result<()> {
-    use nix::fcntl::OFlag;
     let st = nix::sys::stat::fstat(fd)?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(nix::errno::Errno::EINVAL);
     }
-    let file = nix::fcntl::open(
-        pinned_path(fd).as_c_str(),
-        OFlag::O_WRONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
-        nix::sys::stat::Mode::empty(),
-    )?;
+    let file = reopen_fd(fd, nix::fcntl::OFlag::O_WRONLY)?;
     nix::unistd::ftruncate(&file, size as libc::off_t)
+}
+
+/// Opens the very object `fd` holds (perhaps renamed or deleted since)
+/// again with `flags`, through its magic link: the access check is the
+/// object's own and no path is walked.
+pub fn reopen_fd(fd: BorrowedFd<'_>, flags: nix::fcntl::OFlag) -> nix::Result<OwnedFd> {
+    use nix::fcntl::OFlag;
+    nix::fcntl::open(
+        pinned_path(fd).as_c_str(),
+        flags | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+        nix::sys::stat::Mode::empty(),
+    )
 }
 
 pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, length: u64) -> io::Result<()> {

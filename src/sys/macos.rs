@@ -2,7 +2,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use super::{check, xattr_call};
 
@@ -105,6 +105,11 @@ pub fn mknod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u32) -> nix::
 /// does not offer for a descriptor in a way that survives deletion.
 pub fn truncate_fd(_fd: BorrowedFd<'_>, _size: u64) -> nix::Result<()> {
     Err(nix::errno::Errno::EBADF)
+}
+
+/// macOS has no magic links to reopen a descriptor's object through.
+pub fn reopen_fd(_fd: BorrowedFd<'_>, _flags: nix::fcntl::OFlag) -> nix::Result<OwnedFd> {
+    Err(nix::errno::Errno::EOPNOTSUPP)
 }
 
 pub fn fallocate(_fd: BorrowedFd<'_>, _mode: i32, _offset: u64, _length: u64) -> io::Result<()> {

@@ -32,16 +32,16 @@ impl<T> HandleTable<T> {
     pub fn insert(&self, value: T) -> (u64, Arc<T>) {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         let value = Arc::new(value);
-        self.handles.shard(fh).insert(fh, value.clone());
+        self.handles.shard(&fh).insert(fh, value.clone());
         (fh, value)
     }
 
     pub fn get(&self, fh: u64) -> Option<Arc<T>> {
-        self.handles.shard(fh).get(&fh).cloned()
+        self.handles.shard(&fh).get(&fh).cloned()
     }
 
     pub fn remove(&self, fh: u64) -> Option<Arc<T>> {
-        self.handles.shard(fh).remove(&fh)
+        self.handles.shard(&fh).remove(&fh)
     }
 
     pub fn len(&self) -> usize {

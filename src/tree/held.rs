@@ -16,11 +16,13 @@ use std::sync::Arc;
 use super::handles::{OpenDir, OpenFile};
 use super::SandboxFs;
 
-/// An open descriptor of an inode, shared with the handle that opened it.
+/// An open descriptor of an inode: an open handle's, or the inode's own
+/// (zero-message opens, or an object removed while the kernel knew it).
 #[derive(Clone)]
 pub enum HeldFd {
     File(Arc<OpenFile>),
     Dir(Arc<OpenDir>),
+    Inode(Arc<std::fs::File>),
 }
 
 impl HeldFd {
@@ -29,6 +31,7 @@ impl HeldFd {
         match self {
             HeldFd::File(file) => Some(file.file.as_fd()),
             HeldFd::Dir(dir) => dir.fd.as_ref().map(|fd| fd.as_fd()),
+            HeldFd::Inode(file) => Some(file.as_fd()),
         }
     }
 
@@ -51,7 +54,7 @@ impl SandboxFs {
             return;
         }
         self.held
-            .shard(ino)
+            .shard(&ino)
             .entry(ino)
             .and_modify(|held| held.handles += 1)
             .or_insert(Held { fd, handles: 1 });
@@ -59,7 +62,7 @@ impl SandboxFs {
 
     /// A handle of `ino` was released.
     pub(super) fn unhold(&self, ino: u64) {
-        let mut shard = self.held.shard(ino);
+        let mut shard = self.held.shard(&ino);
         if let Some(held) = shard.get_mut(&ino) {
             held.handles -= 1;
             if held.handles == 0 {
@@ -74,6 +77,32 @@ impl SandboxFs {
         if let Some(file) = fh.and_then(|fh| self.files.get(fh)) {
             return Some(HeldFd::File(file));
         }
-        self.held.shard(ino).get(&ino).map(|held| held.fd.clone())
+        if let Some(held) = self.held.shard(&ino).get(&ino) {
+            return Some(held.fd.clone());
+        }
+        let kept = self.inode_files.get(ino)?;
+        kept.read.or(kept.write).map(HeldFd::Inode)
+    }
+
+    /// Before a name the kernel may have open without telling us is
+    /// removed, keeps a descriptor of its object, so that operations on
+    /// open descriptors of it keep working (zero-message opens only; with
+    /// opens, the handles are known). Best effort: an object that cannot be
+    /// opened (a symlink, no permission) is just removed.
+    pub(super) fn pin_before_removal(
+        &self,
+        node: &super::node::Node,
+        object: impl FnOnce() -> Option<std::fs::File>,
+    ) {
+        if !self.zero_message_opens() {
+            return;
+        }
+        let ino = node.ino();
+        if ino == 0 || self.inodes.get(ino).is_none() {
+            return;
+        }
+        if let Some(file) = object() {
+            self.inode_files.keep(ino, false, file);
+        }
     }
 }

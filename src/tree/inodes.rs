@@ -1,6 +1,17 @@
 //! The inode table: the nodes the kernel knows, by inode number, with the
 //! number of lookups the kernel holds on each.
 //!
+//! A read-only file or symlink mapped into many sandboxes (a build's inputs
+//! are mapped into every action that uses them) is one inode, shared by
+//! all of them: it is keyed by the underlying object's identity (device,
+//! inode number), so a file read in one sandbox has its attributes and
+//! page cache, and its passthrough backing file, ready in the next. Its
+//! lookup count is the sum over every name the kernel reached it by, and
+//! FORGET settles it exactly. Operations on it go through the node of the
+//! latest lookup, whose anchor stays pinned as long as the inode lives;
+//! each checks that the object found there is still the one the inode
+//! stands for.
+//!
 //! Sharded so that lookups of different inodes rarely share a lock.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,26 +25,60 @@ const SHARDS: usize = 64;
 /// Inode number of the root directory, fixed by FUSE.
 pub const ROOT_INO: u64 = 1;
 
+/// (device, inode number) of an underlying object.
+pub type Identity = (u64, u64);
+
+/// One inode the kernel knows.
+enum Slot {
+    /// A node of its own (its lookup count is kept in the node).
+    Own(Arc<Node>),
+    /// A read-only object shared by the nodes of many sandboxes.
+    Shared(Shared),
+}
+
+struct Shared {
+    /// The node of the latest lookup.
+    node: Arc<Node>,
+    identity: Identity,
+    lookups: u64,
+    /// Fingerprint of the contents at the last open (0: never opened), so
+    /// that cached pages are kept only while unchanged.
+    opened: u64,
+}
+
 pub struct InodeTable {
-    nodes: Sharded<Arc<Node>>,
+    slots: Sharded<Slot>,
+    shared: Sharded<u64, Identity>,
     next_ino: AtomicU64,
+}
+
+/// What an inode number stands for.
+pub struct Known {
+    pub node: Arc<Node>,
+    /// Set for a shared inode: the object it stands for.
+    pub identity: Option<Identity>,
 }
 
 impl InodeTable {
     /// A table holding `root` as inode 1, never forgotten.
     pub fn new(root: Arc<Node>) -> InodeTable {
         let table = InodeTable {
-            nodes: Sharded::new(SHARDS),
+            slots: Sharded::new(SHARDS),
+            shared: Sharded::new(SHARDS),
             next_ino: AtomicU64::new(ROOT_INO + 1),
         };
         root.assign_ino(ROOT_INO);
         root.lookups.store(1, Ordering::Relaxed);
-        table.nodes.shard(ROOT_INO).insert(ROOT_INO, root);
+        table
+            .slots
+            .shard(&ROOT_INO)
+            .insert(ROOT_INO, Slot::Own(root));
         table
     }
 
-    /// The node's inode number, assigning one if it has none yet, without
-    /// recording a lookup (for listings, which the kernel does not count).
+    /// The node's own inode number, assigning one if it has none yet,
+    /// without recording a lookup (for listings, which the kernel does not
+    /// count).
     pub fn ino_of(&self, node: &Node) -> u64 {
         match node.ino() {
             0 => node.assign_ino(self.next_ino.fetch_add(1, Ordering::Relaxed)),
@@ -41,11 +86,12 @@ impl InodeTable {
         }
     }
 
-    /// Records one kernel lookup of `node` and returns its inode number.
+    /// Records one kernel lookup of `node` as its own inode and returns
+    /// the number.
     pub fn remember(&self, node: &Arc<Node>) -> u64 {
         let ino = self.ino_of(node);
-        let mut shard = self.nodes.shard(ino);
-        shard.entry(ino).or_insert_with(|| node.clone());
+        let mut shard = self.slots.shard(&ino);
+        shard.entry(ino).or_insert_with(|| Slot::Own(node.clone()));
         // Counted under the shard lock, as forget decrements it.
         let held = node.lookups.load(Ordering::Relaxed);
         node.lookups
@@ -53,36 +99,145 @@ impl InodeTable {
         ino
     }
 
-    pub fn get(&self, ino: u64) -> Option<Arc<Node>> {
-        self.nodes.shard(ino).get(&ino).cloned()
+    /// Records one kernel lookup of the shared inode of `identity`, reached
+    /// through `node`, and returns its number.
+    pub fn remember_shared(&self, node: &Arc<Node>, identity: Identity) -> u64 {
+        // Lock order: the identity's shard, then the slot's.
+        let mut shared = self.shared.shard(&identity);
+        if let Some(&ino) = shared.get(&identity) {
+            if let Some(Slot::Shared(slot)) = self.slots.shard(&ino).get_mut(&ino) {
+                slot.lookups += 1;
+                slot.node = node.clone();
+                return ino;
+            }
+        }
+        let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
+        self.slots.shard(&ino).insert(
+            ino,
+            Slot::Shared(Shared {
+                node: node.clone(),
+                identity,
+                lookups: 1,
+                opened: 0,
+            }),
+        );
+        shared.insert(identity, ino);
+        ino
+    }
+
+    pub fn get(&self, ino: u64) -> Option<Known> {
+        match self.slots.shard(&ino).get(&ino)? {
+            Slot::Own(node) => Some(Known {
+                node: node.clone(),
+                identity: None,
+            }),
+            Slot::Shared(slot) => Some(Known {
+                node: slot.node.clone(),
+                identity: Some(slot.identity),
+            }),
+        }
+    }
+
+    /// For a shared inode: records the fingerprint of the contents just
+    /// opened and says whether it is the same as at the previous open.
+    /// `None` for an inode of its own.
+    pub fn reopened_same(&self, ino: u64, fingerprint: u64) -> Option<bool> {
+        match self.slots.shard(&ino).get_mut(&ino)? {
+            Slot::Own(_) => None,
+            Slot::Shared(slot) => {
+                Some(std::mem::replace(&mut slot.opened, fingerprint) == fingerprint)
+            }
+        }
     }
 
     /// Drops `count` kernel lookups; returns the node if the kernel no
-    /// longer knows it.
+    /// longer knows the inode.
     pub fn forget(&self, ino: u64, count: u64) -> Option<Arc<Node>> {
         if ino == ROOT_INO {
             return None;
         }
-        let mut shard = self.nodes.shard(ino);
-        let node = shard.get(&ino)?;
-        let held = node.lookups.load(Ordering::Relaxed);
-        let left = held.saturating_sub(count.min(u32::MAX as u64) as u32);
-        node.lookups.store(left, Ordering::Relaxed);
-        if left > 0 {
-            return None;
+        let (node, identity) = {
+            let mut shard = self.slots.shard(&ino);
+            let left = match shard.get_mut(&ino)? {
+                Slot::Own(node) => {
+                    let held = node.lookups.load(Ordering::Relaxed);
+                    let left = held.saturating_sub(count.min(u32::MAX as u64) as u32);
+                    node.lookups.store(left, Ordering::Relaxed);
+                    u64::from(left)
+                }
+                Slot::Shared(slot) => {
+                    slot.lookups = slot.lookups.saturating_sub(count);
+                    slot.lookups
+                }
+            };
+            if left > 0 {
+                return None;
+            }
+            let removed = shard.remove(&ino);
+            // Tables never shrink by themselves: after a large sandbox is
+            // gone its inodes' slots would stay allocated for good.
+            if shard.capacity() > 64 && shard.len() < shard.capacity() / 4 {
+                let keep = shard.len() * 2;
+                shard.shrink_to(keep);
+            }
+            match removed? {
+                Slot::Own(node) => (node, None),
+                Slot::Shared(slot) => (slot.node, Some(slot.identity)),
+            }
+        };
+        if let Some(identity) = identity {
+            let mut shared = self.shared.shard(&identity);
+            // A new inode may stand for the identity by now.
+            if shared.get(&identity) == Some(&ino) {
+                shared.remove(&identity);
+            }
         }
-        let node = shard.remove(&ino);
-        // Tables never shrink by themselves: after a large sandbox is gone
-        // its inodes' slots would stay allocated for good.
-        if shard.capacity() > 64 && shard.len() < shard.capacity() / 4 {
-            let keep = shard.len() * 2;
-            shard.shrink_to(keep);
-        }
-        node
+        Some(node)
     }
 
     /// Number of inodes the kernel knows, root included.
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.slots.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::attr::FileKind;
+    use crate::tree::node::Origin;
+
+    fn file_node() -> Arc<Node> {
+        Arc::new(Node::new(FileKind::RegularFile, false, Origin::Virtual))
+    }
+
+    #[test]
+    fn one_shared_inode_per_identity_with_exact_lookup_counts() {
+        let root = Arc::new(Node::new(FileKind::Directory, false, Origin::Virtual));
+        let table = InodeTable::new(root);
+        let (a, b) = (file_node(), file_node());
+        let ino = table.remember_shared(&a, (1, 7));
+        assert_eq!(
+            table.remember_shared(&b, (1, 7)),
+            ino,
+            "same object, same inode"
+        );
+        assert_eq!(table.remember_shared(&b, (1, 7)), ino);
+        assert_ne!(table.remember_shared(&a, (1, 8)), ino, "another object");
+        let known = table.get(ino).unwrap();
+        assert!(
+            Arc::ptr_eq(&known.node, &b),
+            "served through the latest lookup"
+        );
+        assert_eq!(known.identity, Some((1, 7)));
+        assert_eq!(table.reopened_same(ino, 42), Some(false));
+        assert_eq!(table.reopened_same(ino, 42), Some(true));
+        assert!(table.forget(ino, 2).is_none(), "one lookup left");
+        assert!(table.forget(ino, 1).is_some());
+        assert!(table.get(ino).is_none());
+        let again = table.remember_shared(&a, (1, 7));
+        assert_ne!(again, ino, "a forgotten inode number is not reused");
+        let own = table.remember(&file_node());
+        assert_eq!(table.reopened_same(own, 1), None);
     }
 }

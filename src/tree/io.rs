@@ -45,6 +45,21 @@ fn identity(st: &FileStat) -> u64 {
     hasher.finish() | 1
 }
 
+/// A file to do I/O on: an open handle, or an inode's own descriptor.
+enum IoFile {
+    Handle(std::sync::Arc<OpenFile>),
+    Inode(std::sync::Arc<File>),
+}
+
+impl IoFile {
+    fn file(&self) -> &File {
+        match self {
+            IoFile::Handle(open) => &open.file,
+            IoFile::Inode(file) => file,
+        }
+    }
+}
+
 /// An opened file: its handle, whether the kernel may keep its cached
 /// pages (read-only files that are the same file as at their last open),
 /// and which underlying file it is (device, inode), so that the shell can
@@ -69,7 +84,8 @@ fn fstat(file: &File) -> FsResult<FileStat> {
 
 impl SandboxFs {
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<Opened> {
-        let node = self.node(ino)?;
+        let known = self.known(ino)?;
+        let node = known.node;
         let wants_write = (flags & libc::O_ACCMODE) != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         if wants_write && !node.is_writable() {
             return Err(Errno::EPERM.into());
@@ -82,7 +98,15 @@ impl SandboxFs {
         // Cached pages stay valid only if this is the file opened last
         // time: an input replaced behind our back must not show old bytes.
         let st = fstat(&file)?;
-        let keep_cache = !node.is_writable() && node.reopened_same(identity(&st));
+        if known.identity.is_some_and(|id| id != file_id(&st)) {
+            return Err(Errno::ESTALE.into());
+        }
+        let fingerprint = identity(&st);
+        let keep_cache = !node.is_writable()
+            && self
+                .inodes
+                .reopened_same(ino, fingerprint)
+                .unwrap_or_else(|| node.reopened_same(fingerprint));
         let (fh, open) = self.files.insert(OpenFile {
             file,
             writable: (flags.bits() & libc::O_ACCMODE) != libc::O_RDONLY,
@@ -102,14 +126,69 @@ impl SandboxFs {
         self.files.get(fh)
     }
 
+    /// The file to do I/O on: handle `fh`, or, for 0 (the kernel opened
+    /// the file without telling us), the inode's own descriptor for
+    /// `write` or reading, opened now if need be.
+    fn io_file(&self, ino: u64, fh: u64, write: bool) -> FsResult<IoFile> {
+        if fh != 0 {
+            let open = self.files.get(fh).ok_or(FsError::refused(Errno::EBADF))?;
+            if write && !open.writable {
+                return Err(Errno::EBADF.into());
+            }
+            return Ok(IoFile::Handle(open));
+        }
+        let kept = self.inode_files.get(ino).unwrap_or_default();
+        let (same, other) = if write {
+            (kept.write, kept.read)
+        } else {
+            (kept.read, kept.write)
+        };
+        if let Some(file) = same {
+            return Ok(IoFile::Inode(file));
+        }
+        let known = self.known(ino)?;
+        let node = known.node;
+        if write && !node.is_writable() {
+            return Err(Errno::EPERM.into());
+        }
+        if node.is_dir() {
+            return Err(Errno::EISDIR.into());
+        }
+        // Opened for one direction only: a file may be write-only or
+        // read-only for the daemon's user as for the caller.
+        let flags = if write {
+            OFlag::O_WRONLY
+        } else {
+            OFlag::O_RDONLY
+        };
+        // Both directions act on one object: once the inode has a
+        // descriptor, the other direction reopens that object rather than
+        // resolving the name again (it may have been renamed, or swapped
+        // for something else, since), as an open descriptor would.
+        if let Some(held) = other {
+            match crate::sys::reopen_fd(held.as_fd(), flags | OFlag::O_NONBLOCK) {
+                Ok(fd) => return Ok(IoFile::Inode(self.inode_files.keep(ino, write, fd.into()))),
+                Err(nix::errno::Errno::EOPNOTSUPP) => {}
+                Err(errno) => return Err(FsError::call("open /proc/self/fd", errno)),
+            }
+        }
+        let file = require_object(&node)?.open(flags | OFlag::O_NONBLOCK)?;
+        if let Some(identity) = known.identity {
+            if file_id(&fstat(&file)?) != identity {
+                return Err(Errno::ESTALE.into());
+            }
+        }
+        Ok(IoFile::Inode(self.inode_files.keep(ino, write, file)))
+    }
+
     /// Reads up to `size` bytes at `offset`; fewer only at end of file.
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        let open = self.files.get(fh).ok_or(FsError::refused(Errno::EBADF))?;
+    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let open = self.io_file(ino, fh, false)?;
         let mut buf = vec![0; size as usize];
         let mut filled = 0;
         while filled < buf.len() {
             match open
-                .file
+                .file()
                 .read_at(&mut buf[filled..], offset + filled as u64)
             {
                 Ok(0) => break,
@@ -122,38 +201,44 @@ impl SandboxFs {
         Ok(buf)
     }
 
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
-        let open = self.files.get(fh).ok_or(FsError::refused(Errno::EBADF))?;
-        if !open.writable {
-            return Err(Errno::EBADF.into());
-        }
-        open.file
+    pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let open = self.io_file(ino, fh, true)?;
+        open.file()
             .write_all_at(data, offset)
             .map_err(|e| FsError::call("pwrite", e))?;
         Ok(data.len() as u32)
     }
 
-    pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
-        let open = self.files.get(fh).ok_or(FsError::refused(Errno::EBADF))?;
+    pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> FsResult<()> {
+        // Any descriptor of the file syncs it; without a handle, one opened
+        // for reading does (a read-only input has nothing to sync anyway).
+        let open = self.io_file(ino, fh, false)?;
         let synced = if datasync {
-            open.file.sync_data()
+            open.file().sync_data()
         } else {
-            open.file.sync_all()
+            open.file().sync_all()
         };
         synced.map_err(|e| FsError::call("fsync", e))
     }
 
-    pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> FsResult<()> {
-        let open = self.files.get(fh).ok_or(FsError::refused(Errno::EBADF))?;
-        if !open.writable {
-            return Err(Errno::EBADF.into());
-        }
-        crate::sys::fallocate(open.file.as_fd(), mode, offset, length)
+    pub fn fallocate(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> FsResult<()> {
+        let open = self.io_file(ino, fh, true)?;
+        crate::sys::fallocate(open.file().as_fd(), mode, offset, length)
             .map_err(|e| FsError::call("fallocate", e))
     }
 
     /// A file created through the mount, opened with `flags`: see
-    /// [`SandboxFs::create`].
+    /// [`SandboxFs::create`]. When files are opened without asking, the
+    /// kernel sends no RELEASE for a created one either, so it gets no
+    /// handle (0): its descriptor becomes the inode's own, closed when the
+    /// kernel forgets the inode.
     pub(super) fn register_created(
         &self,
         ino: u64,
@@ -161,6 +246,15 @@ impl SandboxFs {
         flags: i32,
         st: &FileStat,
     ) -> Opened {
+        let writable = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
+        if self.zero_message_opens() {
+            self.inode_files.keep(ino, writable, file);
+            return Opened {
+                fh: 0,
+                keep_cache: false,
+                file_id: file_id(st),
+            };
+        }
         let (fh, open) = self.files.insert(OpenFile {
             file,
             writable: (flags & libc::O_ACCMODE) != libc::O_RDONLY,

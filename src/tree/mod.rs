@@ -18,6 +18,7 @@ mod build;
 mod error;
 mod handles;
 mod held;
+mod inode_files;
 mod inodes;
 mod io;
 mod mutate;
@@ -25,10 +26,11 @@ mod name;
 mod namespace;
 mod node;
 mod reaper;
+mod retention;
 mod underlying;
 mod xattr;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::path::PathBuf;
@@ -50,6 +52,13 @@ pub use xattr::XattrReply;
 use handles::{HandleTable, OpenDir};
 use inodes::InodeTable;
 use node::Node;
+
+/// How many per-inode descriptors to keep: half the open-file limit,
+/// leaving the rest for pinned directories, handles and everything else.
+fn descriptor_budget() -> usize {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(512, |(soft, _)| (soft / 2).min(1 << 20) as usize)
+}
 
 /// A create this large frees enough (its request, its plan) for a trim of
 /// the heap to be worth it.
@@ -119,8 +128,16 @@ pub struct SandboxFs {
     dirs: HandleTable<OpenDir>,
     /// Open handles by inode (`held`).
     held: crate::sharded::Sharded<held::Held>,
-    /// Names of the root that are sandboxes (as opposed to `--mapping`s).
-    sandboxes: Mutex<HashSet<OsString>>,
+    /// Descriptors per inode for files opened without telling the daemon.
+    inode_files: inode_files::InodeFiles,
+    /// Whether opens reach the daemon (set by the shell once the kernel
+    /// has agreed); without them read-only files show no write bits.
+    zero_message_opens: std::sync::atomic::AtomicBool,
+    /// Names of the root that are sandboxes (as opposed to `--mapping`s),
+    /// with their mapping counts.
+    sandboxes: Mutex<HashMap<OsString, usize>>,
+    /// Destroyed sandboxes whose kernel cache is kept a while.
+    retention: Arc<retention::Retention>,
     invalidator: OnceLock<Arc<dyn Invalidator>>,
 }
 
@@ -138,13 +155,33 @@ impl SandboxFs {
             files: HandleTable::default(),
             dirs: HandleTable::default(),
             held: crate::sharded::Sharded::new(16),
+            inode_files: inode_files::InodeFiles::new(descriptor_budget()),
+            zero_message_opens: std::sync::atomic::AtomicBool::new(false),
             sandboxes: Mutex::default(),
+            retention: Arc::new(retention::Retention::new(
+                retention::BUDGET_NODES,
+                retention::MAX_AGE,
+            )),
             invalidator: OnceLock::new(),
         })
     }
 
     pub fn config(&self) -> &FsConfig {
         &self.config
+    }
+
+    /// Opens no longer reach the daemon (the kernel stopped sending OPEN):
+    /// reads and writes come without a handle, and read-only files are
+    /// shown without write permission so that the kernel refuses opens
+    /// for writing itself.
+    pub fn set_zero_message_opens(&self, on: bool) {
+        self.zero_message_opens
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn zero_message_opens(&self) -> bool {
+        self.zero_message_opens
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Connects the kernel's cache invalidation, once mounted.
@@ -190,9 +227,9 @@ impl SandboxFs {
     /// Creates sandbox `id` (a valid id) from its layout. On error nothing
     /// has changed.
     pub fn create_planned(&self, id: &str, plan: crate::layout::Entry) -> Result<(), SandboxError> {
-        let large = plan.mapping_count() >= TRIM_AFTER_MAPPINGS;
-        self.insert_sandbox(id, build::tree_of(plan))?;
-        if large {
+        let mappings = plan.mapping_count();
+        self.insert_sandbox(id, build::tree_of(plan), mappings)?;
+        if mappings >= TRIM_AFTER_MAPPINGS {
             reaper::trim_soon();
         }
         Ok(())
@@ -215,26 +252,34 @@ impl SandboxFs {
                 name: name::Name::new(name),
             }),
         ));
-        self.insert_sandbox(id, node)
+        self.insert_sandbox(id, node, 1)
     }
 
     pub fn has_sandbox(&self, id: &str) -> bool {
-        self.sandboxes.lock().contains(OsStr::new(id))
+        self.sandboxes.lock().contains_key(OsStr::new(id))
     }
 
-    fn insert_sandbox(&self, id: &str, tree: Arc<Node>) -> Result<(), SandboxError> {
+    fn insert_sandbox(
+        &self,
+        id: &str,
+        tree: Arc<Node>,
+        mappings: usize,
+    ) -> Result<(), SandboxError> {
         let name = OsString::from(id);
         {
             let mut sandboxes = self.sandboxes.lock();
-            if sandboxes.contains(&name) {
+            if sandboxes.contains_key(&name) {
                 return Err(SandboxError::Exists(id.to_owned()));
             }
             let root = self.root.dir().expect("the root is a directory");
             if root.insert_explicit(&name, tree).is_err() {
                 return Err(SandboxError::HidesMapping(id.to_owned()));
             }
-            sandboxes.insert(name.clone());
+            sandboxes.insert(name.clone(), mappings);
         }
+        // A reused id: the kept cache of its predecessor is gone with the
+        // expired entry; dropping it later would drop the new sandbox's.
+        self.retention.forget(&name);
         // A mapped root may have shown an underlying entry under this name.
         if !matches!(self.root.origin(), node::Origin::Virtual) {
             self.invalidate_entry(ROOT_INO, &name);
@@ -246,12 +291,13 @@ impl SandboxFs {
     /// forget the name, so it is gone from view.
     pub fn destroy_sandbox(&self, id: &str) -> Result<(), SandboxError> {
         let name = OsString::from(id);
-        let removed;
+        let (removed, mappings);
         {
             let mut sandboxes = self.sandboxes.lock();
-            if !sandboxes.remove(&name) {
+            let Some(count) = sandboxes.remove(&name) else {
                 return Err(SandboxError::Missing(id.to_owned()));
-            }
+            };
+            mappings = count;
             let root = self.root.dir().expect("the root is a directory");
             removed = root.remove_explicit(&name);
         }
@@ -262,13 +308,32 @@ impl SandboxFs {
         self.expire_entry(ROOT_INO, &name);
         // The cached subtree still holds its inodes, and so their nodes
         // here; invalidating it after the answer makes the kernel forget
-        // them, so that memory returns. (If the id is reused meanwhile,
-        // this only drops the new sandbox's entry from the cache.)
+        // them, so that memory returns. When files are opened without
+        // asking, the subtrees of the last few destroyed sandboxes are kept
+        // first (`retention`): their inputs' shared inodes, and page cache,
+        // then serve the next sandboxes. (If an id is reused meanwhile,
+        // invalidating only drops the new sandbox's entry from the cache.)
+        let dropped = if self.zero_message_opens() {
+            self.retention
+                .retain(name, mappings, std::time::Instant::now())
+        } else {
+            vec![name]
+        };
         if let Some(invalidator) = self.invalidator.get() {
-            let invalidator = invalidator.clone();
-            reaper::later(Box::new(move || {
-                invalidator.invalidate_entry(ROOT_INO, &name)
-            }));
+            if !dropped.is_empty() {
+                let invalidator = invalidator.clone();
+                reaper::later(Box::new(move || {
+                    for name in dropped {
+                        invalidator.invalidate_entry(ROOT_INO, &name);
+                    }
+                }));
+            }
+            // The last destroys of a build have no later destroy to drop
+            // their caches: a timed sweep does.
+            if self.zero_message_opens() && self.retention.claim_sweep() {
+                let age = self.retention.max_age();
+                sweep_retained(self.retention.clone(), invalidator.clone(), age);
+            }
         }
         // Freeing a large tree takes a millisecond or more; the answer need
         // not wait for it either.
@@ -283,7 +348,7 @@ impl SandboxFs {
         let mut ids: Vec<String> = self
             .sandboxes
             .lock()
-            .iter()
+            .keys()
             .map(|n| n.to_string_lossy().into_owned())
             .collect();
         ids.sort();
@@ -295,14 +360,52 @@ impl SandboxFs {
         self.inodes.len()
     }
 
+    /// Per-inode descriptors kept now, and the most that are kept.
+    pub fn inode_descriptors(&self) -> (usize, usize) {
+        (self.inode_files.len(), self.inode_files.cap())
+    }
+
     /// Open file and directory handles (for tests and leak checks).
     pub fn open_handles(&self) -> usize {
         self.files.len() + self.dirs.len()
     }
 
     fn node(&self, ino: u64) -> FsResult<Arc<Node>> {
+        Ok(self.known(ino)?.node)
+    }
+
+    /// What inode `ino` stands for; ESTALE if the kernel forgot it.
+    fn known(&self, ino: u64) -> FsResult<inodes::Known> {
         self.inodes.get(ino).ok_or(FsError::refused(Errno::ESTALE))
     }
+}
+
+/// Drops the kept caches of destroyed sandboxes that outlived their age,
+/// `delay` from now, and again until none is kept.
+fn sweep_retained(
+    retention: Arc<retention::Retention>,
+    invalidator: Arc<dyn Invalidator>,
+    delay: std::time::Duration,
+) {
+    reaper::after(
+        delay,
+        Box::new(move || {
+            let now = std::time::Instant::now();
+            let (dropped, next) = retention.expire(now);
+            for name in dropped {
+                invalidator.invalidate_entry(ROOT_INO, &name);
+            }
+            let again = match next {
+                Some(due) => {
+                    Some(due.saturating_duration_since(now) + std::time::Duration::from_millis(10))
+                }
+                None => retention.end_sweep().then(|| retention.max_age()),
+            };
+            if let Some(delay) = again {
+                sweep_retained(retention, invalidator, delay);
+            }
+        }),
+    );
 }
 
 #[cfg(test)]

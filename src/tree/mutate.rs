@@ -88,10 +88,39 @@ impl SandboxFs {
         Ok(self.adopt(parent, name, &dir.stat_entry(name)?))
     }
 
+    /// Keeps a descriptor of entry `name` of `parent` before it goes, if
+    /// the kernel may hold it open unbeknownst to us (see
+    /// `SandboxFs::pin_before_removal`).
+    fn pin_entry(&self, parent: &Node, dir: &UDir, name: &OsStr) {
+        let known = parent
+            .dir()
+            .ok()
+            .and_then(|d| d.discovered().lock().get(name).cloned());
+        // Only what can be opened without side effects: not a FIFO, a
+        // device or a symlink.
+        let Some(child) =
+            known.filter(|c| matches!(c.kind(), FileKind::RegularFile | FileKind::Directory))
+        else {
+            return;
+        };
+        let mut flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        if child.is_dir() {
+            flags |= OFlag::O_DIRECTORY;
+        }
+        self.pin_before_removal(&child, || {
+            dir.at("openat", name, |fd, c| {
+                nix::fcntl::openat(fd, c, flags, Mode::empty())
+            })
+            .ok()
+            .map(std::fs::File::from)
+        });
+    }
+
     /// Removes entry `name` of `parent` (a directory with rmdir(2), else
     /// unlink(2)) and drops its node from the parent's cache.
     fn remove_entry(&self, parent: u64, name: &OsStr, is_dir: bool) -> FsResult<()> {
         let (node, dir) = self.mutable_dir(parent, name)?;
+        self.pin_entry(&node, &dir, name);
         let (syscall, flags) = if is_dir {
             ("unlinkat(AT_REMOVEDIR)", UnlinkatFlags::RemoveDir)
         } else {
@@ -208,6 +237,9 @@ impl SandboxFs {
         let (to_node, to) = self.mutable_dir(newparent, newname)?;
         if !underlying::same_tree(&from, &to) {
             return Err(Errno::EXDEV.into());
+        }
+        if !crate::sys::is_exchange(flags) {
+            self.pin_entry(&to_node, &to, newname);
         }
         from.at("renameat2", name, |from_fd, from_c| {
             let to_c = crate::dirfd::c_name(newname).map_err(|_| nix::errno::Errno::EINVAL)?;

@@ -10,6 +10,7 @@ use super::error::{Errno, FsError, FsResult};
 use super::handles::{DirEntry, OpenDir};
 use super::held::HeldFd;
 use super::inodes::ROOT_INO;
+use super::io::file_id;
 use super::name::Name;
 use super::node::{Node, Origin};
 use super::underlying::{self, UDir, UObj};
@@ -35,6 +36,11 @@ impl SandboxFs {
         let parent = self.node(parent)?;
         let dir = parent.dir()?;
         if let Some(child) = dir.explicit(name) {
+            if is_shareable(&child) {
+                let st = require_object(&child)?.stat()?;
+                let ino = self.inodes.remember_shared(&child, file_id(&st));
+                return Ok(self.shown(&child, Attr::from_stat(ino, &st)));
+            }
             let attr = self.attr_of(&child, self.inodes.ino_of(&child))?;
             self.inodes.remember(&child);
             return Ok(attr);
@@ -72,7 +78,18 @@ impl SandboxFs {
             }
         };
         let ino = self.inodes.remember(&child);
-        Ok(Attr::from_stat(ino, &st))
+        Ok(self.shown(&child, Attr::from_stat(ino, &st)))
+    }
+
+    /// Attributes as the kernel may see them: a read-only file shows no
+    /// write permission when opens do not reach the daemon, so that the
+    /// kernel itself refuses to open it for writing (only a caller who
+    /// bypasses permissions gets as far as a write, which is refused).
+    fn shown(&self, node: &Node, mut attr: Attr) -> Attr {
+        if !node.is_writable() && attr.kind == FileKind::RegularFile && self.zero_message_opens() {
+            attr.perm &= !0o222;
+        }
+        attr
     }
 
     /// The kernel dropped `count` lookups of `ino`.
@@ -80,6 +97,7 @@ impl SandboxFs {
         let Some(node) = self.inodes.forget(ino, count) else {
             return;
         };
+        self.inode_files.forget(ino);
         // A discovered node leaves its parent's cache with its last lookup,
         // so memory returns once the kernel forgets a subtree.
         if let Origin::Child { parent, name } = node.origin() {
@@ -98,14 +116,23 @@ impl SandboxFs {
     }
 
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+        let known = self.known(ino)?;
         if let Some(held) = self.open_handle(ino, fh) {
             if let Some(fd) = held.fd() {
                 let st = nix::sys::stat::fstat(fd).map_err(|e| FsError::call("fstat", e))?;
-                return Ok(Attr::from_stat(ino, &st));
+                return Ok(self.shown(&known.node, Attr::from_stat(ino, &st)));
             }
         }
-        let node = self.node(ino)?;
-        self.attr_of(&node, ino)
+        if let Some(identity) = known.identity {
+            // A shared inode stands for one object: if its name now holds
+            // another, this inode is stale (a new lookup finds the new one).
+            let st = require_object(&known.node)?.stat()?;
+            if file_id(&st) != identity {
+                return Err(Errno::ESTALE.into());
+            }
+            return Ok(self.shown(&known.node, Attr::from_stat(ino, &st)));
+        }
+        self.attr_of(&known.node, ino)
     }
 
     /// Attributes of `node`, shown under `ino`.
@@ -121,7 +148,7 @@ impl SandboxFs {
         };
         match object.stat() {
             Ok(st) if !node.is_dir() || kind_of(&st) == FileKind::Directory => {
-                Ok(Attr::from_stat(ino, &st))
+                Ok(self.shown(node, Attr::from_stat(ino, &st)))
             }
             Ok(_) if scaffold => Ok(self.virtual_attr(node, ino)),
             Ok(_) => Err(Errno::ENOTDIR.into()),
@@ -326,6 +353,16 @@ pub(super) fn backing_dir(node: &Node) -> FsResult<Option<UDir>> {
         Err(err) if is_scaffold(node) && is_absent(&err) => Ok(None),
         other => other,
     }
+}
+
+/// Whether a node is served as the inode shared by every sandbox that maps
+/// its object: a read-only file or symlink fixed by a mapping. (Objects
+/// found below a mapped directory keep inodes of their own: their nodes
+/// need their sandbox's directories to reach them.)
+pub(super) fn is_shareable(node: &Node) -> bool {
+    !node.is_writable()
+        && matches!(node.kind(), FileKind::RegularFile | FileKind::Symlink)
+        && matches!(node.origin(), Origin::Mapped(_))
 }
 
 /// A directory made up to hold nested mappings (it has explicit entries

@@ -3,8 +3,10 @@
 //! and then hands the freed memory back to the system: glibc's malloc keeps
 //! freed pages otherwise, and the daemon would stay at its peak size.
 
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use super::node::Node;
 
@@ -13,6 +15,9 @@ enum Job {
     Free(#[allow(dead_code)] Arc<Node>),
     /// Cache invalidation that the answer to a request need not wait for.
     Later(Box<dyn FnOnce() + Send>),
+    /// Work due at a time (expiring kept caches that no later destroy
+    /// would drop).
+    At(Instant, Box<dyn FnOnce() + Send>),
     /// Return freed memory to the system (after building a large sandbox,
     /// whose request and plan were freed).
     Trim,
@@ -34,6 +39,11 @@ pub fn later(work: Box<dyn FnOnce() + Send>) {
     send(Job::Later(work));
 }
 
+/// Runs `work` on the reaper thread once `delay` has passed.
+pub fn after(delay: Duration, work: Box<dyn FnOnce() + Send>) {
+    send(Job::At(Instant::now() + delay, work));
+}
+
 /// Returns freed memory to the system soon, off the caller's thread.
 pub fn trim_soon() {
     send(Job::Trim);
@@ -45,16 +55,31 @@ fn send(job: Job) {
         let started = std::thread::Builder::new()
             .name("reaper".into())
             .spawn(move || {
-                while let Ok(job) = receiver.recv() {
-                    // Let the answer that queued this job reach the client
-                    // first: the work below takes the malloc arena's lock
-                    // and a CPU (of two, here) for up to a millisecond.
-                    std::thread::sleep(SETTLE);
-                    run(job);
-                    // Trim once per burst of jobs, not once per job.
-                    while let Ok(job) = receiver.try_recv() {
-                        run(job);
+                let mut timed = Timed::default();
+                loop {
+                    let job = match timed.next_due() {
+                        None => receiver.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                        Some(due) => {
+                            receiver.recv_timeout(due.saturating_duration_since(Instant::now()))
+                        }
+                    };
+                    match job {
+                        Ok(job) => {
+                            // Let the answer that queued this job reach the
+                            // client first: the work below takes the malloc
+                            // arena's lock and a CPU (of two, here) for up
+                            // to a millisecond.
+                            std::thread::sleep(SETTLE);
+                            timed.run(job);
+                            // Trim once per burst of jobs, not once per job.
+                            while let Ok(job) = receiver.try_recv() {
+                                timed.run(job);
+                            }
+                        }
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => return,
                     }
+                    timed.run_due(Instant::now());
                     return_free_memory();
                 }
             });
@@ -69,11 +94,32 @@ fn send(job: Job) {
     drop(sent);
 }
 
-fn run(job: Job) {
-    match job {
-        Job::Free(tree) => drop(tree),
-        Job::Later(work) => work(),
-        Job::Trim => {}
+/// Jobs waiting for their time, on the reaper thread.
+#[derive(Default)]
+struct Timed(Vec<(Instant, Box<dyn FnOnce() + Send>)>);
+
+impl Timed {
+    fn next_due(&self) -> Option<Instant> {
+        self.0.iter().map(|(due, _)| *due).min()
+    }
+
+    fn run(&mut self, job: Job) {
+        match job {
+            Job::Free(tree) => drop(tree),
+            Job::Later(work) => work(),
+            Job::At(due, work) => self.0.push((due, work)),
+            Job::Trim => {}
+        }
+    }
+
+    fn run_due(&mut self, now: Instant) {
+        let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.0)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.0 = waiting;
+        for (_, work) in due {
+            work();
+        }
     }
 }
 

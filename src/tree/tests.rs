@@ -125,7 +125,7 @@ fn a_renamed_directory_takes_its_known_children_along() {
     let (file, fh) = fs
         .create(a, OsStr::new("f"), 0o644, libc::O_WRONLY, ROOT_CALLER)
         .unwrap();
-    fs.write(fh.fh, 0, b"data").unwrap();
+    fs.write(file.ino, fh.fh, 0, b"data").unwrap();
     fs.release(fh.fh);
     fs.rename(w, OsStr::new("a"), w, OsStr::new("b"), 0)
         .unwrap();
@@ -133,7 +133,7 @@ fn a_renamed_directory_takes_its_known_children_along() {
     assert_eq!(fs.getattr(file.ino, None).unwrap().size, 4);
     assert_eq!(fs::read_to_string(scratch.join("b/f")).unwrap(), "data");
     let opened = fs.open(file.ino, libc::O_RDONLY).unwrap();
-    assert_eq!(fs.read(opened.fh, 0, 100).unwrap(), b"data");
+    assert_eq!(fs.read(file.ino, opened.fh, 0, 100).unwrap(), b"data");
     fs.release(opened.fh);
     assert_eq!(fs.open_handles(), 0);
 }

@@ -129,6 +129,48 @@ impl Fixture {
     pub fn log(&self) -> String {
         fs::read_to_string(self.path("daemon.log")).unwrap_or_default()
     }
+
+    /// The daemon's counters now: sends SIGUSR1 and reads the report it
+    /// logs (the daemon must log at warn or finer, as `start` does).
+    pub fn stats_now(&self, daemon: &Daemon) -> serde_json::Value {
+        const MARK: &str = "stats (SIGUSR1): ";
+        let before = self.log().matches(MARK).count();
+        let pid = nix_pid(daemon.client().pid());
+        // SAFETY: kill with a valid signal number has no memory effects.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR1) }, 0);
+        assert!(
+            wait_for(Duration::from_secs(5), || self.log().matches(MARK).count()
+                > before),
+            "no stats report after SIGUSR1:\n{}",
+            self.log()
+        );
+        last_report(&self.log(), MARK)
+    }
+
+    /// The counters the daemon logged as it exited (needs RUST_LOG=info).
+    pub fn stats_at_exit(&self) -> serde_json::Value {
+        last_report(&self.log(), "stats at exit: ")
+    }
+}
+
+fn nix_pid(pid: u32) -> libc::pid_t {
+    libc::pid_t::try_from(pid).expect("pid fits pid_t")
+}
+
+/// The JSON after the last `mark` in `log` (one report per line).
+fn last_report(log: &str, mark: &str) -> serde_json::Value {
+    let (_, rest) = log
+        .rsplit_once(mark)
+        .unwrap_or_else(|| panic!("no {mark:?} in the log:\n{log}"));
+    let line = rest.lines().next().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|err| panic!("bad report {line:?}: {err}"))
+}
+
+/// The count of FUSE requests of kind `op` (e.g. "read") in a stats report.
+pub fn fuse_requests(stats: &serde_json::Value, op: &str) -> u64 {
+    stats["fuse"][op]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no count for {op:?} in {stats}"))
 }
 
 /// A running daemon. Dropping it terminates it and makes sure the mount is
@@ -215,7 +257,10 @@ fn stop(mut client: Client) -> std::process::ExitStatus {
         if let Ok(Some(status)) = client.wait_timeout(Duration::from_secs(5)) {
             return status;
         }
-        eprintln!("daemon {} still busy 5 s after signal {signal}", client.pid());
+        eprintln!(
+            "daemon {} still busy 5 s after signal {signal}",
+            client.pid()
+        );
     }
     client.wait().expect("the daemon ends after SIGKILL")
 }

@@ -1,0 +1,192 @@
+//! Zero-message opens (`--zero_message_opens=on`): the kernel opens files
+//! without asking the daemon, so a read-only input costs one LOOKUP the
+//! first time any sandbox reaches it and nothing after, while reads of a
+//! changed file, writes to writable files and destroys stay exact.
+//!
+//! The request counts come from the daemon's own counters (SIGUSR1).
+
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+
+use actionfs_testkit::tier::{require, Need};
+use actionfs_testkit::*;
+
+const ZERO: &str = "--zero_message_opens=on";
+
+#[test]
+fn an_input_read_in_many_sandboxes_costs_no_open_and_one_read() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let input = fx.write("src/header.h", "#define X 1\n");
+    let first = fx.write("src/first", "first");
+    let d = fx.start(&[ZERO]);
+    // The first open of the mount is asked, and answered ENOSYS.
+    d.create(sandbox("warm", vec![ro("/first", &first)]));
+    let before = fx.stats_now(&d);
+    assert_eq!(fs::read_to_string(d.path("warm/first")).unwrap(), "first");
+    let after_first = fx.stats_now(&d);
+    assert_eq!(
+        fuse_requests(&after_first, "open") - fuse_requests(&before, "open"),
+        1
+    );
+    let before = after_first;
+    for id in ["a", "b", "c"] {
+        d.create(sandbox(id, vec![ro("/ws/header.h", &input)]));
+        for _ in 0..3 {
+            let text = fs::read_to_string(d.path(&format!("{id}/ws/header.h"))).unwrap();
+            assert_eq!(text, "#define X 1\n");
+        }
+    }
+    let after = fx.stats_now(&d);
+    let sent = |op: &str| fuse_requests(&after, op) - fuse_requests(&before, op);
+    assert_eq!(sent("open"), 0, "OPEN after the kernel learned ENOSYS");
+    assert_eq!(sent("release"), 0);
+    // One inode for the three sandboxes: its page cache is filled once.
+    assert_eq!(sent("read"), 1, "{after}");
+    assert_eq!(d.terminate(), BY_SIGTERM);
+}
+
+#[test]
+fn a_replaced_or_rewritten_input_is_read_afresh_by_the_next_sandbox() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let input = fx.write("src/gen.txt", "version 1");
+    let d = fx.start(&[ZERO]);
+    d.create(sandbox("1", vec![ro("/gen.txt", &input)]));
+    assert_eq!(
+        fs::read_to_string(d.path("1/gen.txt")).unwrap(),
+        "version 1"
+    );
+    d.destroy("1");
+
+    // Replaced by rename, as build tools write outputs: a new inode.
+    let fresh = fx.write("src/gen.tmp", "version 2, longer");
+    fs::rename(&fresh, &input).unwrap();
+    d.create(sandbox("2", vec![ro("/gen.txt", &input)]));
+    assert_eq!(
+        fs::read_to_string(d.path("2/gen.txt")).unwrap(),
+        "version 2, longer"
+    );
+    d.destroy("2");
+
+    // Rewritten in place: same inode, new size and mtime.
+    let old_mtime = fs::metadata(&input).unwrap().mtime_nsec();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(&input, "v3").unwrap();
+    assert_ne!(fs::metadata(&input).unwrap().mtime_nsec(), old_mtime);
+    d.create(sandbox("3", vec![ro("/gen.txt", &input)]));
+    assert_eq!(fs::read_to_string(d.path("3/gen.txt")).unwrap(), "v3");
+    assert_eq!(d.terminate(), BY_SIGTERM);
+}
+
+#[test]
+fn writable_files_are_read_and_written_through_one_descriptor_per_inode() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let scratch = fx.path("scratch");
+    let d = fx.start(&[ZERO]);
+    d.create(sandbox("s", vec![rw("/out", &scratch)]));
+    let out = d.path("s/out/result.o");
+
+    fs::write(&out, "first").unwrap();
+    {
+        let mut f = OpenOptions::new().append(true).open(&out).unwrap();
+        f.write_all(b" second").unwrap();
+    }
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&out)
+        .unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.write_all(b"FIRST").unwrap();
+    f.sync_all().unwrap();
+    let mut text = String::new();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "FIRST second");
+    drop(f);
+    assert_eq!(
+        fs::read_to_string(scratch.join("result.o")).unwrap(),
+        "FIRST second"
+    );
+    // A file deleted while open keeps its data for the open descriptor.
+    let mut open = fs::File::open(&out).unwrap();
+    fs::remove_file(&out).unwrap();
+    assert!(!scratch.join("result.o").exists());
+    let mut text = String::new();
+    open.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "FIRST second");
+    drop(open);
+
+    // Descriptors are the daemon's per inode, not per open: writing ten
+    // files leaves at most ten, and forgetting them returns them.
+    for i in 0..10 {
+        fs::write(d.path(&format!("s/out/f{i}")), "x").unwrap();
+    }
+    d.destroy("s");
+    assert_eq!(fs::read_dir(&scratch).unwrap().count(), 10);
+    assert_eq!(d.terminate(), BY_SIGTERM);
+}
+
+#[test]
+fn a_destroyed_sandbox_is_gone_at_once_though_its_inputs_stay_cached() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let input = fx.write("src/in", "data");
+    let d = fx.start(&[ZERO]);
+    d.create(sandbox("s", vec![ro("/ws/in", &input)]));
+    assert_eq!(fs::read_to_string(d.path("s/ws/in")).unwrap(), "data");
+    d.destroy("s");
+    assert_eq!(errno(fs::metadata(d.path("s/ws/in"))), libc::ENOENT);
+    assert_eq!(errno(fs::metadata(d.path("s"))), libc::ENOENT);
+    assert_eq!(names(&d.mnt), ["empty"]);
+    // The same id with other mappings shows only those.
+    let other = fx.write("src/other", "other");
+    d.create(sandbox("s", vec![ro("/ws/other", &other)]));
+    assert_eq!(names(&d.path("s/ws")), ["other"]);
+    assert_eq!(errno(fs::metadata(d.path("s/ws/in"))), libc::ENOENT);
+    assert_eq!(d.terminate(), BY_SIGTERM);
+}
+
+#[test]
+fn the_kept_cache_of_the_last_destroyed_sandboxes_is_dropped_after_its_age() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let input = fx.write("src/in", "data");
+    let d = fx.start(&[ZERO]);
+    d.create(sandbox(
+        "s",
+        vec![ro("/ws/in", &input), rw("/ws/out", &fx.path("scratch"))],
+    ));
+    assert_eq!(fs::read_to_string(d.path("s/ws/in")).unwrap(), "data");
+    fs::write(d.path("s/ws/out/o"), "o").unwrap();
+    d.destroy("s");
+    // Kept right after the destroy (the next sandbox would use it)...
+    let known = |stats: &serde_json::Value| stats["live"]["inodes_known"].as_u64().unwrap();
+    let kept = fx.stats_now(&d);
+    assert!(known(&kept) > 1, "{kept}");
+    assert!(kept["live"]["inode_descriptors"].as_u64().unwrap() >= 1);
+    // ...and forgotten, descriptors closed, once no sandbox came for it
+    // within the age limit (ten seconds), though nothing else happened.
+    assert!(
+        wait_for(std::time::Duration::from_secs(20), || {
+            let now = fx.stats_now(&d);
+            known(&now) == 1 && now["live"]["inode_descriptors"] == 0
+        }),
+        "{}",
+        fx.stats_now(&d)
+    );
+    assert_eq!(d.terminate(), BY_SIGTERM);
+}
