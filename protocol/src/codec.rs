@@ -6,18 +6,16 @@
 //! without waiting for the next byte. Objects are self-delimiting, which is
 //! what makes that possible.
 //!
-//! Decoding happens in two steps. First the stream is cut into raw JSON
-//! values; a syntax error there is fatal, because nothing after it can be
-//! trusted to start at a value boundary. Then each value is typed as a
-//! [`Request`]; a value that is well-formed JSON but not a valid request is
-//! answered with an error for the sandbox it names, and reading goes on.
+//! Decoding happens in two steps. First the stream is cut into values
+//! ([`crate::frame`]); then each value is parsed and typed as a
+//! [`Request`]. A syntax error is fatal, because nothing after it can be
+//! trusted to start at a value boundary; a value that is well-formed JSON
+//! but not a valid request is answered with an error for the sandbox it
+//! names, and reading goes on.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::io::{self, BufRead, Read, Write};
 
-use serde_json::value::RawValue;
-
+use crate::frame::{FrameError, Framer};
 use crate::types::{Request, Response};
 
 /// What the decoder makes of one JSON value.
@@ -49,41 +47,12 @@ impl std::error::Error for FatalError {}
 /// on what a client that never ends a value can make the daemon buffer.
 pub const MAX_REQUEST_BYTES: u64 = 256 << 20;
 
-/// Counts the bytes read since the last complete value and fails once they
-/// pass the limit.
-struct Limited<R> {
-    inner: R,
-    since_value: Arc<AtomicU64>,
-    limit: u64,
-}
-
-impl<R: Read> Read for Limited<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.since_value.load(Ordering::Relaxed) > self.limit {
-            return Err(io::Error::other(format!(
-                "a request is larger than {} bytes",
-                self.limit
-            )));
-        }
-        let n = self.inner.read(buf)?;
-        self.since_value.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-}
-
-type RawStream<R> = serde_json::StreamDeserializer<
-    'static,
-    serde_json::de::IoRead<BufReader<Limited<R>>>,
-    Box<RawValue>,
->;
-
 /// Incremental decoder of a request stream.
 ///
 /// Iterating yields one item per JSON value: `Ok` for a request (valid or
 /// not), `Err` once for a fatal error, then nothing more.
 pub struct RequestReader<R: Read> {
-    values: RawStream<R>,
-    since_value: Arc<AtomicU64>,
+    framer: Framer<R>,
     finished: bool,
 }
 
@@ -94,15 +63,8 @@ impl<R: Read> RequestReader<R> {
 
     /// A decoder that refuses requests of more than `limit` bytes.
     pub fn with_limit(input: R, limit: u64) -> Self {
-        let since_value = Arc::new(AtomicU64::new(0));
-        let limited = Limited {
-            inner: input,
-            since_value: since_value.clone(),
-            limit,
-        };
         RequestReader {
-            values: serde_json::Deserializer::from_reader(BufReader::new(limited)).into_iter(),
-            since_value,
+            framer: Framer::new(input, limit),
             finished: false,
         }
     }
@@ -115,24 +77,19 @@ impl<R: Read> Iterator for RequestReader<R> {
         if self.finished {
             return None;
         }
-        let raw = match self.values.next()? {
-            Ok(raw) => raw,
-            Err(err) => {
-                self.finished = true;
-                let message = if err.is_eof() {
-                    format!("truncated request: input ended inside a JSON value ({err})")
-                } else if err.is_io() {
-                    format!("cannot read requests: {err}")
-                } else {
-                    format!("malformed request stream: {err}")
-                };
-                return Some(Err(FatalError { message }));
-            }
+        let item = match self.framer.next_value() {
+            Ok(None) => return None,
+            Ok(Some(value)) => decode_value(value),
+            Err(err) => Err(FatalError {
+                message: match err {
+                    FrameError::Truncated => format!("truncated request: {err}"),
+                    FrameError::Io(_) => format!("cannot read requests: {err}"),
+                    FrameError::TooLarge { .. } | FrameError::NotAContainer { .. } => {
+                        format!("malformed request stream: {err}")
+                    }
+                },
+            }),
         };
-        // Bytes read ahead of this value's end count toward the next one:
-        // at most one buffer, negligible against the limit.
-        self.since_value.store(0, Ordering::Relaxed);
-        let item = decode_value(raw.get());
         if item.is_err() {
             self.finished = true;
         }
@@ -140,26 +97,40 @@ impl<R: Read> Iterator for RequestReader<R> {
     }
 }
 
-/// Types one complete JSON value as a request.
-pub fn decode_value(json: &str) -> Result<Decoded, FatalError> {
-    match serde_json::from_str::<Request>(json) {
+/// Types one complete JSON value as a request. A value that is not valid
+/// JSON is fatal: nothing after it can be trusted to start a value.
+pub fn decode_value(json: &[u8]) -> Result<Decoded, FatalError> {
+    match serde_json::from_slice::<Request>(json) {
         Ok(request) => Ok(Decoded::Request(request)),
-        Err(err) => match named_id(json) {
-            Some(id) => Ok(Decoded::Invalid {
-                id,
-                message: format!("invalid request: {err}"),
+        // Which kind of failure it was is only known by parsing again,
+        // untyped: serde_json reports a non-object as a syntax error.
+        Err(err) => match serde_json::from_slice::<serde::de::IgnoredAny>(json) {
+            Err(syntax) => Err(FatalError {
+                message: format!("malformed request stream: {syntax}"),
             }),
-            None => Err(FatalError {
-                message: format!("invalid request that names no sandbox id: {err}"),
-            }),
+            Ok(_) => invalid_request(json, err),
         },
+    }
+}
+
+/// A well-formed value that is not a request: answered for the sandbox it
+/// names, or fatal if it names none.
+fn invalid_request(json: &[u8], err: serde_json::Error) -> Result<Decoded, FatalError> {
+    match named_id(json) {
+        Some(id) => Ok(Decoded::Invalid {
+            id,
+            message: format!("invalid request: {err}"),
+        }),
+        None => Err(FatalError {
+            message: format!("invalid request that names no sandbox id: {err}"),
+        }),
     }
 }
 
 /// Finds the sandbox id in a value that failed to type as a request, so the
 /// error can be answered to the action that caused it.
-fn named_id(json: &str) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_str(json).ok()?;
+fn named_id(json: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(json).ok()?;
     let object = value.as_object()?;
     if object.len() != 1 {
         return None;

@@ -7,7 +7,8 @@
 //!
 //! Read the modules in this order:
 //! - [`types`]: the messages, field by field;
-//! - [`codec`]: how a byte stream becomes requests and responses;
+//! - [`frame`]: how a byte stream is cut into JSON values;
+//! - [`codec`]: how those values become requests, and responses bytes;
 //! - [`resolve`]: how prefixes and mapping paths become absolute paths;
 //! - [`client`]: driving a daemon from Rust.
 
@@ -15,6 +16,7 @@
 
 pub mod client;
 pub mod codec;
+pub mod frame;
 pub mod resolve;
 pub mod types;
 
