@@ -234,6 +234,25 @@ pub struct Entries {
 }
 
 impl Entries {
+    /// Calls `visit` with each entry's name and type (not `.` or `..`),
+    /// without copying names, until it returns false.
+    pub fn visit(
+        &mut self,
+        mut visit: impl FnMut(&CStr, Option<FileKind>) -> bool,
+    ) -> io::Result<()> {
+        for entry in self.dir.iter() {
+            let entry = entry?;
+            let name = entry.file_name();
+            if matches!(name.to_bytes(), b"." | b"..") {
+                continue;
+            }
+            if !visit(name, entry.file_type().map(FileKind::from_dirent)) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Iterates over the entries, skipping `.` and `..`.
     pub fn iter(
         &mut self,

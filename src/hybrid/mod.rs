@@ -84,6 +84,7 @@ impl Backend for Sandboxes {
             return Err(SandboxError::Exists(id.to_owned()).into());
         }
         // Planned once (one lstat per mapping), whichever backend builds it.
+        let started = std::time::Instant::now();
         let plan =
             layout::plan(mappings, &self.fs.config().mount_point, Some(id)).map_err(|error| {
                 SandboxError::Layout {
@@ -101,7 +102,12 @@ impl Backend for Sandboxes {
                 }
             }
             None => {
+                let planned = started.elapsed();
                 self.fs.create_planned(id, plan)?;
+                log::debug!(
+                    "sandbox {id:?}: planned in {planned:?}, built in {:?}",
+                    started.elapsed() - planned
+                );
                 Built::Fuse
             }
         };
