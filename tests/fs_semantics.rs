@@ -546,6 +546,48 @@ fn destroyed_sandbox_is_gone_at_once_and_a_reused_id_shows_new_mappings() {
 }
 
 #[test]
+fn a_destroyed_sandbox_is_forgotten_even_if_a_process_was_inside_it() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for open_mode in OPEN_MODES {
+        let fx = Fixture::new();
+        let input = fx.write("src/in", "data");
+        let d = fx.start(&[open_mode]);
+        d.create(sandbox(
+            "s",
+            vec![ro("/ws/in", &input), rw("/ws/out", &fx.path("scratch"))],
+        ));
+        // A process sits in the sandbox while it is destroyed: the kernel
+        // cannot drop the entries it holds then, and keeps them cached
+        // once it leaves unless the daemon sees to it.
+        let mut inside = std::process::Command::new("sh")
+            .args(["-c", "cat in > out/copy; read _"])
+            .current_dir(d.path("s/ws"))
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(wait_for(std::time::Duration::from_secs(5), || {
+            fx.path("scratch/copy").exists()
+        }));
+        d.destroy("s");
+        assert_eq!(errno(fs::metadata(d.path("s"))), libc::ENOENT);
+        drop(inside.stdin.take());
+        inside.wait().unwrap();
+        let known = || fx.stats_now(&d)["live"]["inodes_known"].as_u64().unwrap();
+        // The root alone, once the checks after destroy (and, without
+        // OPEN messages, the ten seconds a destroyed sandbox is kept for
+        // the next one) have passed.
+        assert!(
+            wait_for(std::time::Duration::from_secs(30), || known() == 1),
+            "{open_mode}: {}",
+            fx.stats_now(&d)
+        );
+        assert_eq!(d.terminate(), BY_SIGTERM);
+    }
+}
+
+#[test]
 fn open_files_keep_working_after_destroy() {
     if !require(&[Need::Mount]) {
         return;

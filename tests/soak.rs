@@ -41,6 +41,17 @@ fn open_fds(pid: u32) -> usize {
     fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
 }
 
+/// What each open descriptor of `pid` refers to, for failure messages.
+fn fd_targets(pid: u32) -> Vec<String> {
+    let mut targets: Vec<String> = fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .map(|t| t.display().to_string())
+        .collect();
+    targets.sort();
+    targets
+}
+
 /// One sandbox's life: create, use from threads and a process, check,
 /// destroy.
 fn sandbox_life(d: &Daemon, fx: &Fixture, id: &str, counts: &Counts) {
@@ -184,8 +195,10 @@ fn waves_of_sandboxes_under_load(open_mode: &str) {
     let kept_for = Duration::from_secs(if zero_message_opens { 20 } else { 10 });
     assert!(
         wait_for(kept_for, || open_fds(pid) == baseline_fds),
-        "descriptors leaked: {} open, {baseline_fds} before the first sandbox ({open_mode})",
-        open_fds(pid)
+        "descriptors leaked: {} open, {baseline_fds} before the first sandbox ({open_mode}): {:?}\n{}",
+        open_fds(pid),
+        fd_targets(pid),
+        fx.stats_now(&d)["live"]
     );
     // Flat memory: the second half of the run never exceeds the first
     // half's peak by more than allocator slack.

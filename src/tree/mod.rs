@@ -15,6 +15,7 @@
 
 mod attr;
 mod build;
+mod departure;
 mod error;
 mod handles;
 mod held;
@@ -34,7 +35,7 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use actionfs_protocol::{validate_sandbox_id, ResolveError, ResolvedMapping};
 use parking_lot::Mutex;
@@ -307,32 +308,32 @@ impl SandboxFs {
         // name asks us and gets ENOENT (or the new sandbox of a reused id).
         self.expire_entry(ROOT_INO, &name);
         // The cached subtree still holds its inodes, and so their nodes
-        // here; invalidating it after the answer makes the kernel forget
-        // them, so that memory returns. When files are opened without
-        // asking, the subtrees of the last few destroyed sandboxes are kept
-        // first (`retention`): their inputs' shared inodes, and page cache,
-        // then serve the next sandboxes. (If an id is reused meanwhile,
-        // invalidating only drops the new sandbox's entry from the cache.)
+        // here; letting it go after the answer makes the kernel forget
+        // them, so that memory returns (`departure`). When files are opened
+        // without asking, the subtrees of the last few destroyed sandboxes
+        // are kept first (`retention`): their inputs' shared inodes, and
+        // page cache, then serve the next sandboxes. (If an id is reused
+        // meanwhile, invalidating only drops the new sandbox's entry.)
+        let departed = departure::Departed {
+            name,
+            top: removed.as_ref().map_or_else(Weak::new, Arc::downgrade),
+        };
         let dropped = if self.zero_message_opens() {
             self.retention
-                .retain(name, mappings, std::time::Instant::now())
+                .retain(departed, mappings, std::time::Instant::now())
         } else {
-            vec![name]
+            vec![departed]
         };
         if let Some(invalidator) = self.invalidator.get() {
             if !dropped.is_empty() {
                 let invalidator = invalidator.clone();
-                reaper::later(Box::new(move || {
-                    for name in dropped {
-                        invalidator.invalidate_entry(ROOT_INO, &name);
-                    }
-                }));
+                reaper::later(Box::new(move || departure::let_go(dropped, invalidator)));
             }
             // The last destroys of a build have no later destroy to drop
             // their caches: a timed sweep does.
             if self.zero_message_opens() && self.retention.claim_sweep() {
                 let age = self.retention.max_age();
-                sweep_retained(self.retention.clone(), invalidator.clone(), age);
+                departure::sweep_retained(self.retention.clone(), invalidator.clone(), age);
             }
         }
         // Freeing a large tree takes a millisecond or more; the answer need
@@ -378,34 +379,6 @@ impl SandboxFs {
     fn known(&self, ino: u64) -> FsResult<inodes::Known> {
         self.inodes.get(ino).ok_or(FsError::refused(Errno::ESTALE))
     }
-}
-
-/// Drops the kept caches of destroyed sandboxes that outlived their age,
-/// `delay` from now, and again until none is kept.
-fn sweep_retained(
-    retention: Arc<retention::Retention>,
-    invalidator: Arc<dyn Invalidator>,
-    delay: std::time::Duration,
-) {
-    reaper::after(
-        delay,
-        Box::new(move || {
-            let now = std::time::Instant::now();
-            let (dropped, next) = retention.expire(now);
-            for name in dropped {
-                invalidator.invalidate_entry(ROOT_INO, &name);
-            }
-            let again = match next {
-                Some(due) => {
-                    Some(due.saturating_duration_since(now) + std::time::Duration::from_millis(10))
-                }
-                None => retention.end_sweep().then(|| retention.max_age()),
-            };
-            if let Some(delay) = again {
-                sweep_retained(retention, invalidator, delay);
-            }
-        }),
-    );
 }
 
 #[cfg(test)]

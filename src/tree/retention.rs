@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::departure::Departed;
+
 /// Nodes of destroyed sandboxes kept cached (about 200 bytes each in the
 /// daemon, and a dentry and an inode each in the kernel).
 pub const BUDGET_NODES: usize = 32_768;
@@ -26,7 +28,7 @@ pub const BUDGET_NODES: usize = 32_768;
 pub const MAX_AGE: Duration = Duration::from_secs(10);
 
 struct Retained {
-    name: OsString,
+    departed: Departed,
     nodes: usize,
     since: Instant,
 }
@@ -49,15 +51,15 @@ impl Retention {
         }
     }
 
-    /// Keeps the cache of destroyed sandbox `name` (of about `nodes`
-    /// nodes); returns the names whose cache must be dropped now, oldest
-    /// first: over the budget, or too old. A sandbox larger than the whole
-    /// budget is dropped at once.
-    pub fn retain(&self, name: OsString, nodes: usize, now: Instant) -> Vec<OsString> {
+    /// Keeps the cache of a destroyed sandbox (of about `nodes` nodes);
+    /// returns those whose cache must be dropped now, oldest first: over
+    /// the budget, or too old. A sandbox larger than the whole budget is
+    /// dropped at once.
+    pub fn retain(&self, departed: Departed, nodes: usize, now: Instant) -> Vec<Departed> {
         let mut retained = self.retained.lock();
         let (queue, total) = &mut *retained;
         queue.push_back(Retained {
-            name,
+            departed,
             nodes,
             since: now,
         });
@@ -70,7 +72,7 @@ impl Retention {
             }
             let oldest = queue.pop_front().expect("just seen");
             *total -= oldest.nodes;
-            dropped.push(oldest.name);
+            dropped.push(oldest.departed);
         }
         dropped
     }
@@ -78,7 +80,7 @@ impl Retention {
     /// Drops what has been kept longer than the age limit, for when no
     /// destroy comes to do it; returns the names to drop, and when to look
     /// again (if anything is still kept).
-    pub fn expire(&self, now: Instant) -> (Vec<OsString>, Option<Instant>) {
+    pub fn expire(&self, now: Instant) -> (Vec<Departed>, Option<Instant>) {
         let mut retained = self.retained.lock();
         let (queue, total) = &mut *retained;
         let mut dropped = Vec::new();
@@ -88,7 +90,7 @@ impl Retention {
             }
             let oldest = queue.pop_front().expect("just seen");
             *total -= oldest.nodes;
-            dropped.push(oldest.name);
+            dropped.push(oldest.departed);
         }
         let next = queue.front().map(|r| r.since + self.max_age);
         (dropped, next)
@@ -115,7 +117,7 @@ impl Retention {
     pub fn forget(&self, name: &OsString) {
         let mut retained = self.retained.lock();
         let (queue, total) = &mut *retained;
-        if let Some(at) = queue.iter().position(|r| &r.name == name) {
+        if let Some(at) = queue.iter().position(|r| &r.departed.name == name) {
             let gone = queue.remove(at).expect("just found");
             *total -= gone.nodes;
         }
@@ -126,24 +128,33 @@ impl Retention {
 mod tests {
     use super::*;
 
-    fn names(list: Vec<OsString>) -> Vec<String> {
-        list.into_iter().map(|n| n.into_string().unwrap()).collect()
+    fn names(list: Vec<Departed>) -> Vec<String> {
+        list.into_iter()
+            .map(|d| d.name.into_string().unwrap())
+            .collect()
+    }
+
+    fn gone(name: &str) -> Departed {
+        Departed {
+            name: name.into(),
+            top: std::sync::Weak::new(),
+        }
     }
 
     #[test]
     fn the_oldest_go_first_over_the_budget_or_the_age() {
         let retention = Retention::new(100, Duration::from_secs(10));
         let start = Instant::now();
-        assert!(retention.retain("a".into(), 40, start).is_empty());
-        assert!(retention.retain("b".into(), 40, start).is_empty());
-        assert_eq!(names(retention.retain("c".into(), 40, start)), ["a"]);
+        assert!(retention.retain(gone("a"), 40, start).is_empty());
+        assert!(retention.retain(gone("b"), 40, start).is_empty());
+        assert_eq!(names(retention.retain(gone("c"), 40, start)), ["a"]);
         assert_eq!(
-            names(retention.retain("huge".into(), 500, start)),
+            names(retention.retain(gone("huge"), 500, start)),
             ["b", "c", "huge"]
         );
         let later = start + Duration::from_secs(11);
-        assert!(retention.retain("d".into(), 1, start).is_empty());
-        assert_eq!(names(retention.retain("e".into(), 1, later)), ["d"]);
+        assert!(retention.retain(gone("d"), 1, start).is_empty());
+        assert_eq!(names(retention.retain(gone("e"), 1, later)), ["d"]);
         retention.forget(&"e".into());
         assert_eq!(retention.retained.lock().1, 0, "e forgotten, d dropped");
     }
@@ -152,8 +163,8 @@ mod tests {
     fn what_outlives_the_age_is_dropped_without_another_destroy() {
         let retention = Retention::new(100, Duration::from_secs(10));
         let start = Instant::now();
-        retention.retain("a".into(), 1, start);
-        retention.retain("b".into(), 1, start + Duration::from_secs(5));
+        retention.retain(gone("a"), 1, start);
+        retention.retain(gone("b"), 1, start + Duration::from_secs(5));
         let (dropped, next) = retention.expire(start + Duration::from_secs(3));
         assert!(dropped.is_empty());
         assert_eq!(next, Some(start + Duration::from_secs(10)));
