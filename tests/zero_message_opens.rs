@@ -190,3 +190,91 @@ fn the_kept_cache_of_the_last_destroyed_sandboxes_is_dropped_after_its_age() {
     );
     assert_eq!(d.terminate(), BY_SIGTERM);
 }
+
+#[test]
+fn a_new_sandbox_takes_over_a_destroyed_ones_cache_and_sees_every_change() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let inputs: Vec<_> = (0..50)
+        .map(|i| fx.write(&format!("src/pkg/f{i:02}.h"), &format!("header {i}")))
+        .collect();
+    let mappings = |scratch: &str, inputs: &[std::path::PathBuf]| {
+        fs::create_dir_all(fx.path(scratch)).unwrap();
+        let mut m = vec![rw("/ws", &fx.path(scratch))];
+        for input in inputs {
+            let name = input.file_name().unwrap().to_str().unwrap();
+            m.push(ro(&format!("/ws/pkg/{name}"), input));
+        }
+        m
+    };
+    let d = fx.start(&[ZERO]);
+    d.create(sandbox("a", mappings("scratch-a", &inputs)));
+    for i in 0..50 {
+        assert_eq!(
+            fs::read_to_string(d.path(&format!("a/ws/pkg/f{i:02}.h"))).unwrap(),
+            format!("header {i}")
+        );
+    }
+    fs::write(d.path("a/ws/out.o"), "a's output").unwrap();
+    d.destroy("a");
+
+    // Between the two actions: one input replaced (a new file), one
+    // rewritten in place, one no longer mapped, one new.
+    let replacement = fx.write("src/pkg/f00.tmp", "replaced");
+    fs::rename(&replacement, &inputs[0]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(&inputs[1], "rewritten in place").unwrap();
+    let added = fx.write("src/pkg/new.h", "new");
+    let mut next: Vec<_> = inputs[..49].to_vec();
+    next.push(added);
+    let before = fx.stats_now(&d);
+    d.create(sandbox("b", mappings("scratch-b", &next)));
+    let read = |rel: &str| fs::read_to_string(d.path(&format!("b/ws/pkg/{rel}")));
+    assert_eq!(read("f00.h").unwrap(), "replaced");
+    assert_eq!(read("f01.h").unwrap(), "rewritten in place");
+    for i in 2..49 {
+        assert_eq!(read(&format!("f{i:02}.h")).unwrap(), format!("header {i}"));
+    }
+    assert_eq!(read("new.h").unwrap(), "new");
+    assert_eq!(errno(read("f49.h")), libc::ENOENT);
+    assert_eq!(errno(fs::metadata(d.path("b/ws/out.o"))), libc::ENOENT);
+    assert_eq!(errno(fs::metadata(d.path("a"))), libc::ENOENT);
+    assert_eq!(names(&d.path("b/ws")), ["pkg"]);
+    let after = fx.stats_now(&d);
+    // The unchanged inputs cost nothing: lookups went to the new top, the
+    // changed and new names, and the 49th name that is gone (and the
+    // listing's entries).
+    let lookups = fuse_requests(&after, "lookup") - fuse_requests(&before, "lookup");
+    assert!(lookups <= 10, "{lookups} lookups: {after}");
+    assert_eq!(d.terminate(), BY_SIGTERM);
+}
+
+#[test]
+fn a_refused_create_leaves_no_cache_behind() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let input = fx.write("src/in", "data");
+    fx.write("shown/x", "x");
+    let mapping = format!("--mapping=ro:/taken:{}", fx.path("shown").display());
+    let d = fx.start(&[ZERO, &mapping]);
+    let known = || fx.stats_now(&d)["live"]["inodes_known"].as_u64().unwrap();
+    let idle = known();
+    d.create(sandbox("a", vec![ro("/ws/in", &input)]));
+    assert_eq!(fs::read_to_string(d.path("a/ws/in")).unwrap(), "data");
+    d.destroy("a");
+    // Same inputs, so it would take over a's cache, but its id hides the
+    // --mapping at the top: refused, and a's cache goes with it.
+    let refused = d.create_err(sandbox("taken", vec![ro("/ws/in", &input)]));
+    assert!(refused.contains("taken"), "{refused}");
+    assert_eq!(fs::read_to_string(d.path("taken/x")).unwrap(), "x");
+    assert!(
+        wait_for(std::time::Duration::from_secs(20), || known() <= idle + 1),
+        "{}",
+        fx.stats_now(&d)
+    );
+    assert_eq!(d.terminate(), BY_SIGTERM);
+}

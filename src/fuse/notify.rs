@@ -64,6 +64,15 @@ impl Invalidator for NotifierInvalidator {
         }
     }
 
+    fn invalidate_attrs(&self, ino: u64) {
+        // A negative offset leaves the cached pages alone.
+        if let Err(err) = self.notifier.inval_inode(INodeNo(ino), -1, 0) {
+            if err.raw_os_error() != Some(libc::ENOENT) {
+                log::warn!("cannot invalidate kernel attributes of inode {ino}: {err}");
+            }
+        }
+    }
+
     fn expire_entry(&self, parent_ino: u64, name: &OsStr) {
         let Some(device) = self
             .device

@@ -27,7 +27,18 @@ use super::Invalidator;
 /// while the kernel knows it.
 pub struct Departed {
     pub name: OsString,
+    /// The name the kernel holds the top directory by, if another: a
+    /// sandbox that took over a destroyed one's cache (`adoption`) and was
+    /// destroyed before anything looked it up.
+    pub alias: Option<OsString>,
     pub top: Weak<Node>,
+}
+
+impl Departed {
+    /// The name the kernel holds its top directory by.
+    pub fn kernel_name(&self) -> &OsString {
+        self.alias.as_ref().unwrap_or(&self.name)
+    }
 }
 
 /// First look at whether the kernel forgot a sandbox let go, and the
@@ -40,6 +51,9 @@ const LONGEST_WAIT: Duration = Duration::from_secs(60);
 pub fn let_go(departed: Vec<Departed>, invalidator: Arc<dyn Invalidator>) {
     for gone in &departed {
         invalidator.invalidate_entry(ROOT_INO, &gone.name);
+        if let Some(alias) = &gone.alias {
+            invalidator.invalidate_entry(ROOT_INO, alias);
+        }
     }
     let tops = departed.into_iter().map(|d| d.top).collect();
     check_later(tops, invalidator, FIRST_CHECK);

@@ -44,6 +44,10 @@ struct Shared {
     /// Fingerprint of the contents at the last open (0: never opened), so
     /// that cached pages are kept only while unchanged.
     opened: u64,
+    /// Fingerprint of the attributes last sent to the kernel, which it
+    /// caches: a new sandbox may keep a destroyed one's entry for this
+    /// inode only while the object still has them (`adoption`).
+    reported: u64,
 }
 
 pub struct InodeTable {
@@ -100,14 +104,18 @@ impl InodeTable {
     }
 
     /// Records one kernel lookup of the shared inode of `identity`, reached
-    /// through `node`, and returns its number.
-    pub fn remember_shared(&self, node: &Arc<Node>, identity: Identity) -> u64 {
+    /// through `node`, with attributes of fingerprint `reported`, and
+    /// returns its number (which `node` remembers: the inode its name
+    /// stands for in the kernel).
+    pub fn remember_shared(&self, node: &Arc<Node>, identity: Identity, reported: u64) -> u64 {
         // Lock order: the identity's shard, then the slot's.
         let mut shared = self.shared.shard(&identity);
         if let Some(&ino) = shared.get(&identity) {
             if let Some(Slot::Shared(slot)) = self.slots.shard(&ino).get_mut(&ino) {
                 slot.lookups += 1;
                 slot.node = node.clone();
+                slot.reported = reported;
+                node.set_ino(ino);
                 return ino;
             }
         }
@@ -119,10 +127,59 @@ impl InodeTable {
                 identity,
                 lookups: 1,
                 opened: 0,
+                reported,
             }),
         );
         shared.insert(identity, ino);
+        node.set_ino(ino);
         ino
+    }
+
+    /// Records that shared inode `ino`'s attributes were sent to the
+    /// kernel again, with fingerprint `reported`.
+    pub fn reported(&self, ino: u64, reported: u64) {
+        if let Some(Slot::Shared(slot)) = self.slots.shard(&ino).get_mut(&ino) {
+            slot.reported = reported;
+        }
+    }
+
+    /// For a new sandbox taking over a destroyed one's kernel entries: if
+    /// `ino` is a shared inode the kernel holds, with attributes last sent
+    /// as `reported`, it is served through `node` from now on. False if
+    /// the kernel's copy is stale or the inode is gone.
+    pub fn adopt_shared(&self, ino: u64, reported: u64, node: &Arc<Node>) -> bool {
+        match self.slots.shard(&ino).get_mut(&ino) {
+            Some(Slot::Shared(slot)) if slot.reported == reported && slot.lookups > 0 => {
+                slot.node = node.clone();
+                node.set_ino(ino);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// For a new sandbox taking over a destroyed one's kernel entries:
+    /// inode `ino`, the kernel's for `from`, stands for `to` from now on,
+    /// with the lookups the kernel holds. False if it no longer stands
+    /// for `from`.
+    pub fn adopt_own(&self, ino: u64, from: &Arc<Node>, to: &Arc<Node>) -> bool {
+        let mut shard = self.slots.shard(&ino);
+        let Some(slot) = shard.get_mut(&ino) else {
+            return false;
+        };
+        match slot {
+            Slot::Own(node) if Arc::ptr_eq(node, from) => {
+                let held = from.lookups.swap(0, Ordering::Relaxed);
+                if held == 0 || to.assign_ino(ino) != ino {
+                    from.lookups.store(held, Ordering::Relaxed);
+                    return false;
+                }
+                to.lookups.store(held, Ordering::Relaxed);
+                *slot = Slot::Own(to.clone());
+                true
+            }
+            _ => false,
+        }
     }
 
     pub fn get(&self, ino: u64) -> Option<Known> {
@@ -216,14 +273,14 @@ mod tests {
         let root = Arc::new(Node::new(FileKind::Directory, false, Origin::Virtual));
         let table = InodeTable::new(root);
         let (a, b) = (file_node(), file_node());
-        let ino = table.remember_shared(&a, (1, 7));
+        let ino = table.remember_shared(&a, (1, 7), 0);
         assert_eq!(
-            table.remember_shared(&b, (1, 7)),
+            table.remember_shared(&b, (1, 7), 0),
             ino,
             "same object, same inode"
         );
-        assert_eq!(table.remember_shared(&b, (1, 7)), ino);
-        assert_ne!(table.remember_shared(&a, (1, 8)), ino, "another object");
+        assert_eq!(table.remember_shared(&b, (1, 7), 0), ino);
+        assert_ne!(table.remember_shared(&a, (1, 8), 0), ino, "another object");
         let known = table.get(ino).unwrap();
         assert!(
             Arc::ptr_eq(&known.node, &b),
@@ -235,7 +292,7 @@ mod tests {
         assert!(table.forget(ino, 2).is_none(), "one lookup left");
         assert!(table.forget(ino, 1).is_some());
         assert!(table.get(ino).is_none());
-        let again = table.remember_shared(&a, (1, 7));
+        let again = table.remember_shared(&a, (1, 7), 0);
         assert_ne!(again, ino, "a forgotten inode number is not reused");
         let own = table.remember(&file_node());
         assert_eq!(table.reopened_same(own, 1), None);

@@ -30,7 +30,7 @@ pub(super) const PASSED_FLAGS: i32 = libc::O_ACCMODE
     | libc::O_NONBLOCK;
 
 /// A fingerprint of a file's identity and version; never 0.
-fn identity(st: &FileStat) -> u64 {
+pub(super) fn fingerprint(st: &FileStat) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     (
@@ -101,7 +101,7 @@ impl SandboxFs {
         if known.identity.is_some_and(|id| id != file_id(&st)) {
             return Err(Errno::ESTALE.into());
         }
-        let fingerprint = identity(&st);
+        let fingerprint = fingerprint(&st);
         let keep_cache = !node.is_writable()
             && self
                 .inodes

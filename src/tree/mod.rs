@@ -13,6 +13,7 @@
 //! - `underlying`: how a node reaches its underlying object, never through
 //!   a symlink below a mapping's root (docs/SECURITY.md).
 
+mod adoption;
 mod attr;
 mod build;
 mod departure;
@@ -70,6 +71,8 @@ const TRIM_AFTER_MAPPINGS: usize = 1_000;
 pub trait Invalidator: Send + Sync {
     /// Drops the entry and everything the kernel cached below it.
     fn invalidate_entry(&self, parent_ino: u64, name: &OsStr);
+    /// Drops the cached attributes of `ino` (not its pages).
+    fn invalidate_attrs(&self, ino: u64);
     /// Marks the entry expired, so that the next path walk through it asks
     /// us again; what is cached below it is left for that walk (or memory
     /// pressure) to drop. As good as `invalidate_entry` for making a name
@@ -139,6 +142,10 @@ pub struct SandboxFs {
     sandboxes: Mutex<HashMap<OsString, usize>>,
     /// Destroyed sandboxes whose kernel cache is kept a while.
     retention: Arc<retention::Retention>,
+    /// Top directories of sandboxes that took over a destroyed sandbox's
+    /// cache (`adoption`), by inode, with the name the kernel holds them
+    /// by until it looks the new name up.
+    kernel_names: Mutex<HashMap<u64, OsString>>,
     invalidator: OnceLock<Arc<dyn Invalidator>>,
 }
 
@@ -163,6 +170,7 @@ impl SandboxFs {
                 retention::BUDGET_NODES,
                 retention::MAX_AGE,
             )),
+            kernel_names: Mutex::default(),
             invalidator: OnceLock::new(),
         })
     }
@@ -229,11 +237,73 @@ impl SandboxFs {
     /// has changed.
     pub fn create_planned(&self, id: &str, plan: crate::layout::Entry) -> Result<(), SandboxError> {
         let mappings = plan.mapping_count();
-        self.insert_sandbox(id, build::tree_of(plan), mappings)?;
+        let tree = build::tree_of(plan);
+        let donor = self.take_over_cache(id, &tree, mappings);
+        if let Err(err) = self.insert_sandbox(id, tree.clone(), mappings) {
+            if let Some(kernel_name) = donor {
+                // Nothing may stay of a refused create: the kernel's
+                // entries now standing for `tree` go.
+                self.let_go_now(departure::Departed {
+                    name: OsString::from(id),
+                    alias: Some(kernel_name),
+                    top: Arc::downgrade(&tree),
+                });
+            }
+            return Err(err);
+        }
         if mappings >= TRIM_AFTER_MAPPINGS {
             reaper::trim_soon();
         }
         Ok(())
+    }
+
+    /// With zero-message opens, gives new sandbox `tree` the kernel cache
+    /// of the most recently destroyed sandbox (`adoption`), and tells the
+    /// kernel what of it no longer holds. Returns the name the kernel
+    /// holds the taken-over top directory by.
+    fn take_over_cache(&self, id: &str, tree: &Arc<Node>, mappings: usize) -> Option<OsString> {
+        let invalidator = self.invalidator.get()?;
+        if !self.zero_message_opens() || !tree.is_dir() {
+            return None;
+        }
+        let candidates = self.retention.latest(adoption::CANDIDATES);
+        let chosen = self.choose_donor(tree, mappings, &candidates)?;
+        let (name, old_top) = &candidates[chosen];
+        let donor = self.retention.take(name)?;
+        let old_top = old_top.clone();
+        drop(candidates);
+        let Some(adopted) = self.adopt_cache(&old_top, tree) else {
+            // The kernel let go of it meanwhile: nothing to take over.
+            self.let_go_now(donor);
+            return None;
+        };
+        for (parent, name) in &adopted.stale_entries {
+            invalidator.invalidate_entry(*parent, name);
+        }
+        for ino in &adopted.stale_attrs {
+            invalidator.invalidate_attrs(*ino);
+        }
+        log::debug!(
+            "sandbox {id:?}: took over the kernel cache of {:?}: {} entries kept, {} dropped",
+            donor.name,
+            adopted.kept,
+            adopted.stale_entries.len()
+        );
+        let kernel_name = donor.kernel_name().clone();
+        self.kernel_names
+            .lock()
+            .insert(tree.ino(), kernel_name.clone());
+        Some(kernel_name)
+    }
+
+    /// Lets the kernel drop a departed sandbox's cache, off this thread.
+    fn let_go_now(&self, departed: departure::Departed) {
+        if let Some(invalidator) = self.invalidator.get() {
+            let invalidator = invalidator.clone();
+            reaper::later(Box::new(move || {
+                departure::let_go(vec![departed], invalidator)
+            }));
+        }
     }
 
     /// Creates sandbox `id` as a symlink to a sandbox built outside the
@@ -314,8 +384,12 @@ impl SandboxFs {
         // are kept first (`retention`): their inputs' shared inodes, and
         // page cache, then serve the next sandboxes. (If an id is reused
         // meanwhile, invalidating only drops the new sandbox's entry.)
+        let alias = removed
+            .as_ref()
+            .and_then(|top| self.kernel_names.lock().remove(&top.ino()));
         let departed = departure::Departed {
             name,
+            alias,
             top: removed.as_ref().map_or_else(Weak::new, Arc::downgrade),
         };
         let dropped = if self.zero_message_opens() {
@@ -376,6 +450,13 @@ impl SandboxFs {
     }
 
     /// What inode `ino` stands for; ESTALE if the kernel forgot it.
+    fn forget_kernel_name(&self, ino: u64) {
+        let mut names = self.kernel_names.lock();
+        if !names.is_empty() {
+            names.remove(&ino);
+        }
+    }
+
     fn known(&self, ino: u64) -> FsResult<inodes::Known> {
         self.inodes.get(ino).ok_or(FsError::refused(Errno::ESTALE))
     }

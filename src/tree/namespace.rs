@@ -10,7 +10,7 @@ use super::error::{Errno, FsError, FsResult};
 use super::handles::{DirEntry, OpenDir};
 use super::held::HeldFd;
 use super::inodes::ROOT_INO;
-use super::io::file_id;
+use super::io::{file_id, fingerprint};
 use super::name::Name;
 use super::node::{Node, Origin};
 use super::underlying::{self, UDir, UObj};
@@ -38,11 +38,18 @@ impl SandboxFs {
         if let Some(child) = dir.explicit(name) {
             if is_shareable(&child) {
                 let st = require_object(&child)?.stat()?;
-                let ino = self.inodes.remember_shared(&child, file_id(&st));
+                let ino = self
+                    .inodes
+                    .remember_shared(&child, file_id(&st), fingerprint(&st));
                 return Ok(self.shown(&child, Attr::from_stat(ino, &st)));
             }
             let attr = self.attr_of(&child, self.inodes.ino_of(&child))?;
-            self.inodes.remember(&child);
+            let ino = self.inodes.remember(&child);
+            if parent.ino() == ROOT_INO {
+                // A sandbox that took over a destroyed one's cache: the
+                // kernel now holds its top directory by this name.
+                self.forget_kernel_name(ino);
+            }
             return Ok(attr);
         }
         let Some(backing) = backing_dir(&parent)? else {
@@ -120,6 +127,9 @@ impl SandboxFs {
         if let Some(held) = self.open_handle(ino, fh) {
             if let Some(fd) = held.fd() {
                 let st = nix::sys::stat::fstat(fd).map_err(|e| FsError::call("fstat", e))?;
+                if known.identity.is_some() {
+                    self.inodes.reported(ino, fingerprint(&st));
+                }
                 return Ok(self.shown(&known.node, Attr::from_stat(ino, &st)));
             }
         }
@@ -130,6 +140,7 @@ impl SandboxFs {
             if file_id(&st) != identity {
                 return Err(Errno::ESTALE.into());
             }
+            self.inodes.reported(ino, fingerprint(&st));
             return Ok(self.shown(&known.node, Attr::from_stat(ino, &st)));
         }
         self.attr_of(&known.node, ino)

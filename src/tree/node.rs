@@ -178,6 +178,13 @@ impl Node {
         }
     }
 
+    /// Sets the inode number of a node served as a shared inode: the one
+    /// its name stands for in the kernel, which changes if the object it
+    /// maps is replaced.
+    pub(super) fn set_ino(&self, ino: u64) {
+        self.ino.store(ino, Ordering::Release);
+    }
+
     /// Records the identity of the file just opened; true if it is the
     /// same as at the previous open.
     pub(super) fn reopened_same(&self, identity: u64) -> bool {
@@ -212,6 +219,13 @@ impl DirData {
         let mut entries = Vec::with_capacity(explicit.len());
         explicit.for_each(|name, node| entries.push((name.as_os_str().to_owned(), node.clone())));
         entries
+    }
+
+    /// Calls `visit` with each explicit entry, without copying them.
+    pub fn visit_explicit(&self, mut visit: impl FnMut(&OsStr, &Arc<Node>)) {
+        self.explicit
+            .read()
+            .for_each(|name, node| visit(name.as_os_str(), node));
     }
 
     pub fn explicit_count(&self) -> usize {

@@ -112,6 +112,29 @@ impl Retention {
         !self.retained.lock().0.is_empty() && self.claim_sweep()
     }
 
+    /// The tops of the `n` most recently kept sandboxes the kernel still
+    /// knows, newest first, for a new sandbox to choose one to take over.
+    pub fn latest(&self, n: usize) -> Vec<(OsString, std::sync::Arc<super::node::Node>)> {
+        let retained = self.retained.lock();
+        retained
+            .0
+            .iter()
+            .rev()
+            .filter_map(|r| Some((r.departed.name.clone(), r.departed.top.upgrade()?)))
+            .take(n)
+            .collect()
+    }
+
+    /// Takes kept sandbox `name` out (a new sandbox takes over its cache).
+    pub fn take(&self, name: &OsString) -> Option<Departed> {
+        let mut retained = self.retained.lock();
+        let (queue, total) = &mut *retained;
+        let at = queue.iter().position(|r| &r.departed.name == name)?;
+        let taken = queue.remove(at).expect("just found");
+        *total -= taken.nodes;
+        Some(taken.departed)
+    }
+
     /// Forgets `name` if it is kept (its id is being used again, and the
     /// new sandbox's cache must not be dropped for the old one).
     pub fn forget(&self, name: &OsString) {
@@ -137,6 +160,7 @@ mod tests {
     fn gone(name: &str) -> Departed {
         Departed {
             name: name.into(),
+            alias: None,
             top: std::sync::Weak::new(),
         }
     }
