@@ -26,6 +26,12 @@ impl ShardKey for (u64, u64) {
     }
 }
 
+impl ShardKey for ((u64, u64), u64) {
+    fn spread(&self) -> usize {
+        self.0.spread() ^ self.1 as usize
+    }
+}
+
 pub struct Sharded<V, K = u64> {
     shards: Box<[Mutex<HashMap<K, V>>]>,
 }

@@ -588,6 +588,45 @@ fn a_destroyed_sandbox_is_forgotten_even_if_a_process_was_inside_it() {
 }
 
 #[test]
+fn an_absent_name_is_cached_like_a_present_one_and_appears_when_made_through_the_mount() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for open_mode in OPEN_MODES {
+        let fx = Fixture::new();
+        let header = fx.write("src/a.h", "a");
+        let d = fx.start(&[open_mode]);
+        d.create(sandbox(
+            "s",
+            vec![rw("/ws", &fx.path("scratch")), ro("/ws/inc/a.h", &header)],
+        ));
+        let lookups = |d: &Daemon| fuse_requests(&fx.stats_now(d), "lookup");
+        // A compiler probing an include directory: the first miss asks
+        // the daemon, the next ones do not.
+        assert_eq!(errno(fs::metadata(d.path("s/ws/inc/b.h"))), libc::ENOENT);
+        let before = lookups(&d);
+        for _ in 0..5 {
+            assert_eq!(errno(fs::metadata(d.path("s/ws/inc/b.h"))), libc::ENOENT);
+        }
+        assert_eq!(lookups(&d), before, "{open_mode}: misses were not cached");
+        // Made through the mount, the name is there at once.
+        assert_eq!(errno(fs::metadata(d.path("s/ws/out.o"))), libc::ENOENT);
+        fs::write(d.path("s/ws/out.o"), "o").unwrap();
+        assert_eq!(fs::read_to_string(d.path("s/ws/out.o")).unwrap(), "o");
+        assert_eq!(errno(fs::metadata(d.path("s/ws/dir"))), libc::ENOENT);
+        fs::create_dir(d.path("s/ws/dir")).unwrap();
+        assert_eq!(errno(fs::metadata(d.path("s/ws/moved"))), libc::ENOENT);
+        fs::rename(d.path("s/ws/out.o"), d.path("s/ws/moved")).unwrap();
+        assert_eq!(fs::read_to_string(d.path("s/ws/moved")).unwrap(), "o");
+        // At the top, where sandboxes come and go, a miss is not cached.
+        assert_eq!(errno(fs::metadata(d.path("t"))), libc::ENOENT);
+        d.create(sandbox("t", vec![ro("/a.h", &header)]));
+        assert_eq!(fs::read_to_string(d.path("t/a.h")).unwrap(), "a");
+        assert_eq!(d.terminate(), BY_SIGTERM);
+    }
+}
+
+#[test]
 fn open_files_keep_working_after_destroy() {
     if !require(&[Need::Mount]) {
         return;

@@ -218,6 +218,8 @@ fn a_new_sandbox_takes_over_a_destroyed_ones_cache_and_sees_every_change() {
         );
     }
     fs::write(d.path("a/ws/out.o"), "a's output").unwrap();
+    // a probes for a header it does not have; b will have it.
+    assert_eq!(errno(fs::metadata(d.path("a/ws/pkg/new.h"))), libc::ENOENT);
     d.destroy("a");
 
     // Between the two actions: one input replaced (a new file), one
@@ -276,5 +278,67 @@ fn a_refused_create_leaves_no_cache_behind() {
         "{}",
         fx.stats_now(&d)
     );
+    assert_eq!(d.terminate(), BY_SIGTERM);
+}
+
+#[test]
+fn an_input_changed_in_place_is_read_afresh_with_ttl_zero() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let input = fx.write("src/in", "first version");
+    let d = fx.start(&[ZERO, "--ttl=0"]);
+    d.create(sandbox("s", vec![ro("/in", &input)]));
+    assert_eq!(fs::read_to_string(d.path("s/in")).unwrap(), "first version");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(&input, "second").unwrap();
+    assert_eq!(fs::read_to_string(d.path("s/in")).unwrap(), "second");
+    assert_eq!(d.terminate(), BY_SIGTERM);
+}
+
+#[test]
+fn small_scattered_writes_never_read_back_their_page() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let d = fx.start(&[ZERO]);
+    d.create(sandbox("s", vec![rw("/out", &fx.path("scratch"))]));
+    let before = fx.stats_now(&d);
+    // How an assembler writes an object file: small pieces at scattered
+    // offsets, looking at the size in between.
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(d.path("s/out/x.o"))
+        .unwrap();
+    let mut expected = vec![0u8; 400];
+    for (offset, len) in [
+        (280, 16),
+        (64, 58),
+        (128, 56),
+        (296, 24),
+        (0, 64),
+        (340, 60),
+    ] {
+        let piece: Vec<u8> = (0..len).map(|i| (offset + i) as u8 | 1).collect();
+        f.seek(SeekFrom::Start(offset as u64)).unwrap();
+        f.write_all(&piece).unwrap();
+        expected[offset..offset + len].copy_from_slice(&piece);
+        f.metadata().unwrap();
+    }
+    drop(f);
+    let after = fx.stats_now(&d);
+    assert_eq!(
+        fuse_requests(&after, "read") - fuse_requests(&before, "read"),
+        0,
+        "{after}"
+    );
+    let written = fs::read(fx.path("scratch/x.o")).unwrap();
+    assert_eq!(written.len(), expected.len());
+    assert_eq!(written, expected);
     assert_eq!(d.terminate(), BY_SIGTERM);
 }

@@ -73,6 +73,14 @@ impl Invalidator for NotifierInvalidator {
         }
     }
 
+    fn invalidate_data(&self, ino: u64) {
+        if let Err(err) = self.notifier.inval_inode(INodeNo(ino), 0, 0) {
+            if err.raw_os_error() != Some(libc::ENOENT) {
+                log::warn!("cannot invalidate kernel pages of inode {ino}: {err}");
+            }
+        }
+    }
+
     fn expire_entry(&self, parent_ino: u64, name: &OsStr) {
         let Some(device) = self
             .device

@@ -118,6 +118,27 @@ fn file_attr(attr: &Attr) -> FileAttr {
     }
 }
 
+/// The attributes of a negative entry (inode 0); the kernel reads none.
+fn absent_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: std::time::UNIX_EPOCH,
+        mtime: std::time::UNIX_EPOCH,
+        ctime: std::time::UNIX_EPOCH,
+        crtime: std::time::UNIX_EPOCH,
+        kind: fuser::FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
 fn set_time(time: Option<TimeOrNow>) -> Option<SetTime> {
     time.map(|t| match t {
         TimeOrNow::Now => SetTime::Now,
@@ -263,14 +284,11 @@ impl Filesystem for FuseShell {
             self.passthrough
                 .disable("files are opened without asking the daemon (--zero_message_opens)");
             // With no OPEN to decide whether cached pages are still good,
-            // the kernel drops them when it sees a file's size or mtime
-            // change in the attributes a lookup or getattr brings.
-            if config
-                .add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA)
-                .is_err()
-            {
-                log::info!("kernel does not offer FUSE_AUTO_INVAL_DATA");
-            }
+            // an input changed in place is a new inode (`inodes`), and the
+            // daemon drops the pages of one the kernel already holds. Not
+            // FUSE_AUTO_INVAL_DATA: it would drop a file's pages at every
+            // write's mtime change, and each small write would read its
+            // page back first.
             log::info!("zero-message opens: no OPEN or RELEASE round trips");
         }
         if self.passthrough.enabled() {
@@ -294,6 +312,17 @@ impl Filesystem for FuseShell {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.stats.op(Op::Lookup);
         let result = self.fs.lookup(parent.0, name);
+        if let Err(err) = &result {
+            if err.errno() == Errno::ENOENT
+                && !self.ttl.is_zero()
+                && self.fs.note_absent(parent.0, name)
+            {
+                // Inode 0: the kernel caches the name as absent (a
+                // compiler probing include directories asks again and
+                // again otherwise).
+                return reply.entry(&self.ttl, &absent_attr(), GENERATION);
+            }
+        }
         self.reply_entry(req, "lookup", parent, reply, result);
     }
 

@@ -20,17 +20,18 @@
 //!   was last told (one `fstatat`: identity, size, times);
 //! - anything else the kernel knows in the old tree is invalidated.
 //!
-//! Names only in the new tree need nothing: the kernel asks for them (a
-//! negative entry is never cached). What is kept is what the kernel would
-//! have been told by a lookup, so the view is the same as without this;
-//! only the round trips are gone.
+//! Names the kernel cached as absent in a directory stay so only where the
+//! new directory shows the same contents and has no such name. Names only
+//! in the new tree need nothing else: the kernel asks for them. What is
+//! kept is what the kernel would have been told by a lookup, so the view
+//! is the same as without this; only the round trips are gone.
 
 use std::ffi::OsString;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::io::fingerprint;
-use super::namespace::{is_shareable, require_object};
+use super::namespace::{backing_dir, is_shareable, require_object};
 use super::node::{Node, Origin};
 use super::SandboxFs;
 
@@ -63,42 +64,63 @@ impl SandboxFs {
         Some(adopted)
     }
 
-    /// Which of `candidates` (destroyed sandboxes' tops) has the kernel
-    /// entries most useful to `tree` (of about `mappings` mappings): the
-    /// most of a sample of its inputs cached at the same path for the same
-    /// file. `None` if none has any.
+    /// Which of `candidates` (destroyed sandboxes' tops, with their
+    /// mapping counts) to take over for `tree` (of `mappings` mappings):
+    /// the one whose cache would keep the most of `tree`'s inputs minus
+    /// what it would drop. An input cached in a destroyed sandbox but not
+    /// in `tree` is dropped from the kernel (its entry must go), and with
+    /// it its pages if no other cached sandbox has it: a small action must
+    /// not take over a large one's cache. Both sides are estimated from
+    /// samples. `None` if no candidate gains.
     pub(super) fn choose_donor(
         &self,
         tree: &Arc<Node>,
         mappings: usize,
-        candidates: &[(OsString, Arc<Node>)],
+        candidates: &[Candidate],
     ) -> Option<usize> {
-        let mut samples = Vec::with_capacity(SAMPLES);
-        let mut path = Vec::new();
-        let mut seen = 0;
-        sample_inputs(
-            tree,
-            (mappings / SAMPLES).max(1),
-            &mut seen,
-            &mut path,
-            &mut samples,
-        );
-        let score = |top: &Arc<Node>| {
-            samples
-                .iter()
+        let wanted = sample(tree, mappings);
+        if wanted.is_empty() {
+            return None;
+        }
+        // Inputs of `from` that `to` has cached at the same path.
+        let cached_in = |to: &Arc<Node>, from: &[(Vec<OsString>, Arc<Node>)]| {
+            from.iter()
                 .filter(|(path, input)| {
-                    cached_at(top, path)
-                        .is_some_and(|old| self.kernel_knows(&old) && same_location(&old, input))
+                    cached_at(to, path).is_some_and(|other| {
+                        self.kernel_knows(&other) && same_location(&other, input)
+                    })
                 })
                 .count()
         };
-        candidates
-            .iter()
-            .enumerate()
-            .map(|(at, (_, top))| (score(top), at))
-            .filter(|&(score, _)| score > 0)
-            .max_by_key(|&(score, at)| (score, std::cmp::Reverse(at)))
-            .map(|(_, at)| at)
+        let mut best = None;
+        for (at, candidate) in candidates.iter().enumerate() {
+            let hits = cached_in(&candidate.top, &wanted);
+            if hits == 0 {
+                continue;
+            }
+            let kept = hits * mappings / wanted.len();
+            let theirs: Vec<_> = sample(&candidate.top, candidate.mappings)
+                .into_iter()
+                .filter(|(_, input)| self.kernel_knows(input))
+                .collect();
+            let dropped = if theirs.is_empty() {
+                0
+            } else {
+                let lost = theirs.len()
+                    - theirs
+                        .iter()
+                        .filter(|(path, input)| {
+                            cached_at(tree, path).is_some_and(|mine| same_location(&mine, input))
+                        })
+                        .count();
+                lost * candidate.mappings / theirs.len()
+            };
+            let gain = kept as i64 - dropped as i64;
+            if gain > 0 && best.is_none_or(|(best_gain, _)| gain > best_gain) {
+                best = Some((gain, at));
+            }
+        }
+        best.map(|(_, at)| at)
     }
 
     /// `new` took over `old`'s inode: checks their entries the kernel knows.
@@ -107,8 +129,19 @@ impl SandboxFs {
             return;
         };
         let ino = new.ino();
-        if !same_backing(old, new) {
+        // What the kernel cached of the directory itself, and the names it
+        // cached as absent, still hold if both show the same underlying
+        // directory, or none (only their explicit entries).
+        let same_contents =
+            same_backing(old, new) || (!shows_underlying(old) && !shows_underlying(new));
+        if !same_contents {
             adopted.stale_attrs.push(ino);
+        }
+        for name in old_dir.negatives() {
+            if same_contents && !new_dir.has_explicit(&name) && new_dir.note_negative(&name) {
+                continue;
+            }
+            adopted.stale_entries.push((ino, name));
         }
         for (name, old_child) in old_dir.explicit_entries() {
             if !self.kernel_knows(&old_child) {
@@ -161,6 +194,29 @@ impl SandboxFs {
     }
 }
 
+/// A destroyed sandbox a new one may take over: its top directory and
+/// its number of mappings.
+pub(super) struct Candidate {
+    pub top: Arc<Node>,
+    pub mappings: usize,
+}
+
+/// About [`SAMPLES`] read-only inputs of the tree below `top` (of about
+/// `mappings` mappings), spread over it, with their paths.
+fn sample(top: &Node, mappings: usize) -> Vec<(Vec<OsString>, Arc<Node>)> {
+    let mut samples = Vec::with_capacity(SAMPLES);
+    let mut path = Vec::new();
+    let mut seen = 0;
+    sample_inputs(
+        top,
+        (mappings / SAMPLES).max(1),
+        &mut seen,
+        &mut path,
+        &mut samples,
+    );
+    samples
+}
+
 /// Collects every `stride`-th read-only input below `dir` (up to
 /// [`SAMPLES`]) with its path.
 fn sample_inputs(
@@ -205,6 +261,17 @@ fn same_location(a: &Node, b: &Node) -> bool {
     match (a.origin(), b.origin()) {
         (Origin::Mapped(a), Origin::Mapped(b)) => a.anchor.same_dir(&b.anchor) && a.name == b.name,
         _ => false,
+    }
+}
+
+/// Whether a directory shows the entries of an underlying directory (a
+/// directory made up for nested mappings does where a directory of its
+/// name exists underneath).
+fn shows_underlying(dir: &Node) -> bool {
+    match dir.origin() {
+        Origin::Virtual => false,
+        Origin::Mapped(_) => true,
+        Origin::Child { .. } => !matches!(backing_dir(dir), Ok(None)),
     }
 }
 

@@ -4,8 +4,9 @@
 //! A read-only file or symlink mapped into many sandboxes (a build's inputs
 //! are mapped into every action that uses them) is one inode, shared by
 //! all of them: it is keyed by the underlying object's identity (device,
-//! inode number), so a file read in one sandbox has its attributes and
-//! page cache, and its passthrough backing file, ready in the next. Its
+//! inode number) and version (size and times), so a file read in one
+//! sandbox has its attributes and page cache, and its passthrough backing
+//! file, ready in the next, and a file changed in place is a new inode. Its
 //! lookup count is the sum over every name the kernel reached it by, and
 //! FORGET settles it exactly. Operations on it go through the node of the
 //! latest lookup, whose anchor stays pinned as long as the inode lives;
@@ -28,6 +29,12 @@ pub const ROOT_INO: u64 = 1;
 /// (device, inode number) of an underlying object.
 pub type Identity = (u64, u64);
 
+/// An object at one version: its identity and the fingerprint of its
+/// attributes (size, times). A file changed in place is a new version and
+/// gets a new inode, with no cached pages: the kernel never serves the old
+/// contents for it, and no cache needs dropping by the daemon.
+type Version = (Identity, u64);
+
 /// One inode the kernel knows.
 enum Slot {
     /// A node of its own (its lookup count is kept in the node).
@@ -40,6 +47,8 @@ struct Shared {
     /// The node of the latest lookup.
     node: Arc<Node>,
     identity: Identity,
+    /// The version it was made for, its key in the table.
+    version: u64,
     lookups: u64,
     /// Fingerprint of the contents at the last open (0: never opened), so
     /// that cached pages are kept only while unchanged.
@@ -52,7 +61,7 @@ struct Shared {
 
 pub struct InodeTable {
     slots: Sharded<Slot>,
-    shared: Sharded<u64, Identity>,
+    shared: Sharded<u64, Version>,
     next_ino: AtomicU64,
 }
 
@@ -108,9 +117,10 @@ impl InodeTable {
     /// returns its number (which `node` remembers: the inode its name
     /// stands for in the kernel).
     pub fn remember_shared(&self, node: &Arc<Node>, identity: Identity, reported: u64) -> u64 {
-        // Lock order: the identity's shard, then the slot's.
-        let mut shared = self.shared.shard(&identity);
-        if let Some(&ino) = shared.get(&identity) {
+        let version = (identity, reported);
+        // Lock order: the version's shard, then the slot's.
+        let mut shared = self.shared.shard(&version);
+        if let Some(&ino) = shared.get(&version) {
             if let Some(Slot::Shared(slot)) = self.slots.shard(&ino).get_mut(&ino) {
                 slot.lookups += 1;
                 slot.node = node.clone();
@@ -125,21 +135,24 @@ impl InodeTable {
             Slot::Shared(Shared {
                 node: node.clone(),
                 identity,
+                version: reported,
                 lookups: 1,
                 opened: 0,
                 reported,
             }),
         );
-        shared.insert(identity, ino);
+        shared.insert(version, ino);
         node.set_ino(ino);
         ino
     }
 
     /// Records that shared inode `ino`'s attributes were sent to the
-    /// kernel again, with fingerprint `reported`.
-    pub fn reported(&self, ino: u64, reported: u64) {
-        if let Some(Slot::Shared(slot)) = self.slots.shard(&ino).get_mut(&ino) {
-            slot.reported = reported;
+    /// kernel again, with fingerprint `reported`; returns whether they
+    /// changed since last sent (the object was changed in place).
+    pub fn reported(&self, ino: u64, reported: u64) -> bool {
+        match self.slots.shard(&ino).get_mut(&ino) {
+            Some(Slot::Shared(slot)) => std::mem::replace(&mut slot.reported, reported) != reported,
+            _ => false,
         }
     }
 
@@ -213,7 +226,7 @@ impl InodeTable {
         if ino == ROOT_INO {
             return None;
         }
-        let (node, identity) = {
+        let (node, version) = {
             let mut shard = self.slots.shard(&ino);
             let left = match shard.get_mut(&ino)? {
                 Slot::Own(node) => {
@@ -239,14 +252,14 @@ impl InodeTable {
             }
             match removed? {
                 Slot::Own(node) => (node, None),
-                Slot::Shared(slot) => (slot.node, Some(slot.identity)),
+                Slot::Shared(slot) => (slot.node, Some((slot.identity, slot.version))),
             }
         };
-        if let Some(identity) = identity {
-            let mut shared = self.shared.shard(&identity);
-            // A new inode may stand for the identity by now.
-            if shared.get(&identity) == Some(&ino) {
-                shared.remove(&identity);
+        if let Some(version) = version {
+            let mut shared = self.shared.shard(&version);
+            // A new inode may stand for the version by now.
+            if shared.get(&version) == Some(&ino) {
+                shared.remove(&version);
             }
         }
         Some(node)
@@ -281,6 +294,12 @@ mod tests {
         );
         assert_eq!(table.remember_shared(&b, (1, 7), 0), ino);
         assert_ne!(table.remember_shared(&a, (1, 8), 0), ino, "another object");
+        let changed = table.remember_shared(&a, (1, 7), 9);
+        assert_ne!(
+            changed, ino,
+            "the same object changed in place: a new inode"
+        );
+        assert!(table.forget(changed, 1).is_some());
         let known = table.get(ino).unwrap();
         assert!(
             Arc::ptr_eq(&known.node, &b),

@@ -73,6 +73,8 @@ pub trait Invalidator: Send + Sync {
     fn invalidate_entry(&self, parent_ino: u64, name: &OsStr);
     /// Drops the cached attributes of `ino` (not its pages).
     fn invalidate_attrs(&self, ino: u64);
+    /// Drops the cached pages of `ino`.
+    fn invalidate_data(&self, ino: u64);
     /// Marks the entry expired, so that the next path walk through it asks
     /// us again; what is cached below it is left for that walk (or memory
     /// pressure) to drop. As good as `invalidate_entry` for making a name
@@ -212,6 +214,15 @@ impl SandboxFs {
         }
     }
 
+    /// Drops `ino`'s cached pages soon, off the request path: the kernel
+    /// may hold a page lock waiting for a read this thread is to answer.
+    fn invalidate_data_later(&self, ino: u64) {
+        if let Some(invalidator) = self.invalidator.get() {
+            let invalidator = invalidator.clone();
+            reaper::later(Box::new(move || invalidator.invalidate_data(ino)));
+        }
+    }
+
     /// Creates sandbox `id` at the top of the view. On error nothing has
     /// changed.
     pub fn create_sandbox(
@@ -266,11 +277,14 @@ impl SandboxFs {
         if !self.zero_message_opens() || !tree.is_dir() {
             return None;
         }
-        let candidates = self.retention.latest(adoption::CANDIDATES);
+        let (names, candidates): (Vec<_>, Vec<_>) = self
+            .retention
+            .latest(adoption::CANDIDATES)
+            .into_iter()
+            .unzip();
         let chosen = self.choose_donor(tree, mappings, &candidates)?;
-        let (name, old_top) = &candidates[chosen];
-        let donor = self.retention.take(name)?;
-        let old_top = old_top.clone();
+        let donor = self.retention.take(&names[chosen])?;
+        let old_top = candidates[chosen].top.clone();
         drop(candidates);
         let Some(adopted) = self.adopt_cache(&old_top, tree) else {
             // The kernel let go of it meanwhile: nothing to take over.

@@ -88,6 +88,21 @@ impl SandboxFs {
         Ok(self.shown(&child, Attr::from_stat(ino, &st)))
     }
 
+    /// After `lookup` answered ENOENT: whether the kernel may cache the
+    /// absence of `name` in `parent` for the entry lifetime, as it caches
+    /// names that exist (recorded, so that a sandbox taking over this
+    /// directory's kernel entries drops it if it has that name). Never at
+    /// the top, where sandboxes come and go by name.
+    pub fn note_absent(&self, parent: u64, name: &OsStr) -> bool {
+        if parent == ROOT_INO {
+            return false;
+        }
+        self.node(parent)
+            .ok()
+            .and_then(|node| Some(node.dir().ok()?.note_negative(name)))
+            .unwrap_or(false)
+    }
+
     /// Attributes as the kernel may see them: a read-only file shows no
     /// write permission when opens do not reach the daemon, so that the
     /// kernel itself refuses to open it for writing (only a caller who
@@ -127,8 +142,8 @@ impl SandboxFs {
         if let Some(held) = self.open_handle(ino, fh) {
             if let Some(fd) = held.fd() {
                 let st = nix::sys::stat::fstat(fd).map_err(|e| FsError::call("fstat", e))?;
-                if known.identity.is_some() {
-                    self.inodes.reported(ino, fingerprint(&st));
+                if known.identity.is_some() && self.inodes.reported(ino, fingerprint(&st)) {
+                    self.invalidate_data_later(ino);
                 }
                 return Ok(self.shown(&known.node, Attr::from_stat(ino, &st)));
             }
@@ -140,7 +155,11 @@ impl SandboxFs {
             if file_id(&st) != identity {
                 return Err(Errno::ESTALE.into());
             }
-            self.inodes.reported(ino, fingerprint(&st));
+            if self.inodes.reported(ino, fingerprint(&st)) {
+                // Changed in place while the kernel holds it: new lookups
+                // get a new inode; this one's cached pages must go.
+                self.invalidate_data_later(ino);
+            }
             return Ok(self.shown(&known.node, Attr::from_stat(ino, &st)));
         }
         self.attr_of(&known.node, ino)

@@ -116,9 +116,17 @@ pub struct DirData {
     /// Entries of the underlying directory that the kernel has looked up,
     /// kept so that a name keeps its inode while the kernel knows it.
     discovered: Mutex<HashMap<OsString, Arc<Node>>>,
+    /// Names the kernel was told are absent and may cache as such (so a
+    /// new sandbox taking over this directory's entries can drop them
+    /// where it has those names); at most [`NEGATIVES_KEPT`].
+    negatives: Mutex<Vec<Name>>,
     /// Shown as all three times of a virtual directory.
     created: SystemTime,
 }
+
+/// How many absent names a directory lets the kernel cache; past that, a
+/// missing name is answered without letting it cache the answer.
+pub const NEGATIVES_KEPT: usize = 1024;
 
 impl Node {
     pub fn new(kind: FileKind, writable: bool, origin: Origin) -> Node {
@@ -126,6 +134,7 @@ impl Node {
             Box::new(DirData {
                 explicit: RwLock::new(Explicit::Sorted(Box::default())),
                 discovered: Mutex::default(),
+                negatives: Mutex::default(),
                 created: SystemTime::now(),
             })
         });
@@ -248,6 +257,29 @@ impl DirData {
 
     pub fn discovered(&self) -> &Mutex<HashMap<OsString, Arc<Node>>> {
         &self.discovered
+    }
+
+    /// Records that the kernel may cache `name` as absent; false if it
+    /// may not (too many recorded already).
+    pub fn note_negative(&self, name: &OsStr) -> bool {
+        let mut negatives = self.negatives.lock();
+        if negatives.iter().any(|n| n.as_os_str() == name) {
+            return true;
+        }
+        if negatives.len() >= NEGATIVES_KEPT {
+            return false;
+        }
+        negatives.push(Name::new(name));
+        true
+    }
+
+    /// The names the kernel may have cached as absent.
+    pub fn negatives(&self) -> Vec<OsString> {
+        self.negatives
+            .lock()
+            .iter()
+            .map(|n| n.as_os_str().to_owned())
+            .collect()
     }
 
     pub fn created(&self) -> SystemTime {

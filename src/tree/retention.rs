@@ -112,15 +112,21 @@ impl Retention {
         !self.retained.lock().0.is_empty() && self.claim_sweep()
     }
 
-    /// The tops of the `n` most recently kept sandboxes the kernel still
-    /// knows, newest first, for a new sandbox to choose one to take over.
-    pub fn latest(&self, n: usize) -> Vec<(OsString, std::sync::Arc<super::node::Node>)> {
+    /// The `n` most recently kept sandboxes the kernel still knows the top
+    /// of, newest first, for a new sandbox to choose one to take over.
+    pub fn latest(&self, n: usize) -> Vec<(OsString, super::adoption::Candidate)> {
         let retained = self.retained.lock();
         retained
             .0
             .iter()
             .rev()
-            .filter_map(|r| Some((r.departed.name.clone(), r.departed.top.upgrade()?)))
+            .filter_map(|r| {
+                let candidate = super::adoption::Candidate {
+                    top: r.departed.top.upgrade()?,
+                    mappings: r.nodes,
+                };
+                Some((r.departed.name.clone(), candidate))
+            })
             .take(n)
             .collect()
     }

@@ -32,6 +32,12 @@ echo 'exports_files(["defs.bzl"])' > stubs/rules_java/java/BUILD
 for rule in java_binary java_import java_library java_runtime java_toolchain java_test java_plugin; do
   printf 'def %s(**kwargs):\n    native.%s(**kwargs)\n\n' "$rule" "$rule"
 done > stubs/rules_java/java/defs.bzl
+# Debian's /etc/bazel/bazelrc sets --sandbox_debug, with which Bazel never
+# destroys a sandbox (and leaves the mount up).
+cat > .bazelrc <<'RC'
+build --nosandbox_debug
+build --verbose_failures
+RC
 cat > WORKSPACE <<'WS'
 workspace(name = "ccchain")
 local_repository(name = "rules_cc", path = "stubs/rules_cc")
