@@ -285,6 +285,7 @@ fn a_full_underlying_file_system_reports_enospc_and_the_daemon_survives() {
     if !mounted && !tier::skip("cannot mount a small tmpfs here") {
         return;
     }
+    let _unmount = UnmountOnDrop(small.clone());
     let d = fx.start(&[]);
     d.create(sandbox("s", vec![rw("/out", &small)]));
     let mut file = fs::File::create(d.path("s/out/big")).unwrap();
@@ -294,11 +295,36 @@ fn a_full_underlying_file_system_reports_enospc_and_the_daemon_survives() {
         .expect("the disk never filled");
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
     drop(file);
+    let full = free_bytes(&small);
     fs::remove_file(d.path("s/out/big")).unwrap();
+    // The daemon closes its descriptor of the removed file when the kernel
+    // forgets the inode; FORGET is queued by the unlink but served by
+    // another thread, so the space comes back just after, not during it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while free_bytes(&small) <= full && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        free_bytes(&small) > full,
+        "the removed file's space never came back"
+    );
     fs::write(d.path("s/out/small"), "fits").unwrap();
     assert_eq!(fs::read_to_string(small.join("small")).unwrap(), "fits");
     assert_eq!(d.terminate(), BY_SIGTERM);
-    Command::new("umount").arg(&small).status().unwrap();
+}
+
+/// Unmounts a file system the test mounted, also when the test fails.
+struct UnmountOnDrop(std::path::PathBuf);
+
+impl Drop for UnmountOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+fn free_bytes(dir: &Path) -> u64 {
+    let st = nix::sys::statvfs::statvfs(dir).expect("statvfs");
+    st.blocks_free() as u64 * st.fragment_size() as u64
 }
 
 #[test]
