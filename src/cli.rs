@@ -38,6 +38,8 @@ pub enum Command {
         verbose: bool,
     },
     Calibrate(CalibrateArgs),
+    Ctl(crate::ctl::CtlArgs),
+    Replay(crate::replay::ReplayArgs),
 }
 
 /// A usage error, rendered with the usage line; exit status 2.
@@ -131,9 +133,10 @@ struct ServeArgs {
     zero_message_opens: ZeroMessageOpens,
     /// Build sandboxes of fewer than N mappings as real files outside the
     /// mount (MOUNTPOINT/ID is then a symlink to them); auto: the cutoff
-    /// `actionfs calibrate` measured, else the shipped default (tmpfs: all
-    /// native, disk: all FUSE); 0: every sandbox in the FUSE view
-    #[arg(long = "native_below", value_name = "N|auto|0", default_value = "0", value_parser = parse_native_below)]
+    /// `actionfs calibrate` measured, else per sandbox from the file system
+    /// its files would be made on (tmpfs: native, else FUSE); 0: every
+    /// sandbox in the FUSE view
+    #[arg(long = "native_below", value_name = "N|auto|0", default_value = "auto", value_parser = parse_native_below)]
     native_below: NativeBelow,
     /// How native sandboxes place inputs: symlink, hardlink, clone, copy
     /// or auto
@@ -158,6 +161,19 @@ struct ServeArgs {
     /// Apply up to N requests at once (default: number of CPUs)
     #[arg(long = "reconfig_threads", value_name = "N", value_parser = parse_positive)]
     reconfig_threads: Option<usize>,
+    /// Also take requests on a Unix socket at PATH (mode 0600, the
+    /// daemon's user only), for `actionfs ctl`
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
+    /// Track what each FUSE sandbox does with its inputs and append one
+    /// JSON line per sandbox to FILE when it is destroyed (read, looked up
+    /// only, untouched); inodes are then not shared between sandboxes
+    #[arg(long = "access_log", value_name = "FILE")]
+    access_log: Option<PathBuf>,
+    /// Record the request stream with timestamps and answers to FILE, for
+    /// `actionfs replay`
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
     /// Where to mount (a directory)
     // A list, so that a second one is reported as such.
     #[arg(value_name = "MOUNTPOINT")]
@@ -218,6 +234,42 @@ all of them, write an output, destroy) in FUSE and native sandboxes from 10 to 2
 under --dir, prints the curve and the recommended --native_below, and with --write saves it \
 for --native_below=auto."
     )]
+    /// Drive a running daemon through its control socket (--control)
+    #[command(override_usage = "actionfs ctl --control=PATH [--json] VERB [ARGS]")]
+    Ctl {
+        /// The daemon's control socket
+        #[arg(long, value_name = "PATH", required = true)]
+        control: PathBuf,
+        /// Print the daemon's JSON answer as it is
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        verb: CtlVerb,
+    },
+    /// Re-drive a request stream recorded with --record (or one of Bazel's
+    /// raw streams) against a fresh daemon and print latency percentiles
+    #[command(override_usage = "actionfs replay [OPTIONS] FILE MOUNTPOINT [-- DAEMON FLAGS]")]
+    Replay {
+        /// Send as fast as the daemon answers (at most --window requests
+        /// in flight) instead of at the recorded times
+        #[arg(long)]
+        flood: bool,
+        /// Requests in flight at most when flooding or for a raw stream
+        #[arg(long, value_name = "N", default_value = "8", value_parser = parse_positive)]
+        window: usize,
+        /// Point the placeholder roots of the traces in shared/traces
+        /// (/BAZEL_OUTPUT_BASE, /BAZEL_WORKSPACE) into DIR and create every
+        /// underlying path the stream names
+        #[arg(long, value_name = "DIR")]
+        populate: Option<PathBuf>,
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        #[arg(value_name = "MOUNTPOINT")]
+        mount_point: PathBuf,
+        /// Flags for the daemon (after --)
+        #[arg(last = true, value_name = "DAEMON FLAGS")]
+        daemon_flags: Vec<String>,
+    },
     Calibrate {
         /// 10 to 5,000 inputs and fewer runs
         #[arg(long)]
@@ -238,19 +290,63 @@ for --native_below=auto."
     },
 }
 
+#[derive(Subcommand, Debug)]
+enum CtlVerb {
+    /// Create sandbox ID from --map flags and/or a --spec file
+    Create {
+        #[arg(value_name = "ID")]
+        id: String,
+        /// ro:/PATH:/UNDERLYING or rw:/PATH:/UNDERLYING (repeatable)
+        #[arg(long = "map", value_name = "TYPE:PATH:UNDERLYING", value_parser = parse_ctl_map)]
+        maps: Vec<(bool, String, String)>,
+        /// A CreateSandbox request as on the wire; its id is replaced by ID
+        #[arg(long, value_name = "FILE")]
+        spec: Option<PathBuf>,
+    },
+    /// Destroy sandbox ID
+    Destroy {
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+    /// List the sandboxes
+    List,
+    /// Print the daemon's counters and figures
+    Stats,
+    /// For each declared input of sandbox ID: read, looked up only, or
+    /// never touched (needs --access_log on the daemon)
+    Accessed {
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+}
+
+fn parse_ctl_map(text: &str) -> Result<(bool, String, String), String> {
+    let mapping = parse_mapping(text)?;
+    Ok((
+        mapping.writable,
+        mapping.path,
+        mapping.underlying.to_string_lossy().into_owned(),
+    ))
+}
+
 /// Parses the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
     let mut command = Cli::command();
     let argv = std::iter::once(OsString::from("actionfs")).chain(args);
-    let matches = command
-        .try_get_matches_from_mut(argv)
-        .map_err(|err| usage_error(&mut command, &err))?;
+    let matches = match command.try_get_matches_from_mut(argv) {
+        Ok(matches) => matches,
+        // `ctl` and `replay` keep clap's own -h (their verbs need it).
+        Err(err) if err.kind() == ErrorKind::DisplayHelp => {
+            return Ok(Command::Help(err.render().to_string()))
+        }
+        Err(err) => return Err(usage_error(&mut command, &err)),
+    };
     let cli = Cli::from_arg_matches(&matches).map_err(|err| usage_error(&mut command, &err))?;
     let sub_help = match &cli.subcommand {
         Some(
             Sub::Materialize { help, .. } | Sub::Rmtree { help, .. } | Sub::Calibrate { help, .. },
         ) => *help,
-        None => false,
+        Some(Sub::Ctl { .. } | Sub::Replay { .. }) | None => false,
     };
     if cli.help || sub_help {
         let help = match matches.subcommand_name() {
@@ -334,6 +430,9 @@ fn serve(args: ServeArgs, command: &mut clap::Command) -> Result<Command, UsageE
             .reconfig_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
         mount_point,
+        access_log: args.access_log,
+        control: args.control,
+        record: args.record,
     })))
 }
 
@@ -357,6 +456,36 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             dir: dir.ok_or_else(|| missing(command, Some("rmtree"), "missing DIR"))?,
             verbose,
         },
+        Sub::Ctl {
+            control,
+            json,
+            verb,
+        } => Command::Ctl(crate::ctl::CtlArgs {
+            control,
+            json,
+            verb: match verb {
+                CtlVerb::Create { id, maps, spec } => crate::ctl::Verb::Create { id, maps, spec },
+                CtlVerb::Destroy { id } => crate::ctl::Verb::Destroy(id),
+                CtlVerb::List => crate::ctl::Verb::List,
+                CtlVerb::Stats => crate::ctl::Verb::Stats,
+                CtlVerb::Accessed { id } => crate::ctl::Verb::Accessed(id),
+            },
+        }),
+        Sub::Replay {
+            flood,
+            window,
+            populate,
+            file,
+            mount_point,
+            daemon_flags,
+        } => Command::Replay(crate::replay::ReplayArgs {
+            file,
+            mount_point,
+            flood,
+            window,
+            populate,
+            daemon_flags,
+        }),
         Sub::Calibrate {
             quick,
             dir,
@@ -481,6 +610,8 @@ mod tests {
         assert_eq!(o.mount_point, PathBuf::from("/out/sandbox/sandboxfs"));
         assert_eq!(o.ttl, Duration::from_secs(60));
         assert!(o.input.is_none() && o.output.is_none());
+        // Bazel's flags cannot pass ours: the defaults must be the fast ones.
+        assert_eq!(o.native_below, NativeBelow::Auto);
     }
 
     #[test]

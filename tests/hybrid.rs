@@ -194,3 +194,65 @@ fn auto_takes_the_calibrated_cutoff() {
     assert_eq!(d.terminate(), BY_SIGTERM);
     assert!(fx.log().contains("fewer than 3 mappings"), "{}", fx.log());
 }
+
+#[test]
+fn by_default_sandboxes_made_on_tmpfs_are_native_and_the_others_fuse() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() && !actionfs_testkit::tier::skip("no tmpfs at /dev/shm") {
+        return;
+    }
+    let fx = Fixture::new();
+    let d = fx.start_logged(&["--native_below=auto"], "debug");
+    // Nothing native yet: the native directory is not even made.
+    assert!(!native_dir(&fx).exists());
+
+    // Bazel's layout with --sandbox_base=/dev/shm: the scratch directory
+    // holding every input is on tmpfs.
+    let scratch = tempfile::tempdir_in(shm).unwrap();
+    let mut mappings = vec![rw("/ws", scratch.path())];
+    for i in 0..3 {
+        let src = fx.write(&format!("src/pkg/in{i}.c"), &format!("input {i}"));
+        mappings.push(ro(&format!("/ws/pkg/in{i}.c"), &src));
+    }
+    d.create(sandbox("on-tmpfs", mappings));
+    // Bazel's default sandbox base: the scratch directory is on disk.
+    d.create(bazel_like(&fx, "on-disk", 3));
+
+    let kind = |id| fs::symlink_metadata(d.path(id)).unwrap().file_type();
+    assert!(
+        kind("on-tmpfs").is_symlink(),
+        "native: MOUNT/ID is a symlink"
+    );
+    assert!(kind("on-disk").is_dir(), "FUSE: MOUNT/ID is a directory");
+    for id in ["on-tmpfs", "on-disk"] {
+        let read = fs::read_to_string(d.path(&format!("{id}/ws/pkg/in2.c"))).unwrap();
+        assert_eq!(read, "input 2", "{id}");
+    }
+    assert_eq!(
+        listing(scratch.path()),
+        ["pkg", "pkg/in0.c", "pkg/in1.c", "pkg/in2.c"]
+    );
+    let stats = fx.stats_now(&d);
+    assert_eq!(stats["built"]["native"], 1, "{stats}");
+    assert!(stats["built"]["fuse"].as_u64().unwrap() >= 2, "{stats}");
+
+    d.destroy("on-tmpfs");
+    d.destroy("on-disk");
+    assert!(
+        listing(scratch.path()).is_empty(),
+        "inputs left in the scratch directory"
+    );
+    assert_eq!(d.terminate(), BY_SIGTERM);
+    let log = fx.log();
+    assert!(
+        log.contains(r#"sandbox "on-tmpfs": 4 mappings"#) && log.contains("(tmpfs): native"),
+        "{log}"
+    );
+    assert!(
+        log.contains(r#"sandbox "on-disk": 4 mappings"#) && log.contains("(not tmpfs): FUSE"),
+        "{log}"
+    );
+}

@@ -23,12 +23,15 @@ pub use error::DaemonError;
 use stop::Event;
 pub use stop::Stopped;
 
+use crate::access_log::AccessLog;
 use crate::config::{Allow, DaemonConfig};
+use crate::control::{Control, ControlSocket};
 use crate::fuse::{FuseShell, NotifierInvalidator};
 use crate::hybrid::cutoff;
 use crate::hybrid::{NativeSandboxes, Sandboxes};
 use crate::mount;
 use crate::reconfig::{self, ResponseSink};
+use crate::record::Recording;
 use crate::stats::Stats;
 use crate::tree::{FsConfig, SandboxFs};
 
@@ -53,12 +56,37 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
             FsConfig {
                 mount_point: mount_point.clone(),
                 xattrs: options.xattrs,
+                track_access: options.access_log.is_some(),
             },
             &options.mappings,
         )
         .map_err(DaemonError::Mapping)?,
     );
     let native = open_native(&options, &mount_point)?;
+    let access_log = match &options.access_log {
+        Some(path) => Some(
+            AccessLog::open(path).map_err(|source| DaemonError::AccessLog {
+                path: path.clone(),
+                source,
+            })?,
+        ),
+        None => None,
+    };
+    // Bound before mounting, so that a socket in use fails the start
+    // with nothing mounted.
+    let mut control_socket = match &options.control {
+        Some(path) => Some(ControlSocket::bind(path).map_err(DaemonError::Control)?),
+        None => None,
+    };
+    let recording = match &options.record {
+        Some(path) => Some(
+            Recording::create(path).map_err(|source| DaemonError::Record {
+                path: path.clone(),
+                source,
+            })?,
+        ),
+        None => None,
+    };
     let stats = Arc::new(Stats::default());
     let mut signals =
         Signals::new(stop::STOP_SIGNALS.iter().chain([&SIGUSR1])).map_err(DaemonError::Signals)?;
@@ -126,10 +154,32 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
                 source,
             })?;
     }
+    let sandboxes = Arc::new(Sandboxes::new(
+        fs.clone(),
+        native.clone(),
+        stats.clone(),
+        access_log,
+    ));
+    if let Some(socket) = &mut control_socket {
+        let control = Arc::new(Control {
+            sandboxes: sandboxes.clone(),
+            live_figures: Box::new(move || live_figures(&fs)),
+        });
+        socket
+            .serve(control)
+            .map_err(|source| DaemonError::Thread {
+                name: "control socket",
+                source,
+            })?;
+        log::info!("control socket at {:?}", options.control);
+    }
     {
-        let sink = Arc::new(ResponseSink::new(output));
+        let sink = Arc::new(match recording {
+            Some(recording) => ResponseSink::recorded(output, recording),
+            None => ResponseSink::new(output),
+        });
         let threads = options.reconfig_threads;
-        let backend = Arc::new(Sandboxes::new(fs, native.clone(), stats.clone()));
+        let backend: Arc<dyn reconfig::Backend> = sandboxes;
         std::thread::Builder::new()
             .name("requests".into())
             .spawn(
@@ -183,21 +233,31 @@ fn open_native(
             std::path::PathBuf::from(name)
         }
     };
-    let (below, source) =
-        cutoff::resolve(&options.native_below, options.calibration.as_deref(), &dir)
-            .map_err(DaemonError::Calibration)?;
-    if below == 0 {
-        if options.native_below != cutoff::NativeBelow::Off {
-            log::info!("hybrid: every sandbox in FUSE (cutoff 0 from {source})");
+    let (policy, source) = cutoff::resolve(&options.native_below, options.calibration.as_deref())
+        .map_err(DaemonError::Calibration)?;
+    let method = options.native_method;
+    let native = NativeSandboxes::new(&dir, policy.clone(), method);
+    match policy {
+        cutoff::Policy::Below(0) => {
+            if options.native_below != cutoff::NativeBelow::Off {
+                log::info!("hybrid: every sandbox in FUSE (cutoff 0 from {source})");
+            }
+            return Ok(None);
         }
-        return Ok(None);
+        cutoff::Policy::Below(below) => {
+            native.open_now().map_err(DaemonError::NativeDir)?;
+            log::info!(
+                "hybrid: sandboxes of fewer than {below} mappings (from {source}) are built in \
+                 {dir:?} by {}",
+                method.name()
+            );
+        }
+        cutoff::Policy::ByFileSystem => log::info!(
+            "hybrid: sandboxes whose files would be made on tmpfs are built natively by {} \
+             (in {dir:?} and their writable directories), the others in FUSE",
+            method.name()
+        ),
     }
-    let native = NativeSandboxes::open(&dir, below, options.native_method)
-        .map_err(DaemonError::NativeDir)?;
-    log::info!(
-        "hybrid: sandboxes of fewer than {below} mappings (from {source}) are built in {dir:?} by {}",
-        options.native_method.name()
-    );
     Ok(Some(Arc::new(native)))
 }
 

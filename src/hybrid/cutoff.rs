@@ -123,36 +123,54 @@ pub fn read_calibration(path: &Path) -> Result<usize, CalibrationError> {
         .ok_or_else(|| fail(CalibrationProblem::NoCutoff))
 }
 
-/// The cutoff to use and where it came from (for the log). `explicit` is
-/// a calibration file named on the command line, which must be readable;
-/// `native_dir` is where native sandboxes would be built.
+/// How sandboxes are split between the FUSE view and native trees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Fewer than this many mappings: native (0: never).
+    Below(usize),
+    /// Per sandbox, from the file system its files would be made on: on
+    /// tmpfs native ([`SHIPPED_TMPFS`]), elsewhere FUSE ([`SHIPPED_DISK`]).
+    ByFileSystem,
+}
+
+impl Policy {
+    /// Whether a sandbox of `mappings` mappings whose files would be made
+    /// in `made_in` is built natively.
+    pub fn wants_native(&self, mappings: usize, made_in: &Path) -> bool {
+        match self {
+            Policy::Below(below) => mappings < *below,
+            Policy::ByFileSystem => mappings < shipped_for(made_in),
+        }
+    }
+
+    pub fn never_native(&self) -> bool {
+        *self == Policy::Below(0)
+    }
+}
+
+/// The policy to use and where it came from (for the log). `explicit` is
+/// a calibration file named on the command line, which must be readable.
 pub fn resolve(
     asked: &NativeBelow,
     explicit: Option<&Path>,
-    native_dir: &Path,
-) -> Result<(usize, String), CalibrationError> {
+) -> Result<(Policy, String), CalibrationError> {
     match asked {
-        NativeBelow::Off => Ok((0, "--native_below=0".to_owned())),
-        NativeBelow::Fixed(n) => Ok((*n, "--native_below".to_owned())),
+        NativeBelow::Off => Ok((Policy::Below(0), "--native_below=0".to_owned())),
+        NativeBelow::Fixed(n) => Ok((Policy::Below(*n), "--native_below".to_owned())),
         NativeBelow::Auto => {
             if let Some(path) = explicit {
-                return read_calibration(path).map(|n| (n, format!("{path:?}")));
+                return read_calibration(path).map(|n| (Policy::Below(n), format!("{path:?}")));
             }
             for path in calibration_candidates() {
                 match read_calibration(&path) {
-                    Ok(n) => return Ok((n, format!("{path:?}"))),
+                    Ok(n) => return Ok((Policy::Below(n), format!("{path:?}"))),
                     Err(err) if path.exists() => log::warn!("ignoring {err}"),
                     Err(_) => {}
                 }
             }
-            let kind = if on_tmpfs(native_dir) {
-                "tmpfs"
-            } else {
-                "disk"
-            };
             Ok((
-                shipped_for(native_dir),
-                format!("the shipped default for {kind}"),
+                Policy::ByFileSystem,
+                "the file system each sandbox's files are made on".to_owned(),
             ))
         }
     }
@@ -171,22 +189,28 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.json");
         std::fs::write(&file, r#"{"native_below": 321, "curve": []}"#).unwrap();
-        let native = dir.path();
+        let auto = |file: &Path| resolve(&NativeBelow::Auto, Some(file)).map(|r| r.0);
+        assert_eq!(auto(&file).unwrap(), Policy::Below(321));
         assert_eq!(
-            resolve(&NativeBelow::Auto, Some(&file), native).unwrap().0,
-            321
-        );
-        assert_eq!(
-            resolve(&NativeBelow::Fixed(7), Some(&file), native)
-                .unwrap()
-                .0,
-            7
+            resolve(&NativeBelow::Fixed(7), Some(&file)).unwrap().0,
+            Policy::Below(7)
         );
         std::fs::write(&file, "{}").unwrap();
-        assert!(resolve(&NativeBelow::Auto, Some(&file), native).is_err());
-        assert!(resolve(&NativeBelow::Auto, Some(&dir.path().join("none")), native).is_err());
-        if Path::new("/dev/shm").is_dir() {
-            assert_eq!(shipped_for(Path::new("/dev/shm/not-yet")), SHIPPED_TMPFS);
+        assert!(auto(&file).is_err());
+        assert!(auto(&dir.path().join("none")).is_err());
+    }
+
+    #[test]
+    fn by_file_system_sandboxes_made_on_tmpfs_are_native_and_others_not() {
+        let policy = Policy::ByFileSystem;
+        if on_tmpfs(Path::new("/dev/shm")) {
+            assert!(policy.wants_native(20_000, Path::new("/dev/shm/not-yet/x")));
         }
+        let disk = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        if !on_tmpfs(disk.path()) {
+            assert!(!policy.wants_native(1, disk.path()));
+        }
+        assert!(Policy::Below(5).wants_native(4, disk.path()));
+        assert!(!Policy::Below(5).wants_native(5, Path::new("/dev/shm")));
     }
 }

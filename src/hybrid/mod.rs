@@ -16,15 +16,19 @@
 
 pub mod cutoff;
 
-use std::collections::HashMap;
+use cutoff::Policy;
+
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use actionfs_protocol::{validate_sandbox_id, ResolvedMapping};
 use parking_lot::Mutex;
 
+use crate::access_log::AccessLog;
 use crate::dirfd::Anchor;
+use crate::file_kind::FileKind;
 use crate::layout::{self, Entry};
 use crate::materialize::{self, Materialized, Method, Options, Trash};
 use crate::reconfig::{Backend, Refusal};
@@ -38,6 +42,18 @@ pub struct Sandboxes {
     fs: Arc<SandboxFs>,
     native: Option<Arc<NativeSandboxes>>,
     stats: Arc<Stats>,
+    access_log: Option<AccessLog>,
+    /// Ids with a request being applied. Requests from one stream are
+    /// already one at a time per id; this refuses a second one from
+    /// another stream (the control socket) instead of racing it.
+    in_flight: Mutex<HashSet<String>>,
+}
+
+/// One sandbox as `ctl list` shows it.
+pub struct Listed {
+    pub id: String,
+    pub native: bool,
+    pub mappings: usize,
 }
 
 impl Sandboxes {
@@ -45,8 +61,49 @@ impl Sandboxes {
         fs: Arc<SandboxFs>,
         native: Option<Arc<NativeSandboxes>>,
         stats: Arc<Stats>,
+        access_log: Option<AccessLog>,
     ) -> Sandboxes {
-        Sandboxes { fs, native, stats }
+        Sandboxes {
+            fs,
+            native,
+            stats,
+            access_log,
+            in_flight: Mutex::default(),
+        }
+    }
+
+    pub fn fs(&self) -> &Arc<SandboxFs> {
+        &self.fs
+    }
+
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// The sandboxes that exist now, sorted by id.
+    pub fn list(&self) -> Vec<Listed> {
+        self.fs
+            .sandbox_list()
+            .into_iter()
+            .map(|(id, mappings)| {
+                let native = self.native.as_ref().and_then(|n| n.mappings(&id));
+                Listed {
+                    native: native.is_some(),
+                    mappings: native.unwrap_or(mappings),
+                    id,
+                }
+            })
+            .collect()
+    }
+
+    fn claim<'a>(&'a self, id: &'a str) -> Result<InFlight<'a>, Refusal> {
+        if !self.in_flight.lock().insert(id.to_owned()) {
+            return Err(format!(
+                "sandbox {id:?}: another request for it is being applied; try again"
+            )
+            .into());
+        }
+        Ok(InFlight { owner: self, id })
     }
 
     /// Builds sandbox `id` natively from `plan`, or hands the same plan to
@@ -58,10 +115,8 @@ impl Sandboxes {
         plan: Entry,
     ) -> Result<(), SandboxError> {
         match native.create(id, &plan) {
-            Ok(()) => {
-                let shown = self
-                    .fs
-                    .create_sandbox_link(id, native.links.clone(), OsStr::new(id));
+            Ok(links) => {
+                let shown = self.fs.create_sandbox_link(id, links, OsStr::new(id));
                 if shown.is_err() {
                     if let Err(err) = native.destroy(id) {
                         log::error!("sandbox {id:?}: cannot undo a native build: {err}");
@@ -77,9 +132,22 @@ impl Sandboxes {
     }
 }
 
+/// An id claimed for one request; released when dropped.
+struct InFlight<'a> {
+    owner: &'a Sandboxes,
+    id: &'a str,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.owner.in_flight.lock().remove(self.id);
+    }
+}
+
 impl Backend for Sandboxes {
     fn create(&self, id: &str, mappings: &[ResolvedMapping]) -> Result<&'static str, Refusal> {
         validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
+        let _claimed = self.claim(id)?;
         if self.fs.has_sandbox(id) {
             return Err(SandboxError::Exists(id.to_owned()).into());
         }
@@ -92,7 +160,11 @@ impl Backend for Sandboxes {
                     error,
                 }
             })?;
-        let built = match self.native.as_deref().filter(|n| n.wants(mappings.len())) {
+        let native = self
+            .native
+            .as_deref()
+            .filter(|n| n.wants(id, &plan, mappings.len()));
+        let built = match native {
             Some(native) => {
                 self.create_native(native, id, plan)?;
                 if native.is_native(id) {
@@ -121,6 +193,13 @@ impl Backend for Sandboxes {
     }
 
     fn destroy(&self, id: &str) -> Result<(), Refusal> {
+        let _claimed = self.claim(id)?;
+        if let Some(log) = &self.access_log {
+            // Read before the tree goes; native sandboxes have nothing to say.
+            if let Ok(inputs) = self.fs.accessed(id) {
+                log.write(id, &inputs);
+            }
+        }
         self.fs.destroy_sandbox(id)?;
         if let Some(native) = &self.native {
             native.destroy(id)?;
@@ -129,26 +208,31 @@ impl Backend for Sandboxes {
     }
 }
 
-/// The natively built sandboxes and where they live.
+/// The natively built sandboxes, where they live, and the policy that
+/// picks them.
 pub struct NativeSandboxes {
-    below: usize,
+    policy: Policy,
     method: Method,
+    dir: PathBuf,
+    /// Set up at the first native build (or at start for a fixed cutoff),
+    /// so that a daemon that never builds one leaves no directory behind;
+    /// `None` if it could not be set up (every sandbox is then FUSE).
+    opened: OnceLock<Option<NativeDir>>,
+    /// Each native sandbox's record and mapping count.
+    live: Mutex<HashMap<String, (Materialized, usize)>>,
+}
+
+struct NativeDir {
     trees: PathBuf,
     /// `links/ID` is the symlink the view shows as `MOUNT/ID`.
     links: Arc<Anchor>,
     trash: Trash,
-    live: Mutex<HashMap<String, Materialized>>,
 }
 
-impl NativeSandboxes {
-    /// Prepares `dir` (created if missing) for native sandboxes of fewer
-    /// than `below` mappings. Whatever an earlier daemon left there is
-    /// thrown away.
-    pub fn open(
-        dir: &Path,
-        below: usize,
-        method: Method,
-    ) -> Result<NativeSandboxes, materialize::Error> {
+impl NativeDir {
+    /// Prepares `dir` (created if missing). Whatever an earlier daemon
+    /// left there is thrown away.
+    fn open(dir: &Path) -> Result<NativeDir, materialize::Error> {
         let trees = dir.join("trees");
         let links = dir.join("links");
         for sub in [&trees, &links] {
@@ -164,56 +248,122 @@ impl NativeSandboxes {
         }
         let links =
             Anchor::open(&links, None).map_err(|e| materialize::Error::new("open", &links, e))?;
-        Ok(NativeSandboxes {
-            below,
-            method,
+        Ok(NativeDir {
             trees,
             links: Arc::new(links),
             trash,
-            live: Mutex::default(),
         })
     }
+}
 
-    /// Whether a sandbox of `mappings` mappings should be built natively.
-    pub fn wants(&self, mappings: usize) -> bool {
-        mappings < self.below
+impl NativeSandboxes {
+    /// Native sandboxes picked by `policy`, built in `dir` by `method`.
+    pub fn new(dir: &Path, policy: Policy, method: Method) -> NativeSandboxes {
+        NativeSandboxes {
+            policy,
+            method,
+            dir: dir.to_owned(),
+            opened: OnceLock::new(),
+            live: Mutex::default(),
+        }
+    }
+
+    /// Sets up the native directory now, for an error at start rather
+    /// than a fallback later.
+    pub fn open_now(&self) -> Result<(), materialize::Error> {
+        let mut failed = None;
+        self.opened
+            .get_or_init(|| match NativeDir::open(&self.dir) {
+                Ok(dir) => Some(dir),
+                Err(err) => {
+                    failed = Some(err);
+                    None
+                }
+            });
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn native_dir(&self) -> Result<&NativeDir, materialize::Error> {
+        let opened = self
+            .opened
+            .get_or_init(|| match NativeDir::open(&self.dir) {
+                Ok(dir) => Some(dir),
+                Err(err) => {
+                    log::warn!("native sandboxes are off, every sandbox is served by FUSE: {err}");
+                    None
+                }
+            });
+        opened
+            .as_ref()
+            .ok_or_else(|| materialize::Error::other(&self.dir, "the native directory is unusable"))
+    }
+
+    /// Whether sandbox `id`, planned as `plan` from `mappings` mappings,
+    /// should be built natively. Logged at debug level.
+    pub fn wants(&self, id: &str, plan: &Entry, mappings: usize) -> bool {
+        if self.policy.never_native() {
+            return false;
+        }
+        let trees = self.dir.join("trees");
+        let made_in = made_in(plan).unwrap_or(&trees);
+        let native = self.policy.wants_native(mappings, made_in);
+        log::debug!(
+            "sandbox {id:?}: {mappings} mappings, files made in {made_in:?} ({}): {}",
+            if cutoff::on_tmpfs(made_in) {
+                "tmpfs"
+            } else {
+                "not tmpfs"
+            },
+            if native { "native" } else { "FUSE" }
+        );
+        native
     }
 
     fn is_native(&self, id: &str) -> bool {
         self.live.lock().contains_key(id)
     }
 
+    /// The mapping count of native sandbox `id`.
+    fn mappings(&self, id: &str) -> Option<usize> {
+        self.live.lock().get(id).map(|(_, count)| *count)
+    }
+
     /// Builds sandbox `id` (a validated id, not yet in use) from `plan`,
-    /// and the symlink `links/ID` to it. On error nothing is left.
-    fn create(&self, id: &str, plan: &Entry) -> Result<(), materialize::Error> {
-        let root = self.trees.join(id);
+    /// and the symlink `links/ID` to it; returns the `links` directory. On
+    /// error nothing is left.
+    fn create(&self, id: &str, plan: &Entry) -> Result<Arc<Anchor>, materialize::Error> {
+        let dir = self.native_dir()?;
+        let root = dir.trees.join(id);
         let options = Options {
             method: self.method,
             threads: 0,
         };
         let built = materialize::materialize(plan, &root, options)?;
-        let link = self.links.path().join(id);
+        let link = dir.links.path().join(id);
         if let Err(err) = std::os::unix::fs::symlink(&root, &link) {
-            if let Err(cleanup) = materialize::teardown(&built, Some(&self.trash)) {
+            if let Err(cleanup) = materialize::teardown(&built, Some(&dir.trash)) {
                 log::error!("sandbox {id:?}: cannot undo a native build: {cleanup}");
             }
             return Err(materialize::Error::new("symlink", &link, err));
         }
-        self.live.lock().insert(id.to_owned(), built);
-        Ok(())
+        self.live
+            .lock()
+            .insert(id.to_owned(), (built, plan.mapping_count()));
+        Ok(dir.links.clone())
     }
 
     /// Removes native sandbox `id` (already gone from the view): what it
     /// made inside writable directories at once, its tree through the
     /// trash. Returns false if `id` is not native.
     pub fn destroy(&self, id: &str) -> Result<bool, materialize::Error> {
-        let Some(built) = self.live.lock().remove(id) else {
+        let Some((built, _)) = self.live.lock().remove(id) else {
             return Ok(false);
         };
-        let link = self.links.path().join(id);
+        let dir = self.native_dir()?;
+        let link = dir.links.path().join(id);
         let unlinked =
             std::fs::remove_file(&link).map_err(|e| materialize::Error::new("unlink", &link, e));
-        materialize::teardown(&built, Some(&self.trash))?;
+        materialize::teardown(&built, Some(&dir.trash))?;
         unlinked.map(|()| true)
     }
 
@@ -226,6 +376,31 @@ impl NativeSandboxes {
                 log::warn!("sandbox {id:?}: {err}");
             }
         }
-        self.trash.wait_idle();
+        if let Some(Some(dir)) = self.opened.get() {
+            dir.trash.wait_idle();
+        }
     }
+}
+
+/// Where a native build of `plan` makes most of its files: inside the
+/// shallowest writable directory mapping with mappings nested below it
+/// (Bazel's layout: the scratch directory holding every input), else
+/// (`None`) in the native directory.
+fn made_in(plan: &Entry) -> Option<&Path> {
+    let mut level = vec![plan];
+    while !level.is_empty() {
+        for entry in &level {
+            if let Some(mapped) = &entry.mapped {
+                if mapped.writable && mapped.kind == FileKind::Directory {
+                    return Some(&mapped.underlying);
+                }
+            }
+        }
+        level = level
+            .iter()
+            .flat_map(|entry| entry.children.values())
+            .filter(|entry| !entry.children.is_empty())
+            .collect();
+    }
+    None
 }

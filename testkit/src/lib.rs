@@ -87,8 +87,15 @@ impl Fixture {
 
     /// The daemon command with `args` before the mount point; its log goes
     /// to `daemon.log` in the fixture.
+    /// The daemon's command line with `args`. Sandboxes are served by the
+    /// FUSE view unless `args` set `--native_below` (the default, auto,
+    /// builds sandboxes on tmpfs natively).
     pub fn command(&self, args: &[&str]) -> Command {
-        self.command_of(bin(), args)
+        let mut all = args.to_vec();
+        if !args.iter().any(|a| a.starts_with("--native_below")) {
+            all.insert(0, "--native_below=0");
+        }
+        self.command_of(bin(), &all)
     }
 
     /// `command`, for another build of the daemon (e.g. a baseline binary
