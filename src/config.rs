@@ -50,4 +50,10 @@ pub struct DaemonConfig {
     pub calibration: Option<PathBuf>,
     pub reconfig_threads: usize,
     pub mount_point: PathBuf,
+    /// Where to write what each sandbox did with its inputs, at destroy.
+    pub access_log: Option<PathBuf>,
+    /// The control socket (`control`).
+    pub control: Option<PathBuf>,
+    /// Where to record the request stream (`record`).
+    pub record: Option<PathBuf>,
 }

@@ -39,9 +39,12 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod access_log;
 pub mod calibrate;
 pub mod cli;
 pub mod config;
+pub mod control;
+pub mod ctl;
 pub mod daemon;
 pub mod dirfd;
 pub mod file_kind;
@@ -51,6 +54,8 @@ pub mod layout;
 pub mod materialize;
 pub mod mount;
 pub mod reconfig;
+pub mod record;
+pub mod replay;
 mod sharded;
 pub mod stats;
 mod sys;

@@ -35,6 +35,8 @@ fn main() -> ExitCode {
         Ok(Command::Materialize(args)) => exit(actionfs::tools::materialize(&args)),
         Ok(Command::Rmtree { dir, verbose }) => exit(actionfs::tools::rmtree(&dir, verbose)),
         Ok(Command::Calibrate(args)) => exit(actionfs::calibrate::run(&args)),
+        Ok(Command::Ctl(args)) => exit(actionfs::ctl::run(&args)),
+        Ok(Command::Replay(args)) => exit(actionfs::replay::run(&args)),
     }
 }
 

@@ -25,6 +25,7 @@ use actionfs_protocol::{
 };
 use parking_lot::Mutex;
 
+use crate::record::Recording;
 use crate::stats::{RequestKind, Stats};
 
 /// Why a request was refused; its text is the answer's error.
@@ -41,16 +42,30 @@ pub trait Backend: Send + Sync {
 /// are dropped from then on and the file system keeps serving.
 pub struct ResponseSink {
     writer: Mutex<Option<ResponseWriter<Box<dyn Write + Send>>>>,
+    recording: Option<Recording>,
 }
 
 impl ResponseSink {
     pub fn new(output: Box<dyn Write + Send>) -> ResponseSink {
         ResponseSink {
             writer: Mutex::new(Some(ResponseWriter::new(output))),
+            recording: None,
+        }
+    }
+
+    /// A sink that also records the stream: requests read through
+    /// [`serve`] and the answers sent here.
+    pub fn recorded(output: Box<dyn Write + Send>, recording: Recording) -> ResponseSink {
+        ResponseSink {
+            recording: Some(recording),
+            ..ResponseSink::new(output)
         }
     }
 
     pub fn send(&self, response: &Response) {
+        if let Some(recording) = &self.recording {
+            recording.answer(response);
+        }
         let mut writer = self.writer.lock();
         let Some(out) = writer.as_mut() else {
             return;
@@ -66,7 +81,7 @@ impl ResponseSink {
 }
 
 /// A request ready to apply: prefixes resolved, paths validated.
-enum Job {
+pub(crate) enum Job {
     Create {
         id: String,
         mappings: Vec<ResolvedMapping>,
@@ -98,14 +113,16 @@ pub fn serve<R: Read>(
     let mut prefixes = PrefixTable::new();
     for item in RequestReader::new(input) {
         let job = match item {
-            Ok(Decoded::Request(request)) => match prepare(&mut prefixes, request) {
-                Ok(job) => job,
-                Err((id, message)) => {
-                    log::warn!("{message}");
-                    sink.send(&Response::error(id, message));
-                    continue;
+            Ok(Decoded::Request(request)) => {
+                match record_then_prepare(&sink, &mut prefixes, request) {
+                    Ok(job) => job,
+                    Err((id, message)) => {
+                        log::warn!("{message}");
+                        sink.send(&Response::error(id, message));
+                        continue;
+                    }
                 }
-            },
+            }
             Ok(Decoded::Invalid { id, message }) => {
                 let message = format!("sandbox {id:?}: {message}");
                 log::warn!("{message}");
@@ -134,8 +151,22 @@ pub fn serve<R: Read>(
     Ok(())
 }
 
+fn record_then_prepare(
+    sink: &ResponseSink,
+    prefixes: &mut PrefixTable,
+    request: Request,
+) -> Result<Job, (String, String)> {
+    if let Some(recording) = &sink.recording {
+        recording.request(&request);
+    }
+    prepare(prefixes, request)
+}
+
 /// Registers the request's prefixes and resolves its mappings.
-fn prepare(prefixes: &mut PrefixTable, request: Request) -> Result<Job, (String, String)> {
+pub(crate) fn prepare(
+    prefixes: &mut PrefixTable,
+    request: Request,
+) -> Result<Job, (String, String)> {
     match request {
         Request::Destroy(id) => Ok(Job::Destroy { id }),
         // Prefixes stay registered even if the sandbox later fails: the
@@ -189,7 +220,7 @@ fn start_workers(
 
 /// Applies one job and builds its answer. A panic in the backend is a bug;
 /// it is answered as an internal error and logged, and serving goes on.
-fn apply(backend: &dyn Backend, job: Job, stats: &Stats) -> Response {
+pub(crate) fn apply(backend: &dyn Backend, job: Job, stats: &Stats) -> Response {
     let started = Instant::now();
     let id = job.id().to_owned();
     let kind = match job {

@@ -232,6 +232,7 @@ impl Harness {
         let config = FsConfig {
             mount_point: dir.path().join("mnt"),
             xattrs: false,
+            track_access: false,
         };
         let fs = SandboxFs::new(config, &[]).unwrap();
         Harness {

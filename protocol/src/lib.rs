@@ -21,6 +21,10 @@ pub mod resolve;
 pub mod types;
 
 pub use client::{Client, ClientError};
-pub use codec::{Decoded, FatalError, RequestReader, ResponseWriter};
+pub use codec::{
+    decode_value, encode_request, Decoded, FatalError, RequestReader, ResponseReader,
+    ResponseWriter,
+};
+pub use frame::{FrameError, Framer};
 pub use resolve::{validate_sandbox_id, PrefixTable, ResolveError, ResolvedMapping};
 pub use types::{CreateSandbox, Mapping, PrefixId, Request, Response};

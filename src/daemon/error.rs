@@ -43,6 +43,15 @@ pub enum DaemonError {
         source: io::Error,
     },
     Session(io::Error),
+    AccessLog {
+        path: PathBuf,
+        source: io::Error,
+    },
+    Record {
+        path: PathBuf,
+        source: io::Error,
+    },
+    Control(io::Error),
     /// Every thread that could stop the daemon ended without saying why.
     ThreadsEnded,
 }
@@ -74,6 +83,13 @@ impl fmt::Display for DaemonError {
             }
             DaemonError::Unmount { path, source } => write!(f, "cannot unmount {path:?}: {source}"),
             DaemonError::Session(err) => write!(f, "FUSE session failed: {err}"),
+            DaemonError::AccessLog { path, source } => {
+                write!(f, "cannot open the access log {path:?}: {source}")
+            }
+            DaemonError::Record { path, source } => {
+                write!(f, "cannot create the recording {path:?}: {source}")
+            }
+            DaemonError::Control(err) => write!(f, "{err}"),
             DaemonError::ThreadsEnded => f.write_str("every daemon thread ended unexpectedly"),
         }
     }

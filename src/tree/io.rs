@@ -15,6 +15,7 @@ use super::error::{Errno, FsError, FsResult};
 use super::handles::OpenFile;
 use super::held::HeldFd;
 use super::namespace::require_object;
+use super::node::Access;
 use super::SandboxFs;
 
 /// Open flags passed on to the underlying file; the rest (O_CREAT, O_EXCL,
@@ -93,6 +94,7 @@ impl SandboxFs {
         if node.is_dir() {
             return Err(Errno::EISDIR.into());
         }
+        self.note_access(&node, Access::Read);
         let flags = OFlag::from_bits_truncate(flags & PASSED_FLAGS & !libc::O_CREAT);
         let file = require_object(&node)?.open(flags)?;
         // Cached pages stay valid only if this is the file opened last
@@ -183,6 +185,12 @@ impl SandboxFs {
 
     /// Reads up to `size` bytes at `offset`; fewer only at end of file.
     pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        if self.tracks_access() {
+            // Opened without telling us: the first read is the first sign.
+            if let Ok(node) = self.node(ino) {
+                node.note_access(Access::Read);
+            }
+        }
         let open = self.io_file(ino, fh, false)?;
         let mut buf = vec![0; size as usize];
         let mut filled = 0;

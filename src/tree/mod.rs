@@ -13,6 +13,7 @@
 //! - `underlying`: how a node reaches its underlying object, never through
 //!   a symlink below a mapping's root (docs/SECURITY.md).
 
+mod access;
 mod adoption;
 mod attr;
 mod build;
@@ -42,6 +43,7 @@ use actionfs_protocol::{validate_sandbox_id, ResolveError, ResolvedMapping};
 use parking_lot::Mutex;
 
 pub use crate::sys::Caller;
+pub use access::{AccessError, InputAccess};
 pub use attr::{Attr, FileKind};
 pub use error::{Errno, FsError, FsResult};
 pub use handles::{DirEntry, OpenFile};
@@ -49,6 +51,7 @@ pub use inodes::ROOT_INO;
 pub use io::Opened;
 pub use mutate::{SetAttr, SetTime};
 pub use namespace::StatFs;
+pub use node::Access;
 pub use xattr::XattrReply;
 
 use handles::{HandleTable, OpenDir};
@@ -91,6 +94,8 @@ pub struct FsConfig {
     pub mount_point: PathBuf,
     /// Pass extended attributes through to underlying files.
     pub xattrs: bool,
+    /// Record what each sandbox does with its inputs (`access`).
+    pub track_access: bool,
 }
 
 /// Why a sandbox cannot be created or destroyed; the text is the answer
@@ -274,7 +279,8 @@ impl SandboxFs {
     /// holds the taken-over top directory by.
     fn take_over_cache(&self, id: &str, tree: &Arc<Node>, mappings: usize) -> Option<OsString> {
         let invalidator = self.invalidator.get()?;
-        if !self.zero_message_opens() || !tree.is_dir() {
+        // A taken-over cache hides the accesses of the new sandbox.
+        if !self.zero_message_opens() || !tree.is_dir() || self.config.track_access {
             return None;
         }
         let (names, candidates): (Vec<_>, Vec<_>) = self
@@ -430,6 +436,18 @@ impl SandboxFs {
             reaper::dispose(tree);
         }
         Ok(())
+    }
+
+    /// The sandboxes that exist now with their mapping counts, by id.
+    pub fn sandbox_list(&self) -> Vec<(String, usize)> {
+        let mut list: Vec<(String, usize)> = self
+            .sandboxes
+            .lock()
+            .iter()
+            .map(|(name, &count)| (name.to_string_lossy().into_owned(), count))
+            .collect();
+        list.sort();
+        list
     }
 
     /// Ids of the sandboxes that exist now.

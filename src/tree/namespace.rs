@@ -12,7 +12,7 @@ use super::held::HeldFd;
 use super::inodes::ROOT_INO;
 use super::io::{file_id, fingerprint};
 use super::name::Name;
-use super::node::{Node, Origin};
+use super::node::{Access, Node, Origin};
 use super::underlying::{self, UDir, UObj};
 use super::SandboxFs;
 use crate::dirfd::kind_of;
@@ -36,7 +36,10 @@ impl SandboxFs {
         let parent = self.node(parent)?;
         let dir = parent.dir()?;
         if let Some(child) = dir.explicit(name) {
-            if is_shareable(&child) {
+            self.note_access(&child, Access::Lookup);
+            self.note_access(&parent, Access::Read);
+            // Shared inodes would hide later sandboxes' accesses.
+            if is_shareable(&child) && !self.tracks_access() {
                 let st = require_object(&child)?.stat()?;
                 let ino = self
                     .inodes
@@ -55,6 +58,8 @@ impl SandboxFs {
         let Some(backing) = backing_dir(&parent)? else {
             return Err(Errno::ENOENT.into());
         };
+        // Something looked up inside a mapped directory uses it.
+        self.note_access(&parent, Access::Read);
         let st = match backing.stat_entry(name) {
             Ok(st) => st,
             Err(err) => {
@@ -200,6 +205,7 @@ impl SandboxFs {
         if node.kind() != FileKind::Symlink {
             return Err(Errno::EINVAL.into());
         }
+        self.note_access(&node, Access::Read);
         require_object(&node)?.readlink()
     }
 
@@ -208,6 +214,7 @@ impl SandboxFs {
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
         let node = self.node(ino)?;
         let dir = node.dir()?;
+        self.note_access(&node, Access::Read);
         let explicit = dir.explicit_entries();
         // Names of the same snapshot, for shadowing in one hash lookup each.
         let shadowing: HashSet<&OsStr> = explicit.iter().map(|(n, _)| n.as_os_str()).collect();

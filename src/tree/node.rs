@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
@@ -51,6 +51,9 @@ pub struct Node {
     /// Identity of the underlying file at the last open (0: never opened),
     /// so the kernel keeps cached pages only while it is the same file.
     opened_identity: AtomicU64,
+    /// How far the kernel got with this node, when access is tracked
+    /// (an [`Access`] as a number; in what would be padding).
+    access: AtomicU8,
     kind: FileKind,
     /// Whether operations may change the underlying object (and, for a
     /// directory, its entries).
@@ -128,7 +131,30 @@ pub struct DirData {
 /// missing name is answered without letting it cache the answer.
 pub const NEGATIVES_KEPT: usize = 1024;
 
+/// What was done with an input, in increasing order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Access {
+    None = 0,
+    /// Looked up (stat, or the path walked through), never read.
+    Lookup = 1,
+    /// Opened for reading, read, or (a directory) listed.
+    Read = 2,
+}
+
 impl Node {
+    /// Records that the kernel went as far as `access` with this node.
+    pub fn note_access(&self, access: Access) {
+        self.access.fetch_max(access as u8, Ordering::Relaxed);
+    }
+
+    pub fn access(&self) -> Access {
+        match self.access.load(Ordering::Relaxed) {
+            0 => Access::None,
+            1 => Access::Lookup,
+            _ => Access::Read,
+        }
+    }
+
     pub fn new(kind: FileKind, writable: bool, origin: Origin) -> Node {
         let dir = (kind == FileKind::Directory).then(|| {
             Box::new(DirData {
@@ -142,6 +168,7 @@ impl Node {
             ino: AtomicU64::new(0),
             lookups: AtomicU32::new(0),
             opened_identity: AtomicU64::new(0),
+            access: AtomicU8::new(Access::None as u8),
             kind,
             writable,
             origin: Mutex::new(origin),

@@ -22,6 +22,7 @@ fn new_fs(dir: &Path) -> SandboxFs {
         FsConfig {
             mount_point: dir.join("mnt"),
             xattrs: false,
+            track_access: false,
         },
         &[],
     )

@@ -63,6 +63,7 @@ pub fn apply_stream(fixture: &Fixture, bytes: &[u8]) {
     let config = FsConfig {
         mount_point: fixture.root.join("mnt"),
         xattrs: false,
+        track_access: false,
     };
     let fs = SandboxFs::new(config, &[]).expect("an empty view");
     let mut prefixes = PrefixTable::new();

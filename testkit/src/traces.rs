@@ -3,11 +3,10 @@
 //! placeholder roots point into a scratch directory, and every underlying
 //! path they name is created.
 
-use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use actionfs_protocol::{Decoded, PrefixTable, Request, RequestReader};
+use actionfs_protocol::{Decoded, Request, RequestReader};
 
 /// Where the recorded streams are: $ACTIONFS_TRACES, else
 /// `../shared/traces/bazel-4.2.3` beside this checkout.
@@ -33,12 +32,7 @@ pub fn available() -> bool {
 /// `root`.
 pub fn load(stem: &str, root: &Path) -> Vec<Request> {
     let raw = fs::read_to_string(traces_dir().join(format!("{stem}.requests.json"))).unwrap();
-    let raw = raw
-        .replace(
-            "/BAZEL_OUTPUT_BASE",
-            root.join("output_base").to_str().unwrap(),
-        )
-        .replace("/BAZEL_WORKSPACE", root.join("workspace").to_str().unwrap());
+    let raw = actionfs::replay::rewrite_placeholders(&raw, root);
     RequestReader::new(raw.as_bytes())
         .map(|item| match item {
             Ok(Decoded::Request(request)) => request,
@@ -50,22 +44,5 @@ pub fn load(stem: &str, root: &Path) -> Vec<Request> {
 /// Creates every underlying path the stream names: writable mappings are
 /// scratch directories, the rest files holding their own path.
 pub fn populate(requests: &[Request]) -> usize {
-    let mut prefixes = PrefixTable::new();
-    let mut files = BTreeSet::new();
-    for request in requests {
-        let Request::Create(create) = request else {
-            continue;
-        };
-        prefixes.register(&create.prefixes).unwrap();
-        for mapping in &create.mappings {
-            let resolved = prefixes.resolve(mapping).unwrap();
-            if resolved.writable {
-                fs::create_dir_all(&resolved.underlying).unwrap();
-            } else if files.insert(resolved.underlying.clone()) {
-                fs::create_dir_all(resolved.underlying.parent().unwrap()).unwrap();
-                fs::write(&resolved.underlying, resolved.underlying.to_str().unwrap()).unwrap();
-            }
-        }
-    }
-    files.len()
+    actionfs::replay::populate(requests).expect("populating the traced paths")
 }
