@@ -36,10 +36,8 @@ impl Recording {
     }
 
     pub fn answer(&self, response: &Response) {
-        self.write(
-            "answer",
-            json!({"id": response.id, "error": response.error}),
-        );
+        let answer = serde_json::to_value(response).expect("a response always serializes");
+        self.write("answer", answer);
     }
 
     fn write(&self, kind: &str, value: Value) {

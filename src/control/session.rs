@@ -120,7 +120,7 @@ fn handle(control: &Control, prefixes: &mut PrefixTable, bytes: &[u8]) -> Value 
 }
 
 fn response(response: Response) -> Value {
-    json!({ "id": response.id, "error": response.error })
+    serde_json::to_value(response).expect("a response always serializes")
 }
 
 fn list(control: &Control) -> Value {

@@ -57,11 +57,7 @@ fn final_symlink_is_eloop(
 /// Whether the last component of `rel` below `dir` is a symlink (checked
 /// only on the error path: the directory holding it is opened again).
 fn last_is_symlink(dir: BorrowedFd<'_>, rel: &CStr) -> bool {
-    let bytes = rel.to_bytes();
-    let (parent, last) = match bytes.iter().rposition(|&b| b == b'/') {
-        Some(at) => (&bytes[..at], &bytes[at + 1..]),
-        None => (&b""[..], bytes),
-    };
+    let (parent, last) = split_last(rel.to_bytes());
     let holder = if parent.is_empty() {
         None
     } else {
@@ -73,11 +69,27 @@ fn last_is_symlink(dir: BorrowedFd<'_>, rel: &CStr) -> bool {
             Err(_) => return false,
         }
     };
-    let from = holder.as_ref().map_or(dir, |fd| {
-        use std::os::fd::AsFd;
-        fd.as_fd()
-    });
-    nix::sys::stat::fstatat(from, last, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+    is_symlink_at(opened_or(&holder, dir), last)
+}
+
+/// `rel` split at its last `/`: the directories leading to the last
+/// component (empty if none), and that component.
+fn split_last(rel: &[u8]) -> (&[u8], &[u8]) {
+    match rel.iter().rposition(|&b| b == b'/') {
+        Some(at) => (&rel[..at], &rel[at + 1..]),
+        None => (&b""[..], rel),
+    }
+}
+
+/// The directory opened so far, or `dir` if none was.
+fn opened_or<'a>(opened: &'a Option<OwnedFd>, dir: BorrowedFd<'a>) -> BorrowedFd<'a> {
+    use std::os::fd::AsFd;
+    opened.as_ref().map_or(dir, |fd| fd.as_fd())
+}
+
+/// Whether entry `name` of `dir` is a symlink.
+fn is_symlink_at(dir: BorrowedFd<'_>, name: &[u8]) -> bool {
+    nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
         .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
 }
 
@@ -89,24 +101,14 @@ pub fn walk_beneath(
     flags: OFlag,
     mode: Mode,
 ) -> io::Result<OwnedFd> {
-    let bytes = rel.to_bytes();
-    let (parents, last) = match bytes.iter().rposition(|&b| b == b'/') {
-        Some(at) => (&bytes[..at], &bytes[at + 1..]),
-        None => (&b""[..], bytes),
-    };
+    let (parents, last) = split_last(rel.to_bytes());
     let mut current: Option<OwnedFd> = None;
     for component in parents.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
-        let from = current.as_ref().map_or(dir, |fd| {
-            use std::os::fd::AsFd;
-            fd.as_fd()
-        });
+        let from = opened_or(&current, dir);
         let next = nix::fcntl::openat(from, component, super::PATH_DIR_FLAGS, Mode::empty());
         current = Some(next.map_err(|err| symlink_is_eloop(from, component, err))?);
     }
-    let from = current.as_ref().map_or(dir, |fd| {
-        use std::os::fd::AsFd;
-        fd.as_fd()
-    });
+    let from = opened_or(&current, dir);
     let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     nix::fcntl::openat(from, last, flags, mode)
         .map_err(|err| final_symlink_is_eloop(dir, rel, flags, err.into()))
@@ -115,10 +117,7 @@ pub fn walk_beneath(
 /// O_DIRECTORY | O_NOFOLLOW fails on a symlink with ENOTDIR; say ELOOP, as
 /// openat2 does, so that both paths report a planted symlink alike.
 fn symlink_is_eloop(dir: BorrowedFd<'_>, name: &[u8], err: nix::errno::Errno) -> nix::errno::Errno {
-    let is_symlink = err == nix::errno::Errno::ENOTDIR
-        && nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK);
-    if is_symlink {
+    if err == nix::errno::Errno::ENOTDIR && is_symlink_at(dir, name) {
         nix::errno::Errno::ELOOP
     } else {
         err

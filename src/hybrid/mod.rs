@@ -214,6 +214,8 @@ pub struct NativeSandboxes {
     policy: Policy,
     method: Method,
     dir: PathBuf,
+    /// `dir/trees`, where native trees are built.
+    trees: PathBuf,
     /// Set up at the first native build (or at start for a fixed cutoff),
     /// so that a daemon that never builds one leaves no directory behind;
     /// `None` if it could not be set up (every sandbox is then FUSE).
@@ -223,7 +225,6 @@ pub struct NativeSandboxes {
 }
 
 struct NativeDir {
-    trees: PathBuf,
     /// `links/ID` is the symlink the view shows as `MOUNT/ID`.
     links: Arc<Anchor>,
     trash: Trash,
@@ -249,7 +250,6 @@ impl NativeDir {
         let links =
             Anchor::open(&links, None).map_err(|e| materialize::Error::new("open", &links, e))?;
         Ok(NativeDir {
-            trees,
             links: Arc::new(links),
             trash,
         })
@@ -263,6 +263,7 @@ impl NativeSandboxes {
             policy,
             method,
             dir: dir.to_owned(),
+            trees: dir.join("trees"),
             opened: OnceLock::new(),
             live: Mutex::default(),
         }
@@ -272,30 +273,23 @@ impl NativeSandboxes {
     /// than a fallback later.
     pub fn open_now(&self) -> Result<(), materialize::Error> {
         let mut failed = None;
-        self.opened
-            .get_or_init(|| match NativeDir::open(&self.dir) {
-                Ok(dir) => Some(dir),
-                Err(err) => {
-                    failed = Some(err);
-                    None
-                }
-            });
+        self.open_once(|err| failed = Some(err));
         failed.map_or(Ok(()), Err)
     }
 
     fn native_dir(&self) -> Result<&NativeDir, materialize::Error> {
-        let opened = self
-            .opened
-            .get_or_init(|| match NativeDir::open(&self.dir) {
-                Ok(dir) => Some(dir),
-                Err(err) => {
-                    log::warn!("native sandboxes are off, every sandbox is served by FUSE: {err}");
-                    None
-                }
-            });
-        opened
+        self.open_once(|err| {
+            log::warn!("native sandboxes are off, every sandbox is served by FUSE: {err}")
+        })
+        .ok_or_else(|| materialize::Error::other(&self.dir, "the native directory is unusable"))
+    }
+
+    /// The native directory, set up by the first call; a failure to set
+    /// it up goes to that call's `on_error`, and is final.
+    fn open_once(&self, on_error: impl FnOnce(materialize::Error)) -> Option<&NativeDir> {
+        self.opened
+            .get_or_init(|| NativeDir::open(&self.dir).map_err(on_error).ok())
             .as_ref()
-            .ok_or_else(|| materialize::Error::other(&self.dir, "the native directory is unusable"))
     }
 
     /// Whether sandbox `id`, planned as `plan` from `mappings` mappings,
@@ -304,8 +298,7 @@ impl NativeSandboxes {
         if self.policy.never_native() {
             return false;
         }
-        let trees = self.dir.join("trees");
-        let made_in = made_in(plan).unwrap_or(&trees);
+        let made_in = made_in(plan).unwrap_or(&self.trees);
         let native = self.policy.wants_native(mappings, made_in);
         log::debug!(
             "sandbox {id:?}: {mappings} mappings, files made in {made_in:?} ({}): {}",
@@ -333,7 +326,7 @@ impl NativeSandboxes {
     /// error nothing is left.
     fn create(&self, id: &str, plan: &Entry) -> Result<Arc<Anchor>, materialize::Error> {
         let dir = self.native_dir()?;
-        let root = dir.trees.join(id);
+        let root = self.trees.join(id);
         let options = Options {
             method: self.method,
             threads: 0,
