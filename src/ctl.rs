@@ -100,16 +100,17 @@ fn read_spec(path: &PathBuf) -> Result<CreateSandbox, CtlError> {
 fn call(control: &PathBuf, request: &Value) -> Result<Value, CtlError> {
     let fail = |what: &str, err: std::io::Error| CtlError(format!("{control:?}: {what}: {err}"));
     let mut stream = UnixStream::connect(control).map_err(|e| fail("connect", e))?;
-    stream
+    // A daemon that refuses us answers and closes before reading our request,
+    // so a failed send may still leave its answer to read: read it first.
+    let sent = stream
         .write_all(request.to_string().as_bytes())
-        .map_err(|e| fail("send", e))?;
-    stream
-        .shutdown(std::net::Shutdown::Write)
-        .map_err(|e| fail("shutdown", e))?;
+        .and_then(|()| stream.shutdown(std::net::Shutdown::Write));
     let mut line = String::new();
-    BufReader::new(stream)
-        .read_line(&mut line)
-        .map_err(|e| fail("receive", e))?;
+    let received = BufReader::new(stream).read_line(&mut line);
+    if line.is_empty() {
+        sent.map_err(|e| fail("send", e))?;
+        received.map_err(|e| fail("receive", e))?;
+    }
     serde_json::from_str(&line).map_err(|e| {
         CtlError(format!(
             "{control:?}: the answer is not JSON ({e}): {line:?}"
