@@ -142,6 +142,10 @@ struct ServeArgs {
     /// or auto
     #[arg(long = "native_method", value_name = "METHOD", default_value = "symlink", value_parser = parse_method)]
     native_method: Method,
+    /// Destroyed native sandboxes kept per file system to build the next
+    /// ones from (symlink method only; 0 turns reuse off)
+    #[arg(long = "native_stashes", value_name = "N", default_value_t = 8)]
+    native_stashes: usize,
     /// Where native sandboxes are built (default: MOUNTPOINT.native; the
     /// inputs' file system for hardlink and clone)
     #[arg(long = "native_dir", value_name = "PATH")]
@@ -424,6 +428,7 @@ fn serve(args: ServeArgs, command: &mut clap::Command) -> Result<Command, UsageE
         zero_message_opens: args.zero_message_opens,
         native_below: args.native_below,
         native_method: args.native_method,
+        native_stashes: args.native_stashes,
         native_dir: args.native_dir,
         calibration: args.calibration,
         reconfig_threads: args

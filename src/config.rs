@@ -45,6 +45,8 @@ pub struct DaemonConfig {
     pub zero_message_opens: ZeroMessageOpens,
     pub native_below: NativeBelow,
     pub native_method: Method,
+    /// Destroyed native sandboxes kept per file system for reuse.
+    pub native_stashes: usize,
     /// `None`: next to the mount point.
     pub native_dir: Option<PathBuf>,
     pub calibration: Option<PathBuf>,

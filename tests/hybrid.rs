@@ -256,3 +256,94 @@ fn by_default_sandboxes_made_on_tmpfs_are_native_and_the_others_fuse() {
         "{log}"
     );
 }
+
+/// Every symlink under `dir` with its target, relative and sorted.
+fn links(dir: &Path) -> Vec<(String, String)> {
+    listing(dir)
+        .into_iter()
+        .filter_map(|rel| {
+            let target = fs::read_link(dir.join(&rel)).ok()?;
+            Some((rel, target.display().to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn a_destroyed_native_sandbox_is_reused_and_nothing_an_action_wrote_moves() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() && !actionfs_testkit::tier::skip("no tmpfs at /dev/shm") {
+        return;
+    }
+    let fx = Fixture::new();
+    let d = fx.start_logged(&["--native_below=auto"], "debug");
+    // Bazel's layout with --sandbox_base=/dev/shm: BASE/N/scratch, where
+    // Bazel made the output directory `out` before the request.
+    let base = tempfile::tempdir_in(shm).unwrap();
+    let scratch = |n: &str| {
+        let dir = base.path().join(n).join("scratch");
+        fs::create_dir_all(dir.join("out")).unwrap();
+        dir
+    };
+    let inputs = |scratch: &Path, range: std::ops::Range<usize>, odd: &str| {
+        let mut mappings = vec![rw("/ws", scratch)];
+        for i in range {
+            let src = fx.write(&format!("src/pkg/in{i}.c"), &format!("input {i}"));
+            mappings.push(ro(&format!("/ws/pkg/in{i}.c"), &src));
+        }
+        for i in 0..3 {
+            let src = fx.write(&format!("src/pkg/sub/h{i}.h"), "header");
+            mappings.push(ro(&format!("/ws/pkg/sub/h{i}.h"), &src));
+        }
+        mappings.push(ro("/ws/pkg/odd.c", &fx.write(odd, odd)));
+        // A generated input inside the output directory Bazel made.
+        mappings.push(ro("/ws/out/gen.h", &fx.write("gen/gen.h", "generated")));
+        mappings
+    };
+
+    let first = scratch("1");
+    d.create(sandbox("first", inputs(&first, 0..40, "src/odd-a.c")));
+    // The action writes its output, and a file into an input directory.
+    fs::write(d.path("first/ws/out/result.o"), "output").unwrap();
+    fs::write(d.path("first/ws/pkg/sub/stray.txt"), "stray").unwrap();
+    d.destroy("first");
+    // Only what the action wrote is left for Bazel; the inputs are gone.
+    assert_eq!(
+        listing(&first),
+        ["out", "out/result.o", "pkg", "pkg/sub", "pkg/sub/stray.txt"]
+    );
+
+    // Overlapping inputs, some new, one with another target.
+    let second = scratch("2");
+    d.create(sandbox("second", inputs(&second, 10..50, "src/odd-b.c")));
+    let stats = fx.stats_now(&d);
+    assert_eq!(stats["built"]["stash"], 1, "{stats}");
+    assert_eq!(
+        fs::read_to_string(d.path("second/ws/pkg/odd.c")).unwrap(),
+        "src/odd-b.c"
+    );
+    assert!(!second.join("pkg/sub/stray.txt").exists());
+    // The same tree a fresh build makes, beside the output directory.
+    let fresh_scratch = scratch("3");
+    d.create(sandbox(
+        "fresh",
+        inputs(&fresh_scratch, 10..50, "src/odd-b.c"),
+    ));
+    assert_eq!(links(&second), links(&fresh_scratch));
+    assert_eq!(listing(&second), listing(&fresh_scratch));
+    assert_eq!(links(&second).len(), 40 + 3 + 2);
+    let stats = fx.stats_now(&d);
+    assert_eq!(stats["built"]["stash"], 1, "no stash was left: {stats}");
+    d.destroy("second");
+    d.destroy("fresh");
+    assert_eq!(listing(&second), ["out"]);
+    assert_eq!(d.terminate(), BY_SIGTERM);
+    // The stashes went with the daemon.
+    let left: Vec<_> = fs::read_dir(base.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(left.len(), 3, "{left:?}");
+}

@@ -236,7 +236,7 @@ fn open_native(
     let (policy, source) = cutoff::resolve(&options.native_below, options.calibration.as_deref())
         .map_err(DaemonError::Calibration)?;
     let method = options.native_method;
-    let native = NativeSandboxes::new(&dir, policy.clone(), method);
+    let native = NativeSandboxes::new(&dir, policy.clone(), method, options.native_stashes);
     match policy {
         cutoff::Policy::Below(0) => {
             if options.native_below != cutoff::NativeBelow::Off {

@@ -15,11 +15,17 @@
 //! directory, a failing system call) falls back to FUSE, logged.
 
 pub mod cutoff;
+pub mod stash;
+
+use stash::{Pool, Stash, Stashes};
+
+#[cfg(test)]
+mod reuse_tests;
 
 use cutoff::Policy;
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -30,7 +36,9 @@ use crate::access_log::AccessLog;
 use crate::dirfd::Anchor;
 use crate::file_kind::FileKind;
 use crate::layout::{self, Entry};
-use crate::materialize::{self, Materialized, Method, Options, Trash};
+use crate::materialize::reuse::{self, Stamps};
+use crate::materialize::shape::Dir;
+use crate::materialize::{self, InPlace, Materialized, Method, Options, Trash};
 use crate::reconfig::{Backend, Refusal};
 use crate::stats::{Built, Stats};
 use crate::tree::{SandboxError, SandboxFs};
@@ -112,21 +120,23 @@ impl Sandboxes {
         &self,
         native: &NativeSandboxes,
         id: &str,
-        plan: Entry,
-    ) -> Result<(), SandboxError> {
-        match native.create(id, &plan) {
-            Ok(links) => {
+        mut plan: Entry,
+    ) -> Result<Built, SandboxError> {
+        match native.create(id, &mut plan) {
+            Ok((links, built)) => {
                 let shown = self.fs.create_sandbox_link(id, links, OsStr::new(id));
                 if shown.is_err() {
                     if let Err(err) = native.destroy(id) {
                         log::error!("sandbox {id:?}: cannot undo a native build: {err}");
                     }
                 }
-                shown
+                shown.map(|()| built)
             }
             Err(why) => {
                 log::info!("sandbox {id:?}: served by FUSE, as it cannot be built natively: {why}");
-                self.fs.create_planned(id, plan)
+                self.fs
+                    .create_planned(id, plan)
+                    .map(|()| Built::FuseFallback)
             }
         }
     }
@@ -165,14 +175,7 @@ impl Backend for Sandboxes {
             .as_deref()
             .filter(|n| n.wants(id, &plan, mappings.len()));
         let built = match native {
-            Some(native) => {
-                self.create_native(native, id, plan)?;
-                if native.is_native(id) {
-                    Built::Native
-                } else {
-                    Built::FuseFallback
-                }
-            }
+            Some(native) => self.create_native(native, id, plan)?,
             None => {
                 let planned = started.elapsed();
                 self.fs.create_planned(id, plan)?;
@@ -220,8 +223,37 @@ pub struct NativeSandboxes {
     /// so that a daemon that never builds one leaves no directory behind;
     /// `None` if it could not be set up (every sandbox is then FUSE).
     opened: OnceLock<Option<NativeDir>>,
-    /// Each native sandbox's record and mapping count.
-    live: Mutex<HashMap<String, (Materialized, usize)>>,
+    /// Where destroyed sandboxes' inputs are kept for reuse; `None` when
+    /// reuse is off (or the method makes files an action could change).
+    stashes: Option<Stashes>,
+    live: Mutex<HashMap<String, Live>>,
+}
+
+/// A native sandbox.
+struct Live {
+    built: Materialized,
+    mappings: usize,
+    /// How to stash its inputs when it is destroyed.
+    reusable: Option<Reusable>,
+}
+
+/// The inputs a native build placed in its writable directory, for a
+/// stash.
+struct Reusable {
+    root: Arc<Anchor>,
+    shape: Dir,
+    placed: Vec<PathBuf>,
+    stamps: Stamps,
+    pool: Arc<Pool>,
+}
+
+/// Where a sandbox's inputs would go, when they can come from a stash.
+struct ReuseTarget {
+    /// Names from the sandbox root to the writable directory's entry.
+    names: Vec<OsString>,
+    root: Arc<Anchor>,
+    want: Dir,
+    pool: Arc<Pool>,
 }
 
 struct NativeDir {
@@ -258,13 +290,17 @@ impl NativeDir {
 
 impl NativeSandboxes {
     /// Native sandboxes picked by `policy`, built in `dir` by `method`.
-    pub fn new(dir: &Path, policy: Policy, method: Method) -> NativeSandboxes {
+    /// Up to `stashes` destroyed sandboxes per file system are kept for
+    /// reuse when `method` is symlink (other methods make files an action
+    /// could change in place).
+    pub fn new(dir: &Path, policy: Policy, method: Method, stashes: usize) -> NativeSandboxes {
         NativeSandboxes {
             policy,
             method,
             dir: dir.to_owned(),
             trees: dir.join("trees"),
             opened: OnceLock::new(),
+            stashes: (method == Method::Symlink && stashes > 0).then(|| Stashes::new(dir, stashes)),
             live: Mutex::default(),
         }
     }
@@ -312,26 +348,38 @@ impl NativeSandboxes {
         native
     }
 
-    fn is_native(&self, id: &str) -> bool {
-        self.live.lock().contains_key(id)
-    }
-
     /// The mapping count of native sandbox `id`.
     fn mappings(&self, id: &str) -> Option<usize> {
-        self.live.lock().get(id).map(|(_, count)| *count)
+        self.live.lock().get(id).map(|live| live.mappings)
     }
 
     /// Builds sandbox `id` (a validated id, not yet in use) from `plan`,
-    /// and the symlink `links/ID` to it; returns the `links` directory. On
-    /// error nothing is left.
-    fn create(&self, id: &str, plan: &Entry) -> Result<Arc<Anchor>, materialize::Error> {
+    /// from a stash where one fits, and the symlink `links/ID` to it;
+    /// returns the `links` directory and how it was built. On error
+    /// nothing is left and `plan` is as it was.
+    pub fn create(
+        &self,
+        id: &str,
+        plan: &mut Entry,
+    ) -> Result<(Arc<Anchor>, Built), materialize::Error> {
         let dir = self.native_dir()?;
         let root = self.trees.join(id);
-        let options = Options {
-            method: self.method,
-            threads: 0,
+        let target = self.reuse_target(plan);
+        let stashed = target
+            .as_ref()
+            .and_then(|target| Some((target, target.pool.take(&target.want)?)));
+        let from_stash = stashed.and_then(|(target, stash)| {
+            self.build_from_stash(plan, &root, target, stash)
+                .map_err(|why| log::info!("sandbox {id:?}: built afresh, as {why}"))
+                .ok()
+        });
+        let (built, how) = match from_stash {
+            Some(built) => (built, Built::Stash),
+            None => (
+                materialize::materialize(plan, &root, self.options())?,
+                Built::Native,
+            ),
         };
-        let built = materialize::materialize(plan, &root, options)?;
         let link = dir.links.path().join(id);
         if let Err(err) = std::os::unix::fs::symlink(&root, &link) {
             if let Err(cleanup) = materialize::teardown(&built, Some(&dir.trash)) {
@@ -339,24 +387,123 @@ impl NativeSandboxes {
             }
             return Err(materialize::Error::new("symlink", &link, err));
         }
-        self.live
-            .lock()
-            .insert(id.to_owned(), (built, plan.mapping_count()));
-        Ok(dir.links.clone())
+        let reusable = target.and_then(|target| reusable(target, &built));
+        let live = Live {
+            built,
+            mappings: plan.mapping_count(),
+            reusable,
+        };
+        self.live.lock().insert(id.to_owned(), live);
+        Ok((dir.links.clone(), how))
     }
 
-    /// Removes native sandbox `id` (already gone from the view): what it
-    /// made inside writable directories at once, its tree through the
-    /// trash. Returns false if `id` is not native.
+    fn options(&self) -> Options {
+        Options {
+            method: self.method,
+            threads: 0,
+        }
+    }
+
+    /// Where `plan`'s inputs would go if they can come from a stash.
+    fn reuse_target(&self, plan: &Entry) -> Option<ReuseTarget> {
+        let stashes = self.stashes.as_ref()?;
+        let names = inputs_dir(plan)?;
+        let entry = entry_at(plan, &names);
+        let want = Dir::of_plan(entry)?;
+        let root = entry.mapped.as_ref()?.anchor.clone();
+        let pool = stashes.pool_for(&root)?;
+        Some(ReuseTarget {
+            names,
+            root,
+            want,
+            pool,
+        })
+    }
+
+    /// Builds `plan` at `root` with the inputs of its writable directory
+    /// taken from `stash`, reshaped. On error nothing is left, the stash
+    /// is discarded and `plan` is as it was.
+    fn build_from_stash(
+        &self,
+        plan: &mut Entry,
+        root: &Path,
+        target: &ReuseTarget,
+        stash: Stash,
+    ) -> Result<Materialized, materialize::Error> {
+        let pool = &target.pool;
+        let built = if reuse::unchanged_tree(&stash.dir, &stash.shape, &stash.stamps) {
+            Ok(())
+        } else {
+            Err(materialize::Error::other(&stash.path, "the stash changed"))
+        };
+        let built = built
+            .and_then(|()| {
+                reuse::reshape(
+                    &stash.dir,
+                    &stash.path,
+                    &stash.shape,
+                    &target.want,
+                    pool.trash(),
+                )
+            })
+            .and_then(|_| {
+                // Everything but the writable directory's inputs, which
+                // come from the stash.
+                let inputs = std::mem::take(&mut entry_at_mut(plan, &target.names).children);
+                let built = materialize::materialize(plan, root, self.options());
+                entry_at_mut(plan, &target.names).children = inputs;
+                built
+            });
+        let mut built = match built {
+            Ok(built) => built,
+            Err(err) => {
+                pool.discard(&stash.path);
+                return Err(err);
+            }
+        };
+        let (placed, outcome) = reuse::put_in(&stash.dir, &target.want, &target.root);
+        built.in_place = placed
+            .into_iter()
+            .map(|rel| InPlace {
+                root: target.root.clone(),
+                rel,
+            })
+            .collect();
+        pool.discard(&stash.path);
+        if let Err(err) = outcome {
+            if let Err(cleanup) = materialize::teardown(&built, self.opened_trash()) {
+                log::error!("cannot undo a build from a stash: {cleanup}");
+            }
+            return Err(err);
+        }
+        Ok(built)
+    }
+
+    fn opened_trash(&self) -> Option<&Trash> {
+        self.opened.get()?.as_ref().map(|dir| &dir.trash)
+    }
+
+    /// Removes native sandbox `id` (already gone from the view): its
+    /// inputs into a stash where it has one, else what it made inside
+    /// writable directories at once; its tree through the trash. Returns
+    /// false if `id` is not native.
     pub fn destroy(&self, id: &str) -> Result<bool, materialize::Error> {
-        let Some((built, _)) = self.live.lock().remove(id) else {
+        let Some(live) = self.live.lock().remove(id) else {
             return Ok(false);
         };
         let dir = self.native_dir()?;
         let link = dir.links.path().join(id);
         let unlinked =
             std::fs::remove_file(&link).map_err(|e| materialize::Error::new("unlink", &link, e));
-        materialize::teardown(&built, Some(&dir.trash))?;
+        let reusable = live.reusable.filter(|r| r.pool.wants_more());
+        let stashed = reusable.map(|reusable| {
+            stash(reusable).map_err(|err| log::info!("sandbox {id:?}: not stashed: {err}"))
+        });
+        match stashed {
+            // What is left in the writable directory is the action's.
+            Some(Ok(())) => dir.trash.discard(&live.built.root)?,
+            _ => materialize::teardown(&live.built, Some(&dir.trash))?,
+        }
         unlinked.map(|()| true)
     }
 
@@ -369,8 +516,67 @@ impl NativeSandboxes {
                 log::warn!("sandbox {id:?}: {err}");
             }
         }
+        if let Some(stashes) = &self.stashes {
+            stashes.remove_all();
+        }
         if let Some(Some(dir)) = self.opened.get() {
             dir.trash.wait_idle();
+        }
+    }
+}
+
+/// What to stash of `built` at destroy, if all it placed in writable
+/// directories went into `target`'s.
+fn reusable(target: ReuseTarget, built: &Materialized) -> Option<Reusable> {
+    let placed = built
+        .in_place
+        .iter()
+        .map(|entry| Arc::ptr_eq(&entry.root, &target.root).then(|| entry.rel.clone()))
+        .collect::<Option<Vec<_>>>()?;
+    let stamps = reuse::stamp(&target.root, &target.want, &placed)
+        .map_err(|err| log::debug!("inputs not stamped, so not reused: {err}"))
+        .ok()?;
+    Some(Reusable {
+        root: target.root,
+        shape: target.want,
+        placed,
+        stamps,
+        pool: target.pool,
+    })
+}
+
+/// Moves the inputs `reusable` describes into a new stash of its pool.
+fn stash(reusable: Reusable) -> Result<(), materialize::Error> {
+    let pool = &reusable.pool;
+    let (path, dir) = pool.new_dir()?;
+    let moved = reuse::stash_out(
+        &reusable.root,
+        reusable.shape,
+        &reusable.placed,
+        &reusable.stamps,
+        &dir,
+        &path,
+    );
+    match moved {
+        Ok(shape) if !shape.is_empty() => {
+            let stamps = reuse::stamp_tree(&dir, &shape)
+                .map_err(|e| materialize::Error::new("fstatat", &path, e));
+            match stamps {
+                Ok(stamps) => pool.keep(path, dir, shape, stamps),
+                Err(err) => {
+                    pool.discard(&path);
+                    return Err(err);
+                }
+            }
+            Ok(())
+        }
+        Ok(_) => {
+            pool.discard(&path);
+            Ok(())
+        }
+        Err(err) => {
+            pool.discard(&path);
+            Err(err)
         }
     }
 }
@@ -380,20 +586,49 @@ impl NativeSandboxes {
 /// (Bazel's layout: the scratch directory holding every input), else
 /// (`None`) in the native directory.
 fn made_in(plan: &Entry) -> Option<&Path> {
-    let mut level = vec![plan];
+    let names = inputs_dir(plan)?;
+    Some(&entry_at(plan, &names).mapped.as_ref()?.underlying)
+}
+
+/// The names leading from `plan`'s root to the shallowest writable
+/// directory mapping with mappings nested below it.
+fn inputs_dir(plan: &Entry) -> Option<Vec<OsString>> {
+    let mut level: Vec<(Vec<OsString>, &Entry)> = vec![(Vec::new(), plan)];
     while !level.is_empty() {
-        for entry in &level {
+        for (names, entry) in &level {
             if let Some(mapped) = &entry.mapped {
                 if mapped.writable && mapped.kind == FileKind::Directory {
-                    return Some(&mapped.underlying);
+                    return Some(names.clone());
                 }
             }
         }
         level = level
-            .iter()
-            .flat_map(|entry| entry.children.values())
-            .filter(|entry| !entry.children.is_empty())
+            .into_iter()
+            .flat_map(|(names, entry)| {
+                entry
+                    .children
+                    .iter()
+                    .filter(|(_, child)| !child.children.is_empty())
+                    .map(move |(name, child)| {
+                        let mut names = names.clone();
+                        names.push(name.clone());
+                        (names, child)
+                    })
+            })
             .collect();
     }
     None
+}
+
+fn entry_at<'a>(plan: &'a Entry, names: &[OsString]) -> &'a Entry {
+    names.iter().fold(plan, |entry, name| &entry.children[name])
+}
+
+fn entry_at_mut<'a>(plan: &'a mut Entry, names: &[OsString]) -> &'a mut Entry {
+    names.iter().fold(plan, |entry, name| {
+        entry
+            .children
+            .get_mut(name)
+            .expect("a path found in this plan")
+    })
 }

@@ -7,10 +7,15 @@
 //! - [`teardown`] removes what a materialization created, and nothing else.
 //! - [`remove_tree`] deletes a tree like `rm -rf`; [`Trash`] does it in the
 //!   background after a single rename.
+//! - [`reuse`] moves a build's inputs out of a writable directory into a
+//!   stash and a stash into another build, changing only the difference
+//!   between their [`shape`]s.
 
 mod create;
 mod place;
 mod remove;
+pub mod reuse;
+pub mod shape;
 mod trash;
 
 use std::fmt;

@@ -277,3 +277,21 @@ mod capabilities {
         Ok(())
     }
 }
+
+/// Renames `from` in `from_dir` to `to` in `to_dir` unless `to` exists
+/// (EEXIST then): a move that can never replace what is there.
+pub fn rename_noreplace(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+) -> io::Result<()> {
+    use nix::fcntl::RenameFlags;
+    Ok(nix::fcntl::renameat2(
+        from_dir,
+        from,
+        to_dir,
+        to,
+        RenameFlags::RENAME_NOREPLACE,
+    )?)
+}

@@ -190,3 +190,24 @@ pub fn as_caller<T>(caller: Caller, create: impl FnOnce() -> T) -> T {
     unsafe { pthread_setugid_np(KAUTH_UID_NONE, KAUTH_GID_NONE) };
     result
 }
+
+/// Renames `from` in `from_dir` to `to` in `to_dir` unless `to` exists
+/// (EEXIST then): a move that can never replace what is there.
+pub fn rename_noreplace(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+) -> io::Result<()> {
+    // SAFETY: valid C strings and descriptors, borrowed for the call.
+    let ret = unsafe {
+        libc::renameatx_np(
+            from_dir.as_raw_fd(),
+            from.as_ptr(),
+            to_dir.as_raw_fd(),
+            to.as_ptr(),
+            libc::RENAME_EXCL,
+        )
+    };
+    check(ret).map(drop)
+}

@@ -1,0 +1,547 @@
+//! Reusing the inputs a native build placed inside a writable directory.
+//!
+//! In Bazel's layout every input lies inside the writable scratch
+//! directory, which Bazel deletes after the destroy. Instead of deleting
+//! the inputs one by one, [`stash_out`] moves them into a stash directory
+//! of ours with one rename per directory that holds only inputs; a later
+//! sandbox takes a stash, [`reshape`]s it into its own inputs (only
+//! the difference costs system calls) and [`put_in`] moves it into its
+//! scratch directory the same way.
+//!
+//! What an action wrote never reaches the next sandbox: each directory the
+//! build made is stamped right after it was made ([`stamp`]); a directory
+//! whose stamp changed (an entry added, removed or renamed in it) is not
+//! moved whole but entry by entry, so what is not ours stays where the
+//! action put it; a directory moved whole is stamped again in the stash,
+//! so that a change between the check and the rename is caught too. A
+//! stash is stamped when it is made ([`stamp_tree`]) and used only if it
+//! is [`unchanged_tree`].
+//!
+//! Every path below a writable directory is resolved from its pinned
+//! descriptor without following symlinks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{CStr, OsStr, OsString};
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::{FileStat, Mode};
+
+use super::shape::{Dir, Node};
+use super::{Error, Trash};
+use crate::dirfd::beneath::open_beneath;
+use crate::dirfd::{c_name, kind_of, Anchor, DirFd};
+use crate::file_kind::FileKind;
+use crate::sys;
+
+/// Mode of the directories a reshape makes, as the materializer's.
+const DIR_MODE: u32 = 0o755;
+
+/// What changes when an entry is added to, removed from or renamed in a
+/// directory: its change time, modification time, size and link count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    ino: u64,
+    ctime: (i64, i64),
+    mtime: (i64, i64),
+    size: i64,
+    nlink: u64,
+}
+
+impl Stamp {
+    // Field widths differ between platforms.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    fn of(st: &FileStat) -> Stamp {
+        Stamp {
+            ino: st.st_ino as u64,
+            ctime: (st.st_ctime as i64, st.st_ctime_nsec as i64),
+            mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+            size: st.st_size as i64,
+            nlink: st.st_nlink as u64,
+        }
+    }
+}
+
+/// Stamps of the directories a build made, by path below the writable
+/// directory.
+pub type Stamps = HashMap<PathBuf, Stamp>;
+
+fn err(syscall: &'static str, base: &Path, rel: &Path, source: io::Error) -> Error {
+    Error::new(syscall, &base.join(rel), source)
+}
+
+fn c(name: &OsStr, base: &Path, rel: &Path) -> Result<std::ffi::CString, Error> {
+    c_name(name).map_err(|e| err("open", base, rel, e))
+}
+
+/// Opens directory `rel` below `root` (`""` for `root` itself), following
+/// no symlink.
+fn open_rel(root: &Anchor, rel: &Path) -> io::Result<DirFd> {
+    if rel.as_os_str().is_empty() {
+        return DirFd::reopen(root);
+    }
+    let rel = c_name(rel.as_os_str())?;
+    open_beneath(
+        root.as_fd(),
+        &rel,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )
+    .map(DirFd::from_owned)
+}
+
+/// The node at `rel` of `shape`.
+fn node_at<'a>(shape: &'a Dir, rel: &Path) -> Option<&'a Node> {
+    let mut names = rel.iter();
+    let mut node = shape.get(names.next()?)?;
+    for name in names {
+        match node {
+            Node::Dir(dir) => node = dir.get(name)?,
+            Node::Link(_) => return None,
+        }
+    }
+    Some(node)
+}
+
+/// Stamps every directory at and below the entries `placed` (paths below
+/// `root` that a build made, as in `shape`).
+pub fn stamp(root: &Anchor, shape: &Dir, placed: &[PathBuf]) -> Result<Stamps, Error> {
+    let mut stamps = Stamps::new();
+    let base = root.path();
+    for rel in placed {
+        let Some(Node::Dir(dir)) = node_at(shape, rel) else {
+            continue;
+        };
+        let (parent, name) = split(rel);
+        let parent_dir = open_rel(root, parent).map_err(|e| err("openat2", base, parent, e))?;
+        stamp_dir(&parent_dir, name, dir, rel, base, &mut stamps)?;
+    }
+    Ok(stamps)
+}
+
+fn stamp_dir(
+    parent: &DirFd,
+    name: &OsStr,
+    dir: &Dir,
+    rel: &Path,
+    base: &Path,
+    stamps: &mut Stamps,
+) -> Result<(), Error> {
+    let cname = c(name, base, rel)?;
+    let st = parent
+        .stat_at(&cname)
+        .map_err(|e| err("fstatat", base, rel, e))?;
+    stamps.insert(rel.to_owned(), Stamp::of(&st));
+    let mut subdirs = dir.entries().iter().filter_map(|(name, node)| match node {
+        Node::Dir(sub) => Some((name, sub)),
+        Node::Link(_) => None,
+    });
+    let Some(first) = subdirs.next() else {
+        return Ok(());
+    };
+    let opened = parent
+        .open_at(&cname)
+        .map_err(|e| err("openat", base, rel, e))?;
+    for (sub_name, sub) in std::iter::once(first).chain(subdirs) {
+        stamp_dir(&opened, sub_name, sub, &rel.join(sub_name), base, stamps)?;
+    }
+    Ok(())
+}
+
+fn split(rel: &Path) -> (&Path, &OsStr) {
+    (
+        rel.parent().unwrap_or(Path::new("")),
+        rel.file_name().unwrap_or_default(),
+    )
+}
+
+/// Whether directory `name` of `parent` (at `rel`) and every directory
+/// below it still carries the stamp it had after the build.
+fn unchanged(parent: &DirFd, name: &CStr, dir: &Dir, rel: &Path, stamps: &Stamps) -> bool {
+    let Some(stamp) = stamps.get(rel) else {
+        return false;
+    };
+    match parent.stat_at(name) {
+        Ok(st) if Stamp::of(&st) == *stamp => {}
+        _ => return false,
+    }
+    let mut subdirs = dir
+        .entries()
+        .iter()
+        .filter_map(|(name, node)| match node {
+            Node::Dir(sub) => Some((name, sub)),
+            Node::Link(_) => None,
+        })
+        .peekable();
+    if subdirs.peek().is_none() {
+        return true;
+    }
+    let Ok(opened) = parent.open_at(name) else {
+        return false;
+    };
+    subdirs.all(|(sub_name, sub)| {
+        c_name(sub_name).is_ok_and(|c| unchanged(&opened, &c, sub, &rel.join(sub_name), stamps))
+    })
+}
+
+/// Whether directory `name` of `to`, just renamed there, and every
+/// directory below it still carry their stamps: closes the window between
+/// [`unchanged`] and the rename. A rename changes the moved directory's
+/// own change time, and nothing else of these.
+fn moved_unchanged(to: &DirFd, name: &CStr, dir: &Dir, rel: &Path, stamps: &Stamps) -> bool {
+    let Some(stamp) = stamps.get(rel) else {
+        return false;
+    };
+    let Ok(st) = to.stat_at(name) else {
+        return false;
+    };
+    let now = Stamp::of(&st);
+    let same_but_ctime = Stamp {
+        ctime: stamp.ctime,
+        ..now
+    } == *stamp;
+    same_but_ctime
+        && dir.entries().iter().all(|(sub_name, node)| match node {
+            Node::Dir(sub) => to.open_at(name).is_ok_and(|opened| {
+                c_name(sub_name)
+                    .is_ok_and(|c| unchanged(&opened, &c, sub, &rel.join(sub_name), stamps))
+            }),
+            Node::Link(_) => true,
+        })
+}
+
+/// A shape being assembled from the parts that moved.
+#[derive(Default)]
+struct Draft(BTreeMap<OsString, Part>);
+
+enum Part {
+    Draft(Draft),
+    Done(Node),
+}
+
+impl Draft {
+    fn insert(&mut self, rel: &Path, node: Node) {
+        let (parent, name) = split(rel);
+        let mut draft = self;
+        for component in parent.iter() {
+            let part = draft
+                .0
+                .entry(component.to_owned())
+                .or_insert_with(|| Part::Draft(Draft::default()));
+            draft = match part {
+                Part::Draft(inner) => inner,
+                // Never: placed entries do not lie inside one another.
+                Part::Done(_) => return,
+            };
+        }
+        draft.0.insert(name.to_owned(), Part::Done(node));
+    }
+
+    fn finish(self) -> Dir {
+        Dir::new(
+            self.0
+                .into_iter()
+                .map(|(name, part)| match part {
+                    Part::Draft(draft) => (name, Node::Dir(draft.finish())),
+                    Part::Done(node) => (name, node),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Moves the entries `placed` (paths below `root` that a build made, as
+/// in `shape`, stamped in `stamps`) into `stash` (an empty directory of
+/// ours at `stash_path`, on the same file system), at the same paths.
+/// Returns the shape of what moved; what an action added stays behind.
+/// On error, what already moved is in the stash.
+pub fn stash_out(
+    root: &Anchor,
+    mut shape: Dir,
+    placed: &[PathBuf],
+    stamps: &Stamps,
+    stash: &DirFd,
+    stash_path: &Path,
+) -> Result<Dir, Error> {
+    let base = root.path();
+    let mut moved = Draft::default();
+    let mut opened: HashMap<PathBuf, (DirFd, DirFd)> = HashMap::new();
+    for rel in placed {
+        let Some(node) = shape.take(rel) else {
+            continue;
+        };
+        let (parent, name) = split(rel);
+        if !opened.contains_key(parent) {
+            let from = match open_rel(root, parent) {
+                Ok(dir) => dir,
+                // The action removed or replaced the directory: nothing
+                // of ours is left to take from it.
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(err("openat2", base, parent, e)),
+            };
+            let to = make_dirs(stash, stash_path, parent)?;
+            opened.insert(parent.to_owned(), (from, to));
+        }
+        let (from, to) = &opened[parent];
+        let cname = c(name, base, rel)?;
+        if let Some(node) = move_node(from, to, &cname, node, rel, stamps, base)? {
+            moved.insert(rel, node);
+        }
+    }
+    Ok(moved.finish())
+}
+
+/// Whether an error says the entry is gone or no longer a directory.
+fn gone(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+    )
+}
+
+/// Opens directory `rel` of `stash`, making the missing ones.
+fn make_dirs(stash: &DirFd, stash_path: &Path, rel: &Path) -> Result<DirFd, Error> {
+    let mut dir = DirFd::open_at_with(stash.as_fd(), c".", OFlag::O_RDONLY | OFlag::O_DIRECTORY)
+        .map_err(|e| Error::new("openat", stash_path, e))?;
+    let mut walked = PathBuf::new();
+    for name in rel.iter() {
+        walked.push(name);
+        let cname = c(name, stash_path, &walked)?;
+        match dir.mkdir_at(&cname, DIR_MODE) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+            Err(e) => return Err(err("mkdirat", stash_path, &walked, e)),
+        }
+        dir = dir
+            .open_at(&cname)
+            .map_err(|e| err("openat", stash_path, &walked, e))?;
+    }
+    Ok(dir)
+}
+
+/// Moves `name` (shaped `node`, at `rel`) from `from` to `to`: whole if
+/// it is a link or an unchanged directory, else entry by entry. `None` if
+/// it is gone.
+fn move_node(
+    from: &DirFd,
+    to: &DirFd,
+    name: &CStr,
+    node: Node,
+    rel: &Path,
+    stamps: &Stamps,
+    base: &Path,
+) -> Result<Option<Node>, Error> {
+    let whole = match &node {
+        Node::Link(_) => true,
+        Node::Dir(dir) => unchanged(from, name, dir, rel, stamps),
+    };
+    if whole {
+        return match sys::rename_noreplace(from.as_fd(), name, to.as_fd(), name) {
+            Ok(()) => match &node {
+                Node::Dir(dir) if !moved_unchanged(to, name, dir, rel, stamps) => Err(
+                    Error::other(&base.join(rel), "changed while it was being stashed"),
+                ),
+                _ => Ok(Some(node)),
+            },
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(err("renameat2", base, rel, e)),
+        };
+    }
+    let Node::Dir(dir) = node else {
+        unreachable!("links always move whole")
+    };
+    let sub_from = match from.open_at(name) {
+        Ok(sub) => sub,
+        Err(e) if gone(&e) => return Ok(None),
+        Err(e) => return Err(err("openat", base, rel, e)),
+    };
+    to.mkdir_at(name, DIR_MODE)
+        .map_err(|e| err("mkdirat", base, rel, e))?;
+    let sub_to = to.open_at(name).map_err(|e| err("openat", base, rel, e))?;
+    let mut entries = BTreeMap::new();
+    for (child_name, child) in dir.into_entries() {
+        let child_rel = rel.join(&child_name);
+        let cname = c(&child_name, base, &child_rel)?;
+        if let Some(moved) = move_node(&sub_from, &sub_to, &cname, child, &child_rel, stamps, base)?
+        {
+            entries.insert(child_name, moved);
+        }
+    }
+    // Left behind if the action put something of its own in it.
+    match from.unlink_at(name, true) {
+        Ok(()) => {}
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) => {}
+        Err(e) => return Err(err("unlinkat(AT_REMOVEDIR)", base, rel, e)),
+    }
+    Ok(Some(Node::Dir(Dir::new(entries))))
+}
+
+/// Stamps `dir` (under `""`) and every directory of `shape` below it.
+pub fn stamp_tree(dir: &DirFd, shape: &Dir) -> io::Result<Stamps> {
+    let mut stamps = Stamps::new();
+    stamps.insert(PathBuf::new(), Stamp::of(&nix::sys::stat::fstat(dir)?));
+    stamp_below(dir, shape, Path::new(""), &mut stamps)?;
+    Ok(stamps)
+}
+
+fn stamp_below(dir: &DirFd, shape: &Dir, rel: &Path, stamps: &mut Stamps) -> io::Result<()> {
+    for (name, node) in shape.entries() {
+        if let Node::Dir(sub) = node {
+            let cname = c_name(name)?;
+            let sub_rel = rel.join(name);
+            stamps.insert(sub_rel.clone(), Stamp::of(&dir.stat_at(&cname)?));
+            stamp_below(&dir.open_at(&cname)?, sub, &sub_rel, stamps)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `dir` and every directory of `shape` below it still carry the
+/// stamps [`stamp_tree`] took: nothing was added, removed or renamed.
+pub fn unchanged_tree(dir: &DirFd, shape: &Dir, stamps: &Stamps) -> bool {
+    let root = nix::sys::stat::fstat(dir).map(|st| Stamp::of(&st));
+    if root.ok().as_ref() != stamps.get(Path::new("")) {
+        return false;
+    }
+    shape.entries().iter().all(|(name, node)| match node {
+        Node::Dir(sub) => {
+            c_name(name).is_ok_and(|c| unchanged(dir, &c, sub, Path::new(name), stamps))
+        }
+        Node::Link(_) => true,
+    })
+}
+
+/// Turns directory `dir` (at `path`), shaped `have`, into `want`: removes
+/// what `want` lacks (directories through `trash`), keeps what both hold
+/// and makes the rest. Returns the entries created and removed.
+pub fn reshape(
+    dir: &DirFd,
+    path: &Path,
+    have: &Dir,
+    want: &Dir,
+    trash: &Trash,
+) -> Result<usize, Error> {
+    let mut changes = 0;
+    for (name, old) in have.entries() {
+        if want.get(name).is_none() {
+            remove(dir, path, name, old, trash)?;
+            changes += 1;
+        }
+    }
+    for (name, new) in want.entries() {
+        match have.get(name) {
+            Some(old) if old.digest() == new.digest() && old == new => {}
+            Some(Node::Dir(old)) if matches!(new, Node::Dir(_)) => {
+                let Node::Dir(new) = new else { unreachable!() };
+                let cname = c(name, path, Path::new(""))?;
+                let sub_path = path.join(name);
+                let sub = dir
+                    .open_at(&cname)
+                    .map_err(|e| Error::new("openat", &sub_path, e))?;
+                changes += reshape(&sub, &sub_path, old, new, trash)?;
+            }
+            Some(old) => {
+                remove(dir, path, name, old, trash)?;
+                changes += create(dir, path, name, new)?;
+            }
+            None => changes += create(dir, path, name, new)?,
+        }
+    }
+    Ok(changes)
+}
+
+fn remove(dir: &DirFd, path: &Path, name: &OsStr, node: &Node, trash: &Trash) -> Result<(), Error> {
+    let entry = path.join(name);
+    match node {
+        Node::Link(_) => {
+            let cname = c(name, path, Path::new(""))?;
+            dir.unlink_at(&cname, false)
+                .map_err(|e| Error::new("unlinkat", &entry, e))
+        }
+        Node::Dir(_) => trash.discard(&entry),
+    }
+}
+
+/// Makes `node` as `name` of `dir`; returns the entries made.
+fn create(dir: &DirFd, path: &Path, name: &OsStr, node: &Node) -> Result<usize, Error> {
+    let entry = path.join(name);
+    let cname = c(name, path, Path::new(""))?;
+    match node {
+        Node::Link(target) => {
+            let target = c_name(target).map_err(|e| Error::new("symlinkat", &entry, e))?;
+            dir.symlink_at(&target, &cname)
+                .map_err(|e| Error::new("symlinkat", &entry, e))?;
+            Ok(1)
+        }
+        Node::Dir(sub) => {
+            dir.mkdir_at(&cname, DIR_MODE)
+                .map_err(|e| Error::new("mkdirat", &entry, e))?;
+            let opened = dir
+                .open_at(&cname)
+                .map_err(|e| Error::new("openat", &entry, e))?;
+            let mut made = 1;
+            for (child_name, child) in sub.entries() {
+                made += create(&opened, &entry, child_name, child)?;
+            }
+            Ok(made)
+        }
+    }
+}
+
+/// Moves the contents of `stash` (shaped `shape`) into `root`'s directory,
+/// one rename per entry `root` lacks, descending into directories `root`
+/// already has. Returns the paths moved (below `root`) with the outcome:
+/// on error, what moved so far is in the list, for the caller to undo.
+pub fn put_in(stash: &DirFd, shape: &Dir, root: &Anchor) -> (Vec<PathBuf>, Result<(), Error>) {
+    let mut placed = Vec::new();
+    let outcome = DirFd::reopen(root)
+        .map_err(|e| Error::new("open", root.path(), e))
+        .and_then(|dir| put_dir(stash, shape, &dir, Path::new(""), root.path(), &mut placed));
+    (placed, outcome)
+}
+
+fn put_dir(
+    from: &DirFd,
+    shape: &Dir,
+    to: &DirFd,
+    rel: &Path,
+    base: &Path,
+    placed: &mut Vec<PathBuf>,
+) -> Result<(), Error> {
+    for (name, node) in shape.entries() {
+        let entry_rel = rel.join(name);
+        let cname = c(name, base, &entry_rel)?;
+        match sys::rename_noreplace(from.as_fd(), &cname, to.as_fd(), &cname) {
+            Ok(()) => placed.push(entry_rel),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                let theirs = to.stat_at(&cname).map(|st| kind_of(&st));
+                let Node::Dir(sub) = node else {
+                    return Err(already_there(base, &entry_rel));
+                };
+                if !matches!(theirs, Ok(FileKind::Directory)) {
+                    return Err(already_there(base, &entry_rel));
+                }
+                // The owner's directory: fill it, never take it over.
+                let sub_from = from
+                    .open_at(&cname)
+                    .map_err(|e| err("openat", base, &entry_rel, e))?;
+                let sub_to = to
+                    .open_at(&cname)
+                    .map_err(|e| err("openat", base, &entry_rel, e))?;
+                put_dir(&sub_from, sub, &sub_to, &entry_rel, base, placed)?;
+            }
+            Err(e) => return Err(err("renameat2", base, &entry_rel, e)),
+        }
+    }
+    Ok(())
+}
+
+fn already_there(base: &Path, rel: &Path) -> Error {
+    Error::other(
+        &base.join(rel),
+        "already exists in a writable directory, and a native sandbox cannot hide it as the \
+         mount would",
+    )
+}
