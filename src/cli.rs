@@ -285,6 +285,11 @@ for --native_below=auto."
         /// The native method measured
         #[arg(long, value_name = "METHOD", default_value = "symlink", value_parser = parse_method)]
         method: Method,
+        /// Stashes the native daemon keeps: the measured actions repeat
+        /// their inputs, as a build's do, so the default 8 measures reuse
+        /// and 0 measures every sandbox built afresh
+        #[arg(long = "native_stashes", value_name = "N", default_value_t = 8)]
+        native_stashes: usize,
         /// Save the result where --native_below=auto finds it
         #[arg(long, value_name = "PATH")]
         write: Option<PathBuf>,
@@ -495,12 +500,14 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             quick,
             dir,
             method,
+            native_stashes,
             write,
             help: _,
         } => Command::Calibrate(CalibrateArgs {
             dir: dir.unwrap_or_else(std::env::temp_dir),
             quick,
             method,
+            native_stashes,
             write,
         }),
     })

@@ -308,23 +308,41 @@ fn a_destroyed_native_sandbox_is_reused_and_nothing_an_action_wrote_moves() {
     // The action writes its output, and a file into an input directory.
     fs::write(d.path("first/ws/out/result.o"), "output").unwrap();
     fs::write(d.path("first/ws/pkg/sub/stray.txt"), "stray").unwrap();
+    // And replaces an input with a file of its own.
+    fs::remove_file(d.path("first/ws/out/gen.h")).unwrap();
+    fs::write(d.path("first/ws/out/gen.h"), "not the input").unwrap();
     d.destroy("first");
     // Only what the action wrote is left for Bazel; the inputs are gone.
     assert_eq!(
         listing(&first),
-        ["out", "out/result.o", "pkg", "pkg/sub", "pkg/sub/stray.txt"]
+        [
+            "out",
+            "out/gen.h",
+            "out/result.o",
+            "pkg",
+            "pkg/sub",
+            "pkg/sub/stray.txt"
+        ]
     );
+    assert!(!fs::symlink_metadata(first.join("out/gen.h"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
 
     // Overlapping inputs, some new, one with another target.
     let second = scratch("2");
     d.create(sandbox("second", inputs(&second, 10..50, "src/odd-b.c")));
     let stats = fx.stats_now(&d);
-    assert_eq!(stats["built"]["stash"], 1, "{stats}");
+    assert_eq!(stats["built"]["stash"], 1, "{stats}\n{}", fx.log());
     assert_eq!(
         fs::read_to_string(d.path("second/ws/pkg/odd.c")).unwrap(),
         "src/odd-b.c"
     );
     assert!(!second.join("pkg/sub/stray.txt").exists());
+    assert_eq!(
+        fs::read_to_string(d.path("second/ws/out/gen.h")).unwrap(),
+        "generated"
+    );
     // The same tree a fresh build makes, beside the output directory.
     let fresh_scratch = scratch("3");
     d.create(sandbox(

@@ -30,6 +30,8 @@ pub struct CalibrateArgs {
     pub dir: PathBuf,
     pub quick: bool,
     pub method: Method,
+    /// Passed to the native daemon: 0 measures without reuse.
+    pub native_stashes: usize,
     pub write: Option<PathBuf>,
 }
 
@@ -101,6 +103,7 @@ pub fn run(args: &CalibrateArgs) -> Result<(), CalibrateError> {
             &[
                 format!("--native_below={ALWAYS_NATIVE}"),
                 format!("--native_method={}", args.method.name()),
+                format!("--native_stashes={}", args.native_stashes),
             ],
         )
         .map_err(during("starting a native daemon"))?;

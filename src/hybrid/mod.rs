@@ -495,9 +495,11 @@ impl NativeSandboxes {
         let link = dir.links.path().join(id);
         let unlinked =
             std::fs::remove_file(&link).map_err(|e| materialize::Error::new("unlink", &link, e));
-        let reusable = live.reusable.filter(|r| r.pool.wants_more());
-        let stashed = reusable.map(|reusable| {
-            stash(reusable).map_err(|err| log::info!("sandbox {id:?}: not stashed: {err}"))
+        // Inputs not worth keeping still leave by a stash, deleted in the
+        // background, so that the answer does not wait for them.
+        let stashed = live.reusable.map(|reusable| {
+            let keep = reusable.pool.wants_more();
+            stash(reusable, keep).map_err(|err| log::info!("sandbox {id:?}: not stashed: {err}"))
         });
         match stashed {
             // What is left in the writable directory is the action's.
@@ -545,8 +547,9 @@ fn reusable(target: ReuseTarget, built: &Materialized) -> Option<Reusable> {
     })
 }
 
-/// Moves the inputs `reusable` describes into a new stash of its pool.
-fn stash(reusable: Reusable) -> Result<(), materialize::Error> {
+/// Moves the inputs `reusable` describes into a new stash of its pool,
+/// kept if `keep`, else deleted in the background.
+fn stash(reusable: Reusable, keep: bool) -> Result<(), materialize::Error> {
     let pool = &reusable.pool;
     let (path, dir) = pool.new_dir()?;
     let moved = reuse::stash_out(
@@ -558,7 +561,7 @@ fn stash(reusable: Reusable) -> Result<(), materialize::Error> {
         &path,
     );
     match moved {
-        Ok(shape) if !shape.is_empty() => {
+        Ok(shape) if keep && !shape.is_empty() => {
             let stamps = reuse::stamp_tree(&dir, &shape)
                 .map_err(|e| materialize::Error::new("fstatat", &path, e));
             match stamps {

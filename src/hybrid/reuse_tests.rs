@@ -144,6 +144,11 @@ enum Op {
         slot: usize,
         spot: usize,
     },
+    /// The action replaces one of its inputs with a file of its own.
+    Replace {
+        slot: usize,
+        input: usize,
+    },
     Destroy {
         slot: usize,
     },
@@ -161,6 +166,7 @@ fn op() -> impl Strategy<Value = Op> {
             }
         ),
         1 => (0..3usize, 0..WRITABLE_SPOTS.len()).prop_map(|(slot, spot)| Op::Write { slot, spot }),
+        1 => (0..3usize, 0..INPUTS.len()).prop_map(|(slot, input)| Op::Replace { slot, input }),
         3 => (0..3usize).prop_map(|slot| Op::Destroy { slot }),
     ]
 }
@@ -199,6 +205,15 @@ proptest! {
                         if dir.is_dir() {
                             stray += 1;
                             fs::write(dir.join(format!("stray{stray}")), "mine").unwrap();
+                        }
+                    }
+                }
+                Op::Replace { slot, input } => {
+                    if let Some((_, scratch)) = live.get(&slot) {
+                        let path = scratch.join(INPUTS[input]);
+                        if path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+                            fs::remove_file(&path).unwrap();
+                            fs::write(&path, "replaced").unwrap();
                         }
                     }
                 }

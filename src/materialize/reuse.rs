@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CStr, OsStr, OsString};
 use std::io;
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::OFlag;
@@ -32,7 +33,7 @@ use nix::sys::stat::{FileStat, Mode};
 use super::shape::{Dir, Node};
 use super::{Error, Trash};
 use crate::dirfd::beneath::open_beneath;
-use crate::dirfd::{c_name, kind_of, Anchor, DirFd};
+use crate::dirfd::{c_name, kind_of, readlink_at, Anchor, DirFd};
 use crate::file_kind::FileKind;
 use crate::sys;
 
@@ -212,6 +213,11 @@ fn moved_unchanged(to: &DirFd, name: &CStr, dir: &Dir, rel: &Path, stamps: &Stam
         })
 }
 
+/// Whether `name` of `dir` is a symlink to `target`.
+fn links_to(dir: &DirFd, name: &CStr, target: &OsStr) -> bool {
+    readlink_at(dir.as_fd(), name).is_ok_and(|found| found.as_bytes() == target.as_bytes())
+}
+
 /// A shape being assembled from the parts that moved.
 #[derive(Default)]
 struct Draft(BTreeMap<OsString, Part>);
@@ -222,10 +228,10 @@ enum Part {
 }
 
 impl Draft {
-    fn insert(&mut self, rel: &Path, node: Node) {
-        let (parent, name) = split(rel);
+    /// The directory at `rel`, made (empty) where missing.
+    fn dir_at(&mut self, rel: &Path) -> Option<&mut Draft> {
         let mut draft = self;
-        for component in parent.iter() {
+        for component in rel.iter() {
             let part = draft
                 .0
                 .entry(component.to_owned())
@@ -233,10 +239,17 @@ impl Draft {
             draft = match part {
                 Part::Draft(inner) => inner,
                 // Never: placed entries do not lie inside one another.
-                Part::Done(_) => return,
+                Part::Done(_) => return None,
             };
         }
-        draft.0.insert(name.to_owned(), Part::Done(node));
+        Some(draft)
+    }
+
+    fn insert(&mut self, rel: &Path, node: Node) {
+        let (parent, name) = split(rel);
+        if let Some(dir) = self.dir_at(parent) {
+            dir.0.insert(name.to_owned(), Part::Done(node));
+        }
     }
 
     fn finish(self) -> Dir {
@@ -282,6 +295,8 @@ pub fn stash_out(
                 Err(e) => return Err(err("openat2", base, parent, e)),
             };
             let to = make_dirs(stash, stash_path, parent)?;
+            // The shape says what the stash holds, empty directories too.
+            moved.dir_at(parent);
             opened.insert(parent.to_owned(), (from, to));
         }
         let (from, to) = &opened[parent];
@@ -334,17 +349,30 @@ fn move_node(
     base: &Path,
 ) -> Result<Option<Node>, Error> {
     let whole = match &node {
-        Node::Link(_) => true,
+        // A symlink of ours, not what an action put in its place.
+        Node::Link(target) => {
+            if !links_to(from, name, target) {
+                return Ok(None);
+            }
+            true
+        }
         Node::Dir(dir) => unchanged(from, name, dir, rel, stamps),
     };
     if whole {
         return match sys::rename_noreplace(from.as_fd(), name, to.as_fd(), name) {
-            Ok(()) => match &node {
-                Node::Dir(dir) if !moved_unchanged(to, name, dir, rel, stamps) => Err(
-                    Error::other(&base.join(rel), "changed while it was being stashed"),
-                ),
-                _ => Ok(Some(node)),
-            },
+            Ok(()) => {
+                let same = match &node {
+                    Node::Link(target) => links_to(to, name, target),
+                    Node::Dir(dir) => moved_unchanged(to, name, dir, rel, stamps),
+                };
+                match same {
+                    true => Ok(Some(node)),
+                    false => Err(Error::other(
+                        &base.join(rel),
+                        "changed while it was being stashed",
+                    )),
+                }
+            }
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
             Err(e) => Err(err("renameat2", base, rel, e)),
         };
