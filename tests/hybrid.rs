@@ -38,6 +38,12 @@ fn bazel_like(fx: &Fixture, id: &str, inputs: usize) -> actionfs_protocol::Creat
     sandbox(id, mappings)
 }
 
+/// Whether /dev/shm is a directory to make tmpfs sandboxes in (a skip
+/// says why it is not, and fails in CI).
+fn have_shm() -> bool {
+    Path::new("/dev/shm").is_dir() || actionfs_testkit::tier::skip("no tmpfs at /dev/shm")
+}
+
 fn native_dir(fx: &Fixture) -> std::path::PathBuf {
     fx.path("mnt.native")
 }
@@ -197,13 +203,10 @@ fn auto_takes_the_calibrated_cutoff() {
 
 #[test]
 fn by_default_sandboxes_made_on_tmpfs_are_native_and_the_others_fuse() {
-    if !require(&[Need::Mount]) {
+    if !require(&[Need::Mount]) || !have_shm() {
         return;
     }
     let shm = Path::new("/dev/shm");
-    if !shm.is_dir() && !actionfs_testkit::tier::skip("no tmpfs at /dev/shm") {
-        return;
-    }
     let fx = Fixture::new();
     let d = fx.start_logged(&["--native_below=auto"], "debug");
     // Nothing native yet: the native directory is not even made.
@@ -270,13 +273,10 @@ fn links(dir: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn a_destroyed_native_sandbox_is_reused_and_nothing_an_action_wrote_moves() {
-    if !require(&[Need::Mount]) {
+    if !require(&[Need::Mount]) || !have_shm() {
         return;
     }
     let shm = Path::new("/dev/shm");
-    if !shm.is_dir() && !actionfs_testkit::tier::skip("no tmpfs at /dev/shm") {
-        return;
-    }
     let fx = Fixture::new();
     let d = fx.start_logged(&["--native_below=auto"], "debug");
     // Bazel's layout with --sandbox_base=/dev/shm: BASE/N/scratch, where

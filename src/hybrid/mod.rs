@@ -562,9 +562,7 @@ fn stash(reusable: Reusable, keep: bool) -> Result<(), materialize::Error> {
     );
     match moved {
         Ok(shape) if keep && !shape.is_empty() => {
-            let stamps = reuse::stamp_tree(&dir, &shape)
-                .map_err(|e| materialize::Error::new("fstatat", &path, e));
-            match stamps {
+            match reuse::stamp_tree(&dir, &path, &shape) {
                 Ok(stamps) => pool.keep(path, dir, shape, stamps),
                 Err(err) => {
                     pool.discard(&path);

@@ -277,16 +277,21 @@ fn stash_dirs(lab: &Lab) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Builds and destroys a sandbox of every input, leaving one stash.
+fn stash_one(lab: &mut Lab, native: &NativeSandboxes) {
+    let first = lab.scratch();
+    native
+        .create("first", &mut lab.plan(&first, u16::MAX, 0))
+        .unwrap();
+    native.destroy("first").unwrap();
+}
+
 #[test]
 fn a_stash_that_changed_is_not_used() {
     let mut lab = Lab::new();
     let native = lab.native(STASHES);
     let all = u16::MAX;
-    let first = lab.scratch();
-    native
-        .create("first", &mut lab.plan(&first, all, 0))
-        .unwrap();
-    native.destroy("first").unwrap();
+    stash_one(&mut lab, &native);
     let stashes = stash_dirs(&lab);
     assert_eq!(stashes.len(), 1);
     // Someone who got into the stash swaps an input.
@@ -308,11 +313,7 @@ fn a_stash_that_cannot_go_in_leaves_nothing_behind() {
     let mut lab = Lab::new();
     let native = lab.native(STASHES);
     let all = u16::MAX;
-    let first = lab.scratch();
-    native
-        .create("first", &mut lab.plan(&first, all, 0))
-        .unwrap();
-    native.destroy("first").unwrap();
+    stash_one(&mut lab, &native);
     assert_eq!(stash_dirs(&lab).len(), 1);
 
     // A file of the owner's where an input directory would go: neither

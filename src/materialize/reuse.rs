@@ -93,60 +93,48 @@ fn open_rel(root: &Anchor, rel: &Path) -> io::Result<DirFd> {
     .map(DirFd::from_owned)
 }
 
-/// The node at `rel` of `shape`.
-fn node_at<'a>(shape: &'a Dir, rel: &Path) -> Option<&'a Node> {
-    let mut names = rel.iter();
-    let mut node = shape.get(names.next()?)?;
-    for name in names {
-        match node {
-            Node::Dir(dir) => node = dir.get(name)?,
-            Node::Link(_) => return None,
-        }
-    }
-    Some(node)
-}
-
 /// Stamps every directory at and below the entries `placed` (paths below
 /// `root` that a build made, as in `shape`).
 pub fn stamp(root: &Anchor, shape: &Dir, placed: &[PathBuf]) -> Result<Stamps, Error> {
     let mut stamps = Stamps::new();
     let base = root.path();
     for rel in placed {
-        let Some(Node::Dir(dir)) = node_at(shape, rel) else {
+        let Some(Node::Dir(dir)) = shape.at(rel) else {
             continue;
         };
         let (parent, name) = split(rel);
         let parent_dir = open_rel(root, parent).map_err(|e| err("openat2", base, parent, e))?;
-        stamp_dir(&parent_dir, name, dir, rel, base, &mut stamps)?;
+        let cname = c(name, base, rel)?;
+        stamp_dir(&parent_dir, &cname, dir, rel, base, &mut stamps)?;
     }
     Ok(stamps)
 }
 
+/// Stamps directory `name` of `parent` (at `rel` below `base`) and every
+/// directory of `dir` below it.
 fn stamp_dir(
     parent: &DirFd,
-    name: &OsStr,
+    name: &CStr,
     dir: &Dir,
     rel: &Path,
     base: &Path,
     stamps: &mut Stamps,
 ) -> Result<(), Error> {
-    let cname = c(name, base, rel)?;
     let st = parent
-        .stat_at(&cname)
+        .stat_at(name)
         .map_err(|e| err("fstatat", base, rel, e))?;
     stamps.insert(rel.to_owned(), Stamp::of(&st));
-    let mut subdirs = dir.entries().iter().filter_map(|(name, node)| match node {
-        Node::Dir(sub) => Some((name, sub)),
-        Node::Link(_) => None,
-    });
-    let Some(first) = subdirs.next() else {
+    let mut subdirs = dir.subdirs().peekable();
+    if subdirs.peek().is_none() {
         return Ok(());
-    };
+    }
     let opened = parent
-        .open_at(&cname)
+        .open_at(name)
         .map_err(|e| err("openat", base, rel, e))?;
-    for (sub_name, sub) in std::iter::once(first).chain(subdirs) {
-        stamp_dir(&opened, sub_name, sub, &rel.join(sub_name), base, stamps)?;
+    for (sub_name, sub) in subdirs {
+        let sub_rel = rel.join(sub_name);
+        let cname = c(sub_name, base, &sub_rel)?;
+        stamp_dir(&opened, &cname, sub, &sub_rel, base, stamps)?;
     }
     Ok(())
 }
@@ -159,23 +147,32 @@ fn split(rel: &Path) -> (&Path, &OsStr) {
 }
 
 /// Whether directory `name` of `parent` (at `rel`) and every directory
-/// below it still carries the stamp it had after the build.
-fn unchanged(parent: &DirFd, name: &CStr, dir: &Dir, rel: &Path, stamps: &Stamps) -> bool {
+/// below it still carries the stamp it had. `just_moved`: the directory
+/// itself was renamed since, which changes its own change time and
+/// nothing else of its stamp (this closes the window between the check
+/// before a move and the rename).
+fn unchanged(
+    parent: &DirFd,
+    name: &CStr,
+    dir: &Dir,
+    rel: &Path,
+    stamps: &Stamps,
+    just_moved: bool,
+) -> bool {
     let Some(stamp) = stamps.get(rel) else {
         return false;
     };
-    match parent.stat_at(name) {
-        Ok(st) if Stamp::of(&st) == *stamp => {}
-        _ => return false,
+    let Ok(st) = parent.stat_at(name) else {
+        return false;
+    };
+    let mut now = Stamp::of(&st);
+    if just_moved {
+        now.ctime = stamp.ctime;
     }
-    let mut subdirs = dir
-        .entries()
-        .iter()
-        .filter_map(|(name, node)| match node {
-            Node::Dir(sub) => Some((name, sub)),
-            Node::Link(_) => None,
-        })
-        .peekable();
+    if now != *stamp {
+        return false;
+    }
+    let mut subdirs = dir.subdirs().peekable();
     if subdirs.peek().is_none() {
         return true;
     }
@@ -183,34 +180,9 @@ fn unchanged(parent: &DirFd, name: &CStr, dir: &Dir, rel: &Path, stamps: &Stamps
         return false;
     };
     subdirs.all(|(sub_name, sub)| {
-        c_name(sub_name).is_ok_and(|c| unchanged(&opened, &c, sub, &rel.join(sub_name), stamps))
+        c_name(sub_name)
+            .is_ok_and(|c| unchanged(&opened, &c, sub, &rel.join(sub_name), stamps, false))
     })
-}
-
-/// Whether directory `name` of `to`, just renamed there, and every
-/// directory below it still carry their stamps: closes the window between
-/// [`unchanged`] and the rename. A rename changes the moved directory's
-/// own change time, and nothing else of these.
-fn moved_unchanged(to: &DirFd, name: &CStr, dir: &Dir, rel: &Path, stamps: &Stamps) -> bool {
-    let Some(stamp) = stamps.get(rel) else {
-        return false;
-    };
-    let Ok(st) = to.stat_at(name) else {
-        return false;
-    };
-    let now = Stamp::of(&st);
-    let same_but_ctime = Stamp {
-        ctime: stamp.ctime,
-        ..now
-    } == *stamp;
-    same_but_ctime
-        && dir.entries().iter().all(|(sub_name, node)| match node {
-            Node::Dir(sub) => to.open_at(name).is_ok_and(|opened| {
-                c_name(sub_name)
-                    .is_ok_and(|c| unchanged(&opened, &c, sub, &rel.join(sub_name), stamps))
-            }),
-            Node::Link(_) => true,
-        })
 }
 
 /// Whether `name` of `dir` is a symlink to `target`.
@@ -356,14 +328,14 @@ fn move_node(
             }
             true
         }
-        Node::Dir(dir) => unchanged(from, name, dir, rel, stamps),
+        Node::Dir(dir) => unchanged(from, name, dir, rel, stamps, false),
     };
     if whole {
         return match sys::rename_noreplace(from.as_fd(), name, to.as_fd(), name) {
             Ok(()) => {
                 let same = match &node {
                     Node::Link(target) => links_to(to, name, target),
-                    Node::Dir(dir) => moved_unchanged(to, name, dir, rel, stamps),
+                    Node::Dir(dir) => unchanged(to, name, dir, rel, stamps, true),
                 };
                 match same {
                     true => Ok(Some(node)),
@@ -406,39 +378,28 @@ fn move_node(
     Ok(Some(Node::Dir(Dir::new(entries))))
 }
 
-/// Stamps `dir` (under `""`) and every directory of `shape` below it.
-pub fn stamp_tree(dir: &DirFd, shape: &Dir) -> io::Result<Stamps> {
+/// Stamps `dir` (at `path`; under `""`) and every directory of `shape`
+/// below it.
+pub fn stamp_tree(dir: &DirFd, path: &Path, shape: &Dir) -> Result<Stamps, Error> {
     let mut stamps = Stamps::new();
-    stamps.insert(PathBuf::new(), Stamp::of(&nix::sys::stat::fstat(dir)?));
-    stamp_below(dir, shape, Path::new(""), &mut stamps)?;
-    Ok(stamps)
-}
-
-fn stamp_below(dir: &DirFd, shape: &Dir, rel: &Path, stamps: &mut Stamps) -> io::Result<()> {
-    for (name, node) in shape.entries() {
-        if let Node::Dir(sub) = node {
-            let cname = c_name(name)?;
-            let sub_rel = rel.join(name);
-            stamps.insert(sub_rel.clone(), Stamp::of(&dir.stat_at(&cname)?));
-            stamp_below(&dir.open_at(&cname)?, sub, &sub_rel, stamps)?;
-        }
+    let st = nix::sys::stat::fstat(dir).map_err(|e| Error::new("fstat", path, e.into()))?;
+    stamps.insert(PathBuf::new(), Stamp::of(&st));
+    for (name, sub) in shape.subdirs() {
+        let rel = Path::new(name);
+        let cname = c(name, path, rel)?;
+        stamp_dir(dir, &cname, sub, rel, path, &mut stamps)?;
     }
-    Ok(())
+    Ok(stamps)
 }
 
 /// Whether `dir` and every directory of `shape` below it still carry the
 /// stamps [`stamp_tree`] took: nothing was added, removed or renamed.
 pub fn unchanged_tree(dir: &DirFd, shape: &Dir, stamps: &Stamps) -> bool {
     let root = nix::sys::stat::fstat(dir).map(|st| Stamp::of(&st));
-    if root.ok().as_ref() != stamps.get(Path::new("")) {
-        return false;
-    }
-    shape.entries().iter().all(|(name, node)| match node {
-        Node::Dir(sub) => {
-            c_name(name).is_ok_and(|c| unchanged(dir, &c, sub, Path::new(name), stamps))
-        }
-        Node::Link(_) => true,
-    })
+    root.ok().as_ref() == stamps.get(Path::new(""))
+        && shape.subdirs().all(|(name, sub)| {
+            c_name(name).is_ok_and(|c| unchanged(dir, &c, sub, Path::new(name), stamps, false))
+        })
 }
 
 /// Turns directory `dir` (at `path`), shaped `have`, into `want`: removes

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStringExt;
 
 use crate::dirfd::{c_name, readlink_at};
@@ -139,6 +138,27 @@ impl Dir {
         dir.entries.remove(last)
     }
 
+    /// The node at `rel` (names below this directory).
+    pub fn at(&self, rel: &std::path::Path) -> Option<&Node> {
+        let mut names = rel.iter();
+        let mut node = self.get(names.next()?)?;
+        for name in names {
+            match node {
+                Node::Dir(dir) => node = dir.get(name)?,
+                Node::Link(_) => return None,
+            }
+        }
+        Some(node)
+    }
+
+    /// The subdirectories, with their names.
+    pub fn subdirs(&self) -> impl Iterator<Item = (&OsString, &Dir)> {
+        self.entries.iter().filter_map(|(name, node)| match node {
+            Node::Dir(sub) => Some((name, sub)),
+            Node::Link(_) => None,
+        })
+    }
+
     pub fn get(&self, name: &OsStr) -> Option<&Node> {
         self.entries.get(name)
     }
@@ -172,9 +192,11 @@ impl Dir {
     }
 }
 
-/// Reads the directory `dir` as a shape (for tests and checks): every
-/// directory and symlink below it; `None` if anything else is there.
-pub fn read_dir_shape(dir: &crate::dirfd::DirFd) -> std::io::Result<Option<Dir>> {
+/// Reads the directory `dir` as a shape, for tests: every directory and
+/// symlink below it; `None` if anything else is there.
+#[cfg(test)]
+pub(crate) fn read_dir_shape(dir: &crate::dirfd::DirFd) -> std::io::Result<Option<Dir>> {
+    use std::os::fd::AsFd;
     let mut entries = BTreeMap::new();
     let mut listing = dir.entries()?;
     for item in listing.iter() {
