@@ -556,23 +556,17 @@ fn stash(reusable: Reusable, keep: bool) -> Result<(), materialize::Error> {
         &reusable.root,
         reusable.shape,
         &reusable.placed,
-        &reusable.stamps,
+        reusable.stamps,
         &dir,
         &path,
     );
     match moved {
-        Ok(shape) if keep && !shape.is_empty() => {
-            match reuse::stamp_tree(&dir, &path, &shape) {
-                Ok(stamps) => pool.keep(path, dir, shape, stamps),
-                Err(err) => {
-                    pool.discard(&path);
-                    return Err(err);
-                }
-            }
+        Ok((shape, stamps)) if keep && !shape.is_empty() => {
+            pool.keep(path, dir, shape, stamps);
             Ok(())
         }
-        Ok(_) => {
-            pool.discard(&path);
+        Ok(unkept) => {
+            pool.discard_along(&path, Box::new(unkept));
             Ok(())
         }
         Err(err) => {

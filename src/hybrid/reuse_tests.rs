@@ -14,7 +14,7 @@ use super::NativeSandboxes;
 use crate::dirfd::DirFd;
 use crate::layout::{self, Entry};
 use crate::materialize::shape::{read_dir_shape, Dir};
-use crate::materialize::{self, Method, Options};
+use crate::materialize::{self, reuse, Method, Options};
 use crate::stats::Built;
 
 /// Inputs an action may have, below the workspace: files in nested
@@ -229,6 +229,14 @@ proptest! {
                     }
                     let kept = native.stashes.as_ref().map_or(0, |s| s.kept());
                     prop_assert!(kept <= STASHES, "{} stashes kept", kept);
+                    // The stamps a stash carried from its build are those
+                    // it has.
+                    let mut stamped = Vec::new();
+                    native.stashes.as_ref().unwrap().each_kept(|stash| {
+                        let now = reuse::stamp_tree(&stash.dir, &stash.path, &stash.shape).unwrap();
+                        stamped.push(now.iter().all(|(rel, stamp)| stash.stamps.get(rel) == Some(stamp)));
+                    });
+                    prop_assert!(stamped.iter().all(|&same| same), "stamps differ");
                     // As Bazel does after moving the outputs.
                     fs::remove_dir_all(scratch.parent().unwrap()).unwrap();
                 }

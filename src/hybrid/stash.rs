@@ -136,6 +136,14 @@ impl Stashes {
             .sum()
     }
 
+    /// Calls `f` with every stash kept now.
+    #[cfg(test)]
+    pub fn each_kept(&self, mut f: impl FnMut(&Stash)) {
+        for pool in self.pools.lock().values().flatten() {
+            pool.kept.lock().stashes.iter().for_each(&mut f);
+        }
+    }
+
     /// Deletes every pool (at shutdown), waiting for their trash.
     pub fn remove_all(&self) {
         for pool in self.pools.lock().drain().filter_map(|(_, pool)| pool) {
@@ -236,7 +244,8 @@ impl Pool {
                 break;
             };
             kept.bytes -= old.bytes;
-            self.discard(&old.path);
+            let path = old.path.clone();
+            self.discard_along(&path, Box::new(old));
         }
     }
 
@@ -282,6 +291,14 @@ impl Pool {
     /// Deletes a stash directory in the background.
     pub fn discard(&self, path: &Path) {
         if let Err(err) = self.trash.discard(path) {
+            log::warn!("cannot discard stash {path:?}: {err}");
+        }
+    }
+
+    /// Discards the stash at `path`, freeing `along` (its shape and
+    /// stamps, large for a large stash) off the caller's path.
+    pub fn discard_along(&self, path: &Path, along: Box<dyn Send>) {
+        if let Err(err) = self.trash.discard_along(path, Some(along)) {
             log::warn!("cannot discard stash {path:?}: {err}");
         }
     }

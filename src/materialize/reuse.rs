@@ -12,10 +12,12 @@
 //! build made is stamped right after it was made ([`stamp`]); a directory
 //! whose stamp changed (an entry added, removed or renamed in it) is not
 //! moved whole but entry by entry, so what is not ours stays where the
-//! action put it; a directory moved whole is stamped again in the stash,
-//! so that a change between the check and the rename is caught too. A
-//! stash is stamped when it is made ([`stamp_tree`]) and used only if it
-//! is [`unchanged_tree`].
+//! action put it. The stash keeps the build's stamps: a rename changes
+//! only the change time of the directory renamed, which is stamped again
+//! right after its move, and the directories stash_out made are stamped
+//! when it is done. A stash is used only if it is [`unchanged_tree`], so a
+//! change anywhere in it after the check before the move is caught when
+//! it is taken.
 //!
 //! Every path below a writable directory is resolved from its pinned
 //! descriptor without following symlinks.
@@ -147,29 +149,15 @@ fn split(rel: &Path) -> (&Path, &OsStr) {
 }
 
 /// Whether directory `name` of `parent` (at `rel`) and every directory
-/// below it still carries the stamp it had. `just_moved`: the directory
-/// itself was renamed since, which changes its own change time and
-/// nothing else of its stamp (this closes the window between the check
-/// before a move and the rename).
-fn unchanged(
-    parent: &DirFd,
-    name: &CStr,
-    dir: &Dir,
-    rel: &Path,
-    stamps: &Stamps,
-    just_moved: bool,
-) -> bool {
+/// below it still carries the stamp it had.
+fn unchanged(parent: &DirFd, name: &CStr, dir: &Dir, rel: &Path, stamps: &Stamps) -> bool {
     let Some(stamp) = stamps.get(rel) else {
         return false;
     };
     let Ok(st) = parent.stat_at(name) else {
         return false;
     };
-    let mut now = Stamp::of(&st);
-    if just_moved {
-        now.ctime = stamp.ctime;
-    }
-    if now != *stamp {
+    if Stamp::of(&st) != *stamp {
         return false;
     }
     let mut subdirs = dir.subdirs().peekable();
@@ -180,8 +168,7 @@ fn unchanged(
         return false;
     };
     subdirs.all(|(sub_name, sub)| {
-        c_name(sub_name)
-            .is_ok_and(|c| unchanged(&opened, &c, sub, &rel.join(sub_name), stamps, false))
+        c_name(sub_name).is_ok_and(|c| unchanged(&opened, &c, sub, &rel.join(sub_name), stamps))
     })
 }
 
@@ -240,18 +227,24 @@ impl Draft {
 /// Moves the entries `placed` (paths below `root` that a build made, as
 /// in `shape`, stamped in `stamps`) into `stash` (an empty directory of
 /// ours at `stash_path`, on the same file system), at the same paths.
-/// Returns the shape of what moved; what an action added stays behind.
-/// On error, what already moved is in the stash.
+/// Returns the shape of what moved, with the stamps the stash has now;
+/// what an action added stays behind. On error, what already moved is in
+/// the stash.
 pub fn stash_out(
     root: &Anchor,
     mut shape: Dir,
     placed: &[PathBuf],
-    stamps: &Stamps,
+    stamps: Stamps,
     stash: &DirFd,
     stash_path: &Path,
-) -> Result<Dir, Error> {
+) -> Result<(Dir, Stamps), Error> {
     let base = root.path();
     let mut moved = Draft::default();
+    let mut mover = Mover {
+        stamps,
+        made: Vec::new(),
+        base,
+    };
     let mut opened: HashMap<PathBuf, (DirFd, DirFd)> = HashMap::new();
     for rel in placed {
         let Some(node) = shape.take(rel) else {
@@ -266,18 +259,28 @@ pub fn stash_out(
                 Err(e) if gone(&e) => continue,
                 Err(e) => return Err(err("openat2", base, parent, e)),
             };
-            let to = make_dirs(stash, stash_path, parent)?;
+            let to = make_dirs(stash, stash_path, parent, &mut mover.made)?;
             // The shape says what the stash holds, empty directories too.
             moved.dir_at(parent);
             opened.insert(parent.to_owned(), (from, to));
         }
         let (from, to) = &opened[parent];
         let cname = c(name, base, rel)?;
-        if let Some(node) = move_node(from, to, &cname, node, rel, stamps, base)? {
+        if let Some(node) = mover.move_node(from, to, &cname, node, rel)? {
             moved.insert(rel, node);
         }
     }
-    Ok(moved.finish())
+    // Last, as moves into them changed them.
+    let stash_itself = stash
+        .open_at(c".")
+        .map_err(|e| Error::new("openat", stash_path, e))?;
+    mover.made.push((PathBuf::new(), stash_itself));
+    let mut stamps = mover.stamps;
+    for (rel, dir) in &mover.made {
+        let st = nix::sys::stat::fstat(dir).map_err(|e| err("fstat", stash_path, rel, e.into()))?;
+        stamps.insert(rel.clone(), Stamp::of(&st));
+    }
+    Ok((moved.finish(), stamps))
 }
 
 /// Whether an error says the entry is gone or no longer a directory.
@@ -289,97 +292,141 @@ fn gone(e: &io::Error) -> bool {
 }
 
 /// Opens directory `rel` of `stash`, making the missing ones.
-fn make_dirs(stash: &DirFd, stash_path: &Path, rel: &Path) -> Result<DirFd, Error> {
+fn make_dirs(
+    stash: &DirFd,
+    stash_path: &Path,
+    rel: &Path,
+    made: &mut Vec<(PathBuf, DirFd)>,
+) -> Result<DirFd, Error> {
     let mut dir = DirFd::open_at_with(stash.as_fd(), c".", OFlag::O_RDONLY | OFlag::O_DIRECTORY)
         .map_err(|e| Error::new("openat", stash_path, e))?;
     let mut walked = PathBuf::new();
     for name in rel.iter() {
         walked.push(name);
         let cname = c(name, stash_path, &walked)?;
-        match dir.mkdir_at(&cname, DIR_MODE) {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+        let new = match dir.mkdir_at(&cname, DIR_MODE) {
+            Ok(()) => true,
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => false,
             Err(e) => return Err(err("mkdirat", stash_path, &walked, e)),
-        }
+        };
         dir = dir
             .open_at(&cname)
             .map_err(|e| err("openat", stash_path, &walked, e))?;
+        if new {
+            let level = dir
+                .open_at(c".")
+                .map_err(|e| err("openat", stash_path, &walked, e))?;
+            made.push((walked.clone(), level));
+        }
     }
     Ok(dir)
 }
 
-/// Moves `name` (shaped `node`, at `rel`) from `from` to `to`: whole if
-/// it is a link or an unchanged directory, else entry by entry. `None` if
-/// it is gone.
-fn move_node(
-    from: &DirFd,
-    to: &DirFd,
-    name: &CStr,
-    node: Node,
-    rel: &Path,
-    stamps: &Stamps,
-    base: &Path,
-) -> Result<Option<Node>, Error> {
-    let whole = match &node {
-        // A symlink of ours, not what an action put in its place.
-        Node::Link(target) => {
-            if !links_to(from, name, target) {
-                return Ok(None);
-            }
-            true
-        }
-        Node::Dir(dir) => unchanged(from, name, dir, rel, stamps, false),
-    };
-    if whole {
-        return match sys::rename_noreplace(from.as_fd(), name, to.as_fd(), name) {
-            Ok(()) => {
-                let same = match &node {
-                    Node::Link(target) => links_to(to, name, target),
-                    Node::Dir(dir) => unchanged(to, name, dir, rel, stamps, true),
-                };
-                match same {
-                    true => Ok(Some(node)),
-                    false => Err(Error::other(
-                        &base.join(rel),
-                        "changed while it was being stashed",
-                    )),
+/// Moves entries into a stash, carrying their stamps along.
+struct Mover<'a> {
+    /// The build's stamps, becoming the stash's.
+    stamps: Stamps,
+    /// Directories made in the stash, stamped once everything moved.
+    made: Vec<(PathBuf, DirFd)>,
+    base: &'a Path,
+}
+
+impl Mover<'_> {
+    /// Moves `name` (shaped `node`, at `rel`) from `from` to `to`: whole
+    /// if it is a link or an unchanged directory, else entry by entry.
+    /// `None` if it is gone.
+    fn move_node(
+        &mut self,
+        from: &DirFd,
+        to: &DirFd,
+        name: &CStr,
+        node: Node,
+        rel: &Path,
+    ) -> Result<Option<Node>, Error> {
+        let base = self.base;
+        let whole = match &node {
+            // A symlink of ours, not what an action put in its place.
+            Node::Link(target) => {
+                if !links_to(from, name, target) {
+                    return Ok(None);
                 }
+                true
             }
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
-            Err(e) => Err(err("renameat2", base, rel, e)),
+            Node::Dir(dir) => unchanged(from, name, dir, rel, &self.stamps),
         };
-    }
-    let Node::Dir(dir) = node else {
-        unreachable!("links always move whole")
-    };
-    let sub_from = match from.open_at(name) {
-        Ok(sub) => sub,
-        Err(e) if gone(&e) => return Ok(None),
-        Err(e) => return Err(err("openat", base, rel, e)),
-    };
-    to.mkdir_at(name, DIR_MODE)
-        .map_err(|e| err("mkdirat", base, rel, e))?;
-    let sub_to = to.open_at(name).map_err(|e| err("openat", base, rel, e))?;
-    let mut entries = BTreeMap::new();
-    for (child_name, child) in dir.into_entries() {
-        let child_rel = rel.join(&child_name);
-        let cname = c(&child_name, base, &child_rel)?;
-        if let Some(moved) = move_node(&sub_from, &sub_to, &cname, child, &child_rel, stamps, base)?
-        {
-            entries.insert(child_name, moved);
+        if whole {
+            return match sys::rename_noreplace(from.as_fd(), name, to.as_fd(), name) {
+                Ok(()) => {
+                    let same = match &node {
+                        Node::Link(target) => links_to(to, name, target),
+                        Node::Dir(_) => self.restamp_renamed(to, name, rel),
+                    };
+                    match same {
+                        true => Ok(Some(node)),
+                        false => Err(Error::other(
+                            &base.join(rel),
+                            "changed while it was being stashed",
+                        )),
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+                Err(e) => Err(err("renameat2", base, rel, e)),
+            };
         }
+        let Node::Dir(dir) = node else {
+            unreachable!("links always move whole")
+        };
+        let sub_from = match from.open_at(name) {
+            Ok(sub) => sub,
+            Err(e) if gone(&e) => return Ok(None),
+            Err(e) => return Err(err("openat", base, rel, e)),
+        };
+        to.mkdir_at(name, DIR_MODE)
+            .map_err(|e| err("mkdirat", base, rel, e))?;
+        let sub_to = to.open_at(name).map_err(|e| err("openat", base, rel, e))?;
+        let mut entries = BTreeMap::new();
+        for (child_name, child) in dir.into_entries() {
+            let child_rel = rel.join(&child_name);
+            let cname = c(&child_name, base, &child_rel)?;
+            if let Some(moved) = self.move_node(&sub_from, &sub_to, &cname, child, &child_rel)? {
+                entries.insert(child_name, moved);
+            }
+        }
+        self.made.push((rel.to_owned(), sub_to));
+        // Left behind if the action put something of its own in it.
+        match from.unlink_at(name, true) {
+            Ok(()) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) => {}
+            Err(e) => return Err(err("unlinkat(AT_REMOVEDIR)", base, rel, e)),
+        }
+        Ok(Some(Node::Dir(Dir::new(entries))))
     }
-    // Left behind if the action put something of its own in it.
-    match from.unlink_at(name, true) {
-        Ok(()) => {}
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) => {}
-        Err(e) => return Err(err("unlinkat(AT_REMOVEDIR)", base, rel, e)),
+
+    /// Whether directory `name` of `to`, just renamed there, still carries
+    /// its stamp but for the change time the rename gave it, which its
+    /// stamp takes. The directories below keep theirs: a rename does not
+    /// touch them, and a change to them since the check shows when the
+    /// stash is taken.
+    fn restamp_renamed(&mut self, to: &DirFd, name: &CStr, rel: &Path) -> bool {
+        let (Some(stamp), Ok(st)) = (self.stamps.get_mut(rel), to.stat_at(name)) else {
+            return false;
+        };
+        let now = Stamp::of(&st);
+        let kept = Stamp {
+            ctime: stamp.ctime,
+            ..now
+        };
+        if kept != *stamp {
+            return false;
+        }
+        stamp.ctime = now.ctime;
+        true
     }
-    Ok(Some(Node::Dir(Dir::new(entries))))
 }
 
 /// Stamps `dir` (at `path`; under `""`) and every directory of `shape`
-/// below it.
+/// below it, as [`stash_out`] leaves a stash's stamps.
+#[cfg(test)]
 pub fn stamp_tree(dir: &DirFd, path: &Path, shape: &Dir) -> Result<Stamps, Error> {
     let mut stamps = Stamps::new();
     let st = nix::sys::stat::fstat(dir).map_err(|e| Error::new("fstat", path, e.into()))?;
@@ -393,12 +440,12 @@ pub fn stamp_tree(dir: &DirFd, path: &Path, shape: &Dir) -> Result<Stamps, Error
 }
 
 /// Whether `dir` and every directory of `shape` below it still carry the
-/// stamps [`stamp_tree`] took: nothing was added, removed or renamed.
+/// stamps they had: nothing was added, removed or renamed.
 pub fn unchanged_tree(dir: &DirFd, shape: &Dir, stamps: &Stamps) -> bool {
     let root = nix::sys::stat::fstat(dir).map(|st| Stamp::of(&st));
     root.ok().as_ref() == stamps.get(Path::new(""))
         && shape.subdirs().all(|(name, sub)| {
-            c_name(name).is_ok_and(|c| unchanged(dir, &c, sub, Path::new(name), stamps, false))
+            c_name(name).is_ok_and(|c| unchanged(dir, &c, sub, Path::new(name), stamps))
         })
 }
 

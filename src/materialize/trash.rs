@@ -21,9 +21,12 @@ struct Pending {
     idle: Condvar,
 }
 
+/// A tree to delete, with what to free once it is gone.
+type Job = (PathBuf, Option<Box<dyn Send>>);
+
 pub struct Trash {
     dir: PathBuf,
-    queue: Mutex<Option<Sender<PathBuf>>>,
+    queue: Mutex<Option<Sender<Job>>>,
     pending: Arc<Pending>,
     workers: Vec<JoinHandle<()>>,
     next: AtomicU64,
@@ -35,7 +38,7 @@ impl Trash {
     /// whatever is already in it.
     pub fn open(dir: &Path, threads: usize) -> Result<Trash, Error> {
         std::fs::create_dir_all(dir).map_err(|e| Error::new("mkdir", dir, e))?;
-        let (tx, rx) = channel::<PathBuf>();
+        let (tx, rx) = channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let pending = Arc::new(Pending::default());
         let workers = (0..threads.max(1))
@@ -57,7 +60,7 @@ impl Trash {
         let leftovers = std::fs::read_dir(dir).map_err(|e| Error::new("opendir", dir, e))?;
         for entry in leftovers {
             let entry = entry.map_err(|e| Error::new("readdir", dir, e))?;
-            trash.enqueue(entry.path());
+            trash.enqueue((entry.path(), None));
         }
         Ok(trash)
     }
@@ -70,6 +73,12 @@ impl Trash {
     /// returns, `path` no longer exists. Falls back to deleting in place
     /// when the rename crosses file systems.
     pub fn discard(&self, path: &Path) -> Result<(), Error> {
+        self.discard_along(path, None)
+    }
+
+    /// Like [`Trash::discard`]; `along` (what describes the tree, large
+    /// when the tree is) is freed by the deleting thread too.
+    pub fn discard_along(&self, path: &Path, along: Option<Box<dyn Send>>) -> Result<(), Error> {
         let unique = format!(
             "{}-{}",
             std::process::id(),
@@ -78,7 +87,7 @@ impl Trash {
         let target = self.dir.join(unique);
         match std::fs::rename(path, &target) {
             Ok(()) => {
-                self.enqueue(target);
+                self.enqueue((target, along));
                 Ok(())
             }
             Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
@@ -88,10 +97,10 @@ impl Trash {
         }
     }
 
-    fn enqueue(&self, path: PathBuf) {
+    fn enqueue(&self, job: Job) {
         *self.pending.count.lock() += 1;
         if let Some(queue) = self.queue.lock().as_ref() {
-            let _ = queue.send(path);
+            let _ = queue.send(job);
         }
     }
 
@@ -114,13 +123,14 @@ impl Drop for Trash {
     }
 }
 
-fn delete_queued(dir: &Path, queue: &Mutex<Receiver<PathBuf>>, pending: &Pending) {
+fn delete_queued(dir: &Path, queue: &Mutex<Receiver<Job>>, pending: &Pending) {
     loop {
         let next = queue.lock().recv();
-        let Ok(path) = next else { return };
+        let Ok((path, along)) = next else { return };
         if let Err(err) = remove_tree_within(dir, &path) {
             log::warn!("cannot empty trash entry: {err}");
         }
+        drop(along);
         let mut count = pending.count.lock();
         *count -= 1;
         if *count == 0 {
