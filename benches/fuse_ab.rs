@@ -35,9 +35,11 @@ struct Mount {
 }
 
 impl Mount {
+    /// Starts `binary` with `args`, every sandbox a FUSE view.
     fn start(name: &'static str, binary: &str, args: &[&str]) -> Mount {
         let fixture = Fixture::new();
-        let daemon = fixture.start_command(fixture.command_of(binary, args));
+        let args: Vec<&str> = ["--native_below=0"].iter().chain(args).copied().collect();
+        let daemon = fixture.start_command(fixture.command_of(binary, &args));
         Mount {
             name,
             daemon,

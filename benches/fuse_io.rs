@@ -1,10 +1,17 @@
 //! The FUSE data path against native access to the same files, same run.
 //!
 //! A 5,000-file input tree (2 KiB files, 20 per directory) is mapped one
-//! mapping per file, as Bazel maps an action's inputs, into two daemons:
-//! `passthrough` (the default, kernel passthrough for file data) and
-//! `cached` (`--passthrough=off`, data through the daemon with the page
-//! cache kept across opens). `native` touches the underlying files.
+//! mapping per file, as Bazel maps an action's inputs, into one daemon per
+//! way of serving opens: `zero` (the default: zero-message opens, no OPEN
+//! or RELEASE round trips, data through the daemon and the page cache),
+//! `open` (`--zero_message_opens=off`: an OPEN per open, with kernel
+//! passthrough for data where the daemon may use it) and, as root,
+//! `open-cached` (the same without passthrough). `native` touches the
+//! underlying files.
+//!
+//! Run by an unprivileged user (`scripts/bench-fuse` does both), the
+//! daemons are that user's, mounted with fusermount3 and without
+//! passthrough, as Bazel users run them; the names then end in `@user`.
 //!
 //! Inputs live on tmpfs (/dev/shm) unless ACTIONFS_BENCH_DIR says
 //! otherwise; the 256 MiB file for the sequential reads lives on
@@ -17,9 +24,9 @@
 //! an action does from its working directory: the same components are
 //! walked natively and through the mount.
 //!
-//! ACTIONFS_BENCH_BASELINE=PATH adds the same two mounts served by another
-//! build of the daemon (`passthrough-baseline`, `cached-baseline`), so a
-//! change is measured against the binary before it in the same run.
+//! ACTIONFS_BENCH_BASELINE=PATH adds the same mounts served by another
+//! build of the daemon (names ending in `-baseline`), so a change is
+//! measured against the binary before it in the same run.
 
 use std::ffi::CString;
 use std::fs::{self, File};
@@ -44,7 +51,7 @@ const LISTED: usize = 1_000;
 
 /// One daemon with its fixture and the sandboxes made in it so far.
 struct Mounted {
-    name: &'static str,
+    name: String,
     daemon: Daemon,
     /// Owns the mount point; declared after `daemon`, so dropped after it.
     _fixture: Fixture,
@@ -52,9 +59,11 @@ struct Mounted {
 }
 
 impl Mounted {
-    fn start(name: &'static str, binary: &str, args: &[&str]) -> Mounted {
+    /// Starts `binary` with `args`, every sandbox a FUSE view.
+    fn start(name: String, binary: &str, args: &[&str]) -> Mounted {
         let fixture = Fixture::new();
-        let daemon = fixture.start_command(fixture.command_of(binary, args));
+        let args: Vec<&str> = ["--native_below=0"].iter().chain(args).copied().collect();
+        let daemon = fixture.start_command(fixture.command_of(binary, &args));
         Mounted {
             name,
             _fixture: fixture,
@@ -88,9 +97,10 @@ struct World {
     _disk: tempfile::TempDir,
 }
 
-fn input_mappings(tree: &SyntheticTree, listed: &[PathBuf], big: &Path) -> Vec<Mapping> {
+/// Every input, the tree's below workspace directory `ws`.
+fn input_mappings(tree: &SyntheticTree, listed: &[PathBuf], big: &Path, ws: &str) -> Vec<Mapping> {
     let mut mappings: Vec<Mapping> = tree
-        .mappings("/ws")
+        .mappings(ws)
         .into_iter()
         .map(|m| actionfs_testkit::ro(&m.path, &m.underlying))
         .collect();
@@ -127,23 +137,31 @@ impl World {
         file.sync_all().unwrap();
         let scratch = tempfile::tempdir_in(inputs.path()).unwrap();
 
-        let mut mounts = vec![
-            Mounted::start("passthrough", bin(), &[]),
-            Mounted::start("cached", bin(), &["--passthrough=off"]),
-        ];
+        let mut modes: Vec<(&str, &[&str])> =
+            vec![("zero", &[]), ("open", &["--zero_message_opens=off"])];
+        let root = is_root();
+        if root {
+            modes.push((
+                "open-cached",
+                &["--zero_message_opens=off", "--passthrough=off"],
+            ));
+        }
+        let who = if root { "" } else { "@user" };
+        let mut mounts: Vec<Mounted> = modes
+            .iter()
+            .map(|(mode, args)| Mounted::start(format!("{mode}{who}"), bin(), args))
+            .collect();
         if let Some(baseline) = std::env::var_os("ACTIONFS_BENCH_BASELINE") {
             let baseline = baseline.to_str().expect("UTF-8 path");
-            mounts.push(Mounted::start("passthrough-baseline", baseline, &[]));
-            mounts.push(Mounted::start(
-                "cached-baseline",
-                baseline,
-                &["--passthrough=off"],
-            ));
+            for (mode, args) in &modes {
+                let name = format!("{mode}-baseline{who}");
+                mounts.push(Mounted::start(name, baseline, args));
+            }
         }
         let ids = mounts
             .iter()
             .map(|m| {
-                let mut mappings = input_mappings(&tree, &listed, &big);
+                let mut mappings = input_mappings(&tree, &listed, &big, "/ws");
                 mappings.push(rw("/out", scratch.path()));
                 m.create(mappings)
             })
@@ -162,11 +180,11 @@ impl World {
 
     /// The workspace directory natively and through each mount, in the
     /// order of `self.mounts`, opened as an action's working directory.
-    fn workspaces(&self) -> Vec<(&'static str, File)> {
-        let mut views = vec![("native", File::open(&self.tree.root).unwrap())];
+    fn workspaces(&self) -> Vec<(String, File)> {
+        let mut views = vec![(native(), File::open(&self.tree.root).unwrap())];
         for (mount, id) in self.mounts.iter().zip(&self.ids) {
             views.push((
-                mount.name,
+                mount.name.clone(),
                 File::open(mount.path(&format!("{id}/ws"))).unwrap(),
             ));
         }
@@ -183,12 +201,26 @@ impl World {
     }
 
     /// Where `rel` (inside the all-inputs sandbox) is in each view.
-    fn view_of(&self, native: &Path, rel: &str) -> Vec<(&'static str, PathBuf)> {
-        let mut views = vec![("native", native.to_owned())];
+    fn view_of(&self, underneath: &Path, rel: &str) -> Vec<(String, PathBuf)> {
+        let mut views = vec![(native(), underneath.to_owned())];
         for (mount, id) in self.mounts.iter().zip(&self.ids) {
-            views.push((mount.name, mount.path(&format!("{id}/{rel}"))));
+            views.push((mount.name.clone(), mount.path(&format!("{id}/{rel}"))));
         }
         views
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The native baseline's name: native access by the same user.
+fn native() -> String {
+    if is_root() {
+        "native".to_owned()
+    } else {
+        "native@user".to_owned()
     }
 }
 
@@ -251,38 +283,25 @@ fn benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("stat_cached");
     for (name, dir) in &workspaces {
         rel.iter().for_each(|r| stat_at(dir, r));
-        group.bench_function(*name, |b| {
+        group.bench_function(name.as_str(), |b| {
             b.iter_custom(|n| cycle_at(dir, &rel, n, stat_at))
         });
     }
     group.finish();
 
-    // First stat: each timed stat names an input the kernel has not seen,
-    // in a sandbox made (untimed) for the batch. Native has nothing to
-    // look up for the first time, so it stats the underlying files.
-    let mut group = c.benchmark_group("stat_first");
-    group.bench_function("native", |b| {
-        b.iter_custom(|n| cycle_at(&workspaces[0].1, &rel, n, stat_at))
+    // First stat in a new sandbox: each timed stat names an input of a
+    // sandbox made (untimed) for the batch after the last one was
+    // destroyed, as Bazel's next action does; the daemon may hand it the
+    // last one's kernel cache. Native has nothing to look up for the
+    // first time, so it stats the underlying files.
+    first_stats(c, &world, &workspaces[0].1, &rel, "stat_first", |_| {
+        "/ws".to_owned()
     });
-    for mount in &world.mounts {
-        group.bench_function(mount.name, |b| {
-            b.iter_custom(|n| {
-                let mut elapsed = Duration::ZERO;
-                let mut left = n as usize;
-                while left > 0 {
-                    let id = mount.create(input_mappings(&world.tree, &world.listed, &world.big));
-                    let ws = File::open(mount.path(&format!("{id}/ws"))).unwrap();
-                    let batch = left.min(rel.len());
-                    elapsed += cycle_at(&ws, &rel[..batch], batch as u64, stat_at);
-                    left -= batch;
-                    drop(ws);
-                    mount.daemon.destroy(&id);
-                }
-                elapsed
-            })
-        });
-    }
-    group.finish();
+    // The same where each sandbox's workspace has a name of its own, so
+    // that every timed stat is a LOOKUP sent to the daemon.
+    first_stats(c, &world, &workspaces[0].1, &rel, "stat_lookup", |n| {
+        format!("/ws{n}")
+    });
 
     // Open, read 2 KiB, close; warm.
     let mut group = c.benchmark_group("open_read_close_2KiB");
@@ -292,7 +311,7 @@ fn benches(c: &mut Criterion) {
             assert_eq!(workload::read_at(dir, r, &mut buf).unwrap(), SMALL)
         };
         rel.iter().for_each(|r| read(dir, r));
-        group.bench_function(*name, |b| {
+        group.bench_function(name.as_str(), |b| {
             b.iter_custom(|n| cycle_at(dir, &rel, n, &mut read))
         });
     }
@@ -311,7 +330,7 @@ fn benches(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(BIG as u64));
         for (name, path) in &big_views {
             read_all(path, &mut buf);
-            group.bench_function(*name, |b| {
+            group.bench_function(name.as_str(), |b| {
                 b.iter_custom(|n| {
                     let mut elapsed = Duration::ZERO;
                     for _ in 0..n {
@@ -340,7 +359,7 @@ fn benches(c: &mut Criterion) {
             assert_eq!(fs::read_dir(dir).unwrap().count(), LISTED);
         };
         list(&dir);
-        group.bench_function(name, |b| b.iter(|| list(&dir)));
+        group.bench_function(name.as_str(), |b| b.iter(|| list(&dir)));
     }
     group.finish();
 
@@ -350,7 +369,7 @@ fn benches(c: &mut Criterion) {
     let data = vec![b'o'; 4096];
     for (n, (name, dir)) in outs.iter().enumerate() {
         let counter = AtomicUsize::new(0);
-        group.bench_function(*name, |b| {
+        group.bench_function(name.as_str(), |b| {
             b.iter(|| {
                 let i = counter.fetch_add(1, Ordering::Relaxed);
                 let path = dir.join(format!("o{n}-{i}"));
@@ -363,14 +382,49 @@ fn benches(c: &mut Criterion) {
         let _ = fs::remove_file(entry.unwrap().path());
     }
 
-    reconfiguration(c, &world.mounts[0], "");
-    if let Some(baseline) = world
-        .mounts
-        .iter()
-        .find(|m| m.name == "passthrough-baseline")
-    {
-        reconfiguration(c, baseline, "-baseline");
+    let who = if is_root() { "" } else { "@user" };
+    reconfiguration(c, &world.mounts[0], who);
+    if let Some(baseline) = world.mounts.iter().find(|m| m.name.contains("-baseline")) {
+        reconfiguration(c, baseline, &format!("-baseline{who}"));
     }
+}
+
+/// Times stats of each input in fresh sandboxes, batch by batch, with
+/// the inputs below `ws(batch)`.
+fn first_stats(
+    c: &mut Criterion,
+    world: &World,
+    native_ws: &File,
+    rel: &[CString],
+    group: &str,
+    ws: impl Fn(usize) -> String,
+) {
+    let mut group = c.benchmark_group(group);
+    group.bench_function(native(), |b| {
+        b.iter_custom(|n| cycle_at(native_ws, rel, n, stat_at))
+    });
+    let batches = AtomicUsize::new(0);
+    for mount in &world.mounts {
+        group.bench_function(mount.name.as_str(), |b| {
+            b.iter_custom(|n| {
+                let mut elapsed = Duration::ZERO;
+                let mut left = n as usize;
+                while left > 0 {
+                    let ws = ws(batches.fetch_add(1, Ordering::Relaxed));
+                    let id =
+                        mount.create(input_mappings(&world.tree, &world.listed, &world.big, &ws));
+                    let dir = File::open(mount.path(&format!("{id}{ws}"))).unwrap();
+                    let batch = left.min(rel.len());
+                    elapsed += cycle_at(&dir, &rel[..batch], batch as u64, stat_at);
+                    left -= batch;
+                    drop(dir);
+                    mount.daemon.destroy(&id);
+                }
+                elapsed
+            })
+        });
+    }
+    group.finish();
 }
 
 /// CreateSandbox and DestroySandbox round trips through the daemon's

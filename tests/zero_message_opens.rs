@@ -342,3 +342,23 @@ fn small_scattered_writes_never_read_back_their_page() {
     assert_eq!(written, expected);
     assert_eq!(d.terminate(), BY_SIGTERM);
 }
+
+#[test]
+fn choosing_zero_message_opens_by_default_turns_passthrough_off_without_a_warning() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let input = fx.write("src/in.txt", "in");
+    let d = fx.start_logged(&[], "info");
+    d.create(sandbox("s", vec![ro("/in.txt", &input)]));
+    assert_eq!(fs::read_to_string(d.path("s/in.txt")).unwrap(), "in");
+    assert_eq!(d.terminate(), BY_SIGTERM);
+    let log = fx.log();
+    assert!(log.contains("zero-message opens: no OPEN"), "{log}");
+    assert!(log.contains("FUSE passthrough not used"), "{log}");
+    let warned = log
+        .lines()
+        .any(|line| line.contains("WARN") && line.contains("passthrough"));
+    assert!(!warned, "a decision is not a warning:\n{log}");
+}

@@ -73,6 +73,14 @@ impl<B> Passthrough<B> {
         }
     }
 
+    /// Turns passthrough off because another way of serving files was
+    /// chosen: a decision, not a failure, so logged at info.
+    pub fn not_used(&self, why: &str) {
+        if self.enabled.swap(false, Ordering::Relaxed) {
+            log::info!("FUSE passthrough not used: {why}; file data goes through the daemon");
+        }
+    }
+
     /// Decides how handle `fh`, just opened on inode `ino` with underlying
     /// file `file_id`, is served. `register` makes a backing id for the
     /// handle's file; it is called only when a new one is needed.

@@ -282,7 +282,7 @@ impl Filesystem for FuseShell {
             self.zero_open = true;
             self.fs.set_zero_message_opens(true);
             self.passthrough
-                .disable("files are opened without asking the daemon (--zero_message_opens)");
+                .not_used("files are opened without asking the daemon (--zero_message_opens)");
             // With no OPEN to decide whether cached pages are still good,
             // an input changed in place is a new inode (`inodes`), and the
             // daemon drops the pages of one the kernel already holds. Not

@@ -30,6 +30,7 @@ mod namespace;
 mod node;
 mod reaper;
 mod retention;
+pub use retention::MAX_AGE as RETAINED_MAX_AGE;
 mod underlying;
 mod xattr;
 

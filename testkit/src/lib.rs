@@ -85,9 +85,8 @@ impl Fixture {
         path
     }
 
-    /// The daemon command with `args` before the mount point; its log goes
-    /// to `daemon.log` in the fixture.
-    /// The daemon's command line with `args`. Sandboxes are served by the
+    /// The daemon's command line with `args` before the mount point; its
+    /// log goes to `daemon.log` in the fixture. Sandboxes are served by the
     /// FUSE view unless `args` set `--native_below` (the default, auto,
     /// builds sandboxes on tmpfs natively).
     pub fn command(&self, args: &[&str]) -> Command {
@@ -99,7 +98,8 @@ impl Fixture {
     }
 
     /// `command`, for another build of the daemon (e.g. a baseline binary
-    /// a benchmark compares against).
+    /// a benchmark compares against), with `args` as given: no
+    /// `--native_below=0` is added.
     pub fn command_of(&self, binary: &str, args: &[&str]) -> Command {
         let mut command = Command::new(binary);
         command
