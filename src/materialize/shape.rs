@@ -26,7 +26,13 @@ pub struct Dir {
     entries: BTreeMap<OsString, Node>,
     digest: u64,
     links: usize,
+    /// See [`Dir::bytes`]; kept, as every destroy that stashes asks.
+    bytes: usize,
 }
+
+/// A tmpfs inode and dentry, roughly: what an entry costs beyond its name
+/// and link target.
+const BYTES_PER_ENTRY: usize = 768;
 
 impl Node {
     pub fn digest(&self) -> u64 {
@@ -74,9 +80,14 @@ impl Dir {
             node.digest().hash(&mut hasher);
         }
         let links = entries.values().map(Node::links).sum();
+        let bytes = entries
+            .iter()
+            .map(|(name, node)| BYTES_PER_ENTRY + name.len() + node.bytes())
+            .sum();
         Dir {
             digest: hasher.finish(),
             links,
+            bytes,
             entries,
         }
     }
@@ -108,11 +119,7 @@ impl Dir {
     /// What the directory's entries cost to keep, roughly: a tmpfs inode
     /// and dentry per entry, plus names and targets.
     pub fn bytes(&self) -> usize {
-        const PER_ENTRY: usize = 768;
-        self.entries
-            .iter()
-            .map(|(name, node)| PER_ENTRY + name.len() + node.bytes())
-            .sum()
+        self.bytes
     }
 
     pub fn entries(&self) -> &BTreeMap<OsString, Node> {
@@ -124,7 +131,7 @@ impl Dir {
     }
 
     /// Takes the node at `rel` out of the shape, for taking a shape apart:
-    /// the digests and counts of the directories above it go stale.
+    /// the digests, counts and sizes of the directories above it go stale.
     pub fn take(&mut self, rel: &std::path::Path) -> Option<Node> {
         let mut names = rel.iter();
         let last = names.next_back()?;
