@@ -267,4 +267,14 @@ mod tests {
         assert_eq!(a.shared_links(&flipped), 0);
         assert_eq!(flipped.links(), 0);
     }
+
+    #[test]
+    fn a_directory_size_counts_every_entry_below_it_with_names_and_targets() {
+        let inner = dir(vec![("y", link("/u/y")), ("z", link("/u/zz"))]);
+        let outer = dir(vec![("x", link("/u/x")), ("sub", Node::Dir(inner))]);
+        // Four entries; names x, sub, y, z; targets /u/x, /u/y, /u/zz.
+        let expected = 4 * BYTES_PER_ENTRY + (1 + 3 + 1 + 1) + (4 + 4 + 5);
+        assert_eq!(outer.bytes(), expected);
+        assert_eq!(Dir::default().bytes(), 0);
+    }
 }
