@@ -326,7 +326,8 @@ fn make_dirs(
 struct Mover<'a> {
     /// The build's stamps, becoming the stash's.
     stamps: Stamps,
-    /// Directories made in the stash, stamped once everything moved.
+    /// Directories made in the stash above the entries placed (a few
+    /// levels), stamped once everything moved.
     made: Vec<(PathBuf, DirFd)>,
     base: &'a Path,
 }
@@ -392,7 +393,9 @@ impl Mover<'_> {
                 entries.insert(child_name, moved);
             }
         }
-        self.made.push((rel.to_owned(), sub_to));
+        // Complete: nothing else moves into it.
+        let st = nix::sys::stat::fstat(&sub_to).map_err(|e| err("fstat", base, rel, e.into()))?;
+        self.stamps.insert(rel.to_owned(), Stamp::of(&st));
         // Left behind if the action put something of its own in it.
         match from.unlink_at(name, true) {
             Ok(()) => {}
