@@ -457,7 +457,7 @@ impl NativeSandboxes {
         let mut built = match built {
             Ok(built) => built,
             Err(err) => {
-                pool.discard(&stash.path);
+                pool.discard_stash(stash);
                 return Err(err);
             }
         };
@@ -469,7 +469,7 @@ impl NativeSandboxes {
                 rel,
             })
             .collect();
-        pool.discard(&stash.path);
+        pool.discard_stash(stash);
         if let Err(err) = outcome {
             if let Err(cleanup) = materialize::teardown(&built, self.opened_trash()) {
                 log::error!("cannot undo a build from a stash: {cleanup}");
@@ -566,11 +566,11 @@ fn stash(reusable: Reusable, keep: bool) -> Result<(), materialize::Error> {
             Ok(())
         }
         Ok(unkept) => {
-            pool.discard_along(&path, Box::new(unkept));
+            pool.discard(&path, Some(Box::new(unkept)));
             Ok(())
         }
         Err(err) => {
-            pool.discard(&path);
+            pool.discard(&path, None);
             Err(err)
         }
     }

@@ -244,8 +244,7 @@ impl Pool {
                 break;
             };
             kept.bytes -= old.bytes;
-            let path = old.path.clone();
-            self.discard_along(&path, Box::new(old));
+            self.discard_stash(old);
         }
     }
 
@@ -288,19 +287,19 @@ impl Pool {
         Some(stash)
     }
 
-    /// Deletes a stash directory in the background.
-    pub fn discard(&self, path: &Path) {
-        if let Err(err) = self.trash.discard(path) {
+    /// Deletes a stash directory in the background; `along` (what
+    /// describes it: a shape and stamps, large for a large stash) is freed
+    /// there too, off the caller's path.
+    pub fn discard(&self, path: &Path, along: Option<Box<dyn Send>>) {
+        if let Err(err) = self.trash.discard_along(path, along) {
             log::warn!("cannot discard stash {path:?}: {err}");
         }
     }
 
-    /// Discards the stash at `path`, freeing `along` (its shape and
-    /// stamps, large for a large stash) off the caller's path.
-    pub fn discard_along(&self, path: &Path, along: Box<dyn Send>) {
-        if let Err(err) = self.trash.discard_along(path, Some(along)) {
-            log::warn!("cannot discard stash {path:?}: {err}");
-        }
+    /// Discards a stash that was kept, with its shape and stamps.
+    pub fn discard_stash(&self, stash: Stash) {
+        let path = stash.path.clone();
+        self.discard(&path, Some(Box::new(stash)));
     }
 
     /// Stashes kept now.

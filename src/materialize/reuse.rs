@@ -271,14 +271,11 @@ pub fn stash_out(
         }
     }
     // Last, as moves into them changed them.
-    let stash_itself = stash
-        .open_at(c".")
-        .map_err(|e| Error::new("openat", stash_path, e))?;
-    mover.made.push((PathBuf::new(), stash_itself));
     let mut stamps = mover.stamps;
-    for (rel, dir) in &mover.made {
+    let made = mover.made.iter().map(|(rel, dir)| (rel.as_path(), dir));
+    for (rel, dir) in made.chain([(Path::new(""), stash)]) {
         let st = nix::sys::stat::fstat(dir).map_err(|e| err("fstat", stash_path, rel, e.into()))?;
-        stamps.insert(rel.clone(), Stamp::of(&st));
+        stamps.insert(rel.to_owned(), Stamp::of(&st));
     }
     Ok((moved.finish(), stamps))
 }
