@@ -38,8 +38,7 @@ impl Mount {
     /// Starts `binary` with `args`, every sandbox a FUSE view.
     fn start(name: &'static str, binary: &str, args: &[&str]) -> Mount {
         let fixture = Fixture::new();
-        let args: Vec<&str> = ["--native_below=0"].iter().chain(args).copied().collect();
-        let daemon = fixture.start_command(fixture.command_of(binary, &args));
+        let daemon = fixture.start_command(fixture.command_of(binary, args));
         Mount {
             name,
             daemon,

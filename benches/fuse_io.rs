@@ -62,8 +62,7 @@ impl Mounted {
     /// Starts `binary` with `args`, every sandbox a FUSE view.
     fn start(name: String, binary: &str, args: &[&str]) -> Mounted {
         let fixture = Fixture::new();
-        let args: Vec<&str> = ["--native_below=0"].iter().chain(args).copied().collect();
-        let daemon = fixture.start_command(fixture.command_of(binary, &args));
+        let daemon = fixture.start_command(fixture.command_of(binary, args));
         Mounted {
             name,
             _fixture: fixture,

@@ -90,18 +90,16 @@ impl Fixture {
     /// FUSE view unless `args` set `--native_below` (the default, auto,
     /// builds sandboxes on tmpfs natively).
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut all = args.to_vec();
-        if !args.iter().any(|a| a.starts_with("--native_below")) {
-            all.insert(0, "--native_below=0");
-        }
-        self.command_of(bin(), &all)
+        self.command_of(bin(), args)
     }
 
     /// `command`, for another build of the daemon (e.g. a baseline binary
-    /// a benchmark compares against), with `args` as given: no
-    /// `--native_below=0` is added.
+    /// a benchmark compares against).
     pub fn command_of(&self, binary: &str, args: &[&str]) -> Command {
         let mut command = Command::new(binary);
+        if !args.iter().any(|a| a.starts_with("--native_below")) {
+            command.arg("--native_below=0");
+        }
         command
             .args(args)
             .arg(self.mnt())
