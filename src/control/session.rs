@@ -47,7 +47,8 @@ pub fn serve(stream: UnixStream, control: &Control) {
 
 /// Refuses peers running as another user than the daemon.
 fn check_peer(stream: &UnixStream) -> Result<(), String> {
-    let (uid, pid) = peer(stream).map_err(|e| format!("cannot tell who connected: {e}"))?;
+    let (uid, pid) = crate::sys::peer_credentials(stream)
+        .map_err(|e| format!("cannot tell who connected: {e}"))?;
     let ours = nix::unistd::geteuid().as_raw();
     if uid != ours {
         return Err(format!(
@@ -56,20 +57,6 @@ fn check_peer(stream: &UnixStream) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// The peer's uid (and pid, where the system says).
-#[cfg(target_os = "linux")]
-fn peer(stream: &UnixStream) -> nix::Result<(u32, Option<i32>)> {
-    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-    let creds = getsockopt(stream, PeerCredentials)?;
-    Ok((creds.uid(), Some(creds.pid())))
-}
-
-#[cfg(not(target_os = "linux"))]
-fn peer(stream: &UnixStream) -> nix::Result<(u32, Option<i32>)> {
-    let (uid, _) = nix::unistd::getpeereid(stream)?;
-    Ok((uid.as_raw(), None))
 }
 
 fn answer(out: &mut impl Write, reply: &Value) -> std::io::Result<()> {

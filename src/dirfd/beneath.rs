@@ -32,8 +32,19 @@ pub fn open_beneath(
     mode: Mode,
 ) -> io::Result<OwnedFd> {
     let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    platform::open_beneath(dir, rel, flags, mode)
+    one_call_or_walk(dir, rel, flags, mode)
         .map_err(|err| final_symlink_is_eloop(dir, rel, flags, err))
+}
+
+/// The platform's one-call resolution, or the walk where it has none.
+fn one_call_or_walk(
+    dir: BorrowedFd<'_>,
+    rel: &CStr,
+    flags: OFlag,
+    mode: Mode,
+) -> io::Result<OwnedFd> {
+    crate::sys::open_beneath(dir, rel, flags, mode)
+        .unwrap_or_else(|| walk_beneath(dir, rel, flags, mode))
 }
 
 /// O_DIRECTORY | O_NOFOLLOW on a final symlink says ENOTDIR; say ELOOP, as
@@ -64,7 +75,7 @@ fn last_is_symlink(dir: BorrowedFd<'_>, rel: &CStr) -> bool {
         let Ok(parent) = std::ffi::CString::new(parent) else {
             return false;
         };
-        match platform::open_beneath(dir, &parent, super::PATH_DIR_FLAGS, Mode::empty()) {
+        match one_call_or_walk(dir, &parent, super::PATH_DIR_FLAGS, Mode::empty()) {
             Ok(fd) => Some(fd),
             Err(_) => return false,
         }
@@ -121,76 +132,6 @@ fn symlink_is_eloop(dir: BorrowedFd<'_>, name: &[u8], err: nix::errno::Errno) ->
         nix::errno::Errno::ELOOP
     } else {
         err
-    }
-}
-
-#[cfg(target_os = "linux")]
-mod platform {
-    use std::ffi::CStr;
-    use std::io;
-    use std::os::fd::{BorrowedFd, OwnedFd};
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    use nix::errno::Errno;
-    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
-    use nix::sys::stat::Mode;
-
-    /// Cleared once the kernel (or a seccomp filter) refuses openat2.
-    static OPENAT2: AtomicBool = AtomicBool::new(true);
-
-    /// openat2 answers EAGAIN when a rename or mount raced the lookup;
-    /// after this many, the walk (which cannot race that way) is used.
-    const EAGAIN_RETRIES: usize = 4;
-
-    pub fn open_beneath(
-        dir: BorrowedFd<'_>,
-        rel: &CStr,
-        flags: OFlag,
-        mode: Mode,
-    ) -> io::Result<OwnedFd> {
-        if OPENAT2.load(Ordering::Relaxed) {
-            let how = OpenHow::new().flags(flags).mode(mode).resolve(
-                ResolveFlag::RESOLVE_BENEATH
-                    | ResolveFlag::RESOLVE_NO_SYMLINKS
-                    | ResolveFlag::RESOLVE_NO_MAGICLINKS,
-            );
-            for _ in 0..EAGAIN_RETRIES {
-                match nix::fcntl::openat2(dir, rel, how) {
-                    Ok(fd) => return Ok(fd),
-                    Err(Errno::EAGAIN) => continue,
-                    Err(Errno::ENOSYS) => {
-                        log::info!(
-                            "openat2 is unavailable; resolving paths one component at a time"
-                        );
-                        OPENAT2.store(false, Ordering::Relaxed);
-                        break;
-                    }
-                    Err(err) => return Err(err.into()),
-                }
-            }
-        }
-        super::walk_beneath(dir, rel, flags, mode)
-    }
-}
-
-#[cfg(target_os = "macos")]
-mod platform {
-    use std::ffi::CStr;
-    use std::io;
-    use std::os::fd::{BorrowedFd, OwnedFd};
-
-    use nix::fcntl::OFlag;
-    use nix::sys::stat::Mode;
-
-    /// O_NOFOLLOW_ANY refuses a symlink in any component (macOS 11+).
-    pub fn open_beneath(
-        dir: BorrowedFd<'_>,
-        rel: &CStr,
-        flags: OFlag,
-        mode: Mode,
-    ) -> io::Result<OwnedFd> {
-        let any = OFlag::from_bits_retain(libc::O_NOFOLLOW_ANY);
-        Ok(nix::fcntl::openat(dir, rel, flags | any, mode)?)
     }
 }
 

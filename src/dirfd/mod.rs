@@ -39,15 +39,9 @@ const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_NOFOLLOW)
     .union(OFlag::O_CLOEXEC);
 
-/// Flags of a directory opened only to name things in it: O_PATH where it
-/// exists, which needs no read permission and cannot read the directory.
-#[cfg(target_os = "linux")]
-pub const PATH_DIR_FLAGS: OFlag = OFlag::O_PATH
-    .union(OFlag::O_DIRECTORY)
-    .union(OFlag::O_NOFOLLOW)
-    .union(OFlag::O_CLOEXEC);
-#[cfg(not(target_os = "linux"))]
-pub const PATH_DIR_FLAGS: OFlag = DIR_FLAGS;
+/// Flags of a directory opened only to name things in it (O_PATH where the
+/// platform has it).
+pub use crate::sys::PATH_DIR_FLAGS;
 
 /// A name as a C string (names from the kernel or a layout hold no NUL;
 /// one that does is refused with EINVAL).

@@ -29,19 +29,7 @@ pub fn shipped_for(dir: &Path) -> usize {
     }
 }
 
-#[cfg(target_os = "linux")]
-pub fn on_tmpfs(dir: &Path) -> bool {
-    let Some(existing) = dir.ancestors().find(|a| a.exists()) else {
-        return false;
-    };
-    nix::sys::statfs::statfs(existing)
-        .is_ok_and(|st| st.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn on_tmpfs(_dir: &Path) -> bool {
-    false
-}
+pub use crate::sys::on_tmpfs;
 
 /// What `--native_below` asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]

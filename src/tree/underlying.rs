@@ -236,14 +236,7 @@ impl UObj {
     /// An O_PATH descriptor of the object itself, symlink or not: what
     /// calls that have no `*at` form without following act through.
     pub fn pin(&self) -> FsResult<OwnedFd> {
-        #[cfg(target_os = "linux")]
-        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        // O_SYMLINK: a symlink is opened as itself.
-        #[cfg(not(target_os = "linux"))]
-        let flags = OFlag::O_RDONLY
-            | OFlag::from_bits_retain(libc::O_SYMLINK)
-            | OFlag::O_CLOEXEC
-            | OFlag::O_NONBLOCK;
+        let flags = crate::sys::PIN_FLAGS;
         nix::fcntl::openat(self.dir.fd(), self.name.as_c_str(), flags, Mode::empty())
             .map_err(|err| self.fail("openat", err))
     }

@@ -1,10 +1,8 @@
-//! macOS forms of the platform-specific calls.
+//! The macOS forms of the system calls whose form differs by platform.
 
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
-
-use super::{check, xattr_call};
 
 /// From <sys/clonefile.h>: do not follow a symlink in the source.
 const CLONE_NOFOLLOW: u32 = 0x0001;
@@ -32,7 +30,7 @@ pub fn clone_file(
             CLONE_NOFOLLOW,
         )
     };
-    check(ret).map(drop)
+    check(ret)
 }
 
 /// macOS FUSE passes no rename flags; nothing is ever an exchange.
@@ -145,50 +143,12 @@ pub fn set_xattr(pinned: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32) 
             flags,
         )
     };
-    check(ret).map(drop)
+    check(ret)
 }
 
 pub fn remove_xattr(pinned: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
     // SAFETY: valid descriptor and C string.
-    check(unsafe { libc::fremovexattr(pinned.as_raw_fd(), name.as_ptr(), 0) }).map(drop)
-}
-
-/// Who made a FUSE request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Caller {
-    pub uid: u32,
-    pub gid: u32,
-}
-
-extern "C" {
-    /// Sets the calling thread's own credentials (libSystem; no header).
-    fn pthread_setugid_np(uid: libc::uid_t, gid: libc::gid_t) -> libc::c_int;
-}
-
-/// From <sys/kauth.h>: back to the process's credentials.
-const KAUTH_UID_NONE: libc::uid_t = !0 - 100;
-const KAUTH_GID_NONE: libc::gid_t = !0 - 100;
-
-/// Runs `create` with the calling thread's credentials switched to
-/// `caller`'s, so that what it creates belongs to the caller (only when the
-/// daemon runs as root).
-pub fn as_caller<T>(caller: Caller, create: impl FnOnce() -> T) -> T {
-    if !nix::unistd::geteuid().is_root() || (caller.uid == 0 && caller.gid == 0) {
-        return create();
-    }
-    // SAFETY: plain calls on the calling thread's credentials.
-    if unsafe { pthread_setugid_np(caller.uid, caller.gid) } != 0 {
-        log::warn!(
-            "cannot act as uid {}: {}",
-            caller.uid,
-            io::Error::last_os_error()
-        );
-        return create();
-    }
-    let result = create();
-    // SAFETY: as above; restores the process's credentials.
-    unsafe { pthread_setugid_np(KAUTH_UID_NONE, KAUTH_GID_NONE) };
-    result
+    check(unsafe { libc::fremovexattr(pinned.as_raw_fd(), name.as_ptr(), 0) })
 }
 
 /// Renames `from` in `from_dir` to `to` in `to_dir` unless `to` exists
@@ -209,5 +169,28 @@ pub fn rename_noreplace(
             libc::RENAME_EXCL,
         )
     };
-    check(ret).map(drop)
+    check(ret)
+}
+
+/// A libc return value (-1 on failure) as a result with the errno.
+fn check(ret: libc::c_int) -> io::Result<()> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Runs a get/list-style xattr call: with an empty buffer it returns the
+/// size needed.
+fn xattr_call(
+    buf: &mut [u8],
+    call: impl Fn(*mut libc::c_void, usize) -> isize,
+) -> io::Result<usize> {
+    let ptr = if buf.is_empty() {
+        std::ptr::null_mut()
+    } else {
+        buf.as_mut_ptr().cast()
+    };
+    usize::try_from(call(ptr, buf.len())).map_err(|_| io::Error::last_os_error())
 }

@@ -1,0 +1,15 @@
+//! actionfs's macOS mechanisms: the forms of the system calls that differ
+//! by platform, behind the same names as the other platform's crate, so the
+//! core (`actionfs::sys`) re-exports whichever one it is built for.
+//!
+//! The crate is empty on other systems, so the whole workspace builds (and
+//! its tests run) everywhere.
+#![cfg(target_os = "macos")]
+
+mod calls;
+mod identity;
+mod resolve;
+
+pub use calls::*;
+pub use identity::*;
+pub use resolve::*;
