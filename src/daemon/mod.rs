@@ -26,7 +26,7 @@ pub use stop::Stopped;
 use crate::access_log::AccessLog;
 use crate::config::{Allow, DaemonConfig};
 use crate::control::{Control, ControlSocket};
-use crate::fuse::{FuseShell, NotifierInvalidator};
+use crate::fuse::{Dispatcher, FuseShell, NotifierInvalidator};
 use crate::hybrid::cutoff;
 use crate::hybrid::{NativeSandboxes, Sandboxes};
 use crate::mount;
@@ -91,14 +91,15 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     let mut signals =
         Signals::new(stop::STOP_SIGNALS.iter().chain([&SIGUSR1])).map_err(DaemonError::Signals)?;
 
+    let dispatch = Arc::new(Dispatcher::new(
+        fs.clone(),
+        stats.clone(),
+        kernel_ttl(&options),
+        options.passthrough,
+        options.zero_message_opens,
+    ));
     let session = fuser::Session::new(
-        FuseShell::new(
-            fs.clone(),
-            stats.clone(),
-            kernel_ttl(&options),
-            options.passthrough,
-            options.zero_message_opens,
-        ),
+        FuseShell::new(dispatch.clone()),
         &mount_point,
         &session_config(options.allow),
     )
@@ -109,6 +110,12 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     let device = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned();
     if let Err(err) = &device {
         log::warn!("cannot duplicate the /dev/fuse descriptor ({err}); destroy will invalidate whole subtrees");
+    }
+    match std::os::fd::AsFd::as_fd(&session).try_clone_to_owned() {
+        Ok(device) => dispatch.set_device(device),
+        Err(err) => dispatch.passthrough().disable(&format!(
+            "cannot duplicate the /dev/fuse descriptor ({err})"
+        )),
     }
     fs.set_invalidator(Arc::new(NotifierInvalidator::new(
         session.notifier(),

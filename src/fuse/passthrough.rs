@@ -22,6 +22,7 @@
 //! for good, logged once; any other failure is logged and that inode is
 //! served `Cached` until all its opens are released.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -29,8 +30,60 @@ use crate::sharded::Sharded;
 
 const SHARDS: usize = 16;
 
+/// A backing id the kernel gave for one underlying file, closed again
+/// when dropped. Made on the mount's `/dev/fuse` descriptor, so that every
+/// transport can answer with it.
+pub struct Backing {
+    // Read only to close the id, which only Linux has.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    device: Arc<OwnedFd>,
+    id: u32,
+}
+
+/// FUSE_DEV_IOC_BACKING_CLOSE: _IOW(229, 2, uint32_t).
+#[cfg(target_os = "linux")]
+const BACKING_CLOSE: libc::c_ulong = (1 << 30) | (4 << 16) | (229 << 8) | 2;
+
+impl Backing {
+    /// Registers `file` (FUSE_DEV_IOC_BACKING_OPEN; needs CAP_SYS_ADMIN).
+    pub fn open(device: &Arc<OwnedFd>, file: &impl AsFd) -> std::io::Result<Backing> {
+        let id = fuser::BackingId::create_raw(device.as_fd(), file.as_fd())?;
+        Ok(Backing {
+            device: device.clone(),
+            id,
+        })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        // SAFETY: the ioctl reads one u32 that lives for the call.
+        #[cfg(target_os = "linux")]
+        let closed = unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(&*self.device),
+                BACKING_CLOSE,
+                &self.id,
+            )
+        };
+        #[cfg(not(target_os = "linux"))]
+        let closed = 0;
+        if closed < 0 {
+            let err = std::io::Error::last_os_error();
+            // After an unmount the connection is gone, and the id with it.
+            if !matches!(err.raw_os_error(), Some(libc::ENOTCONN | libc::ENODEV)) {
+                log::warn!("cannot close passthrough backing id {}: {err}", self.id);
+            }
+        }
+    }
+}
+
 /// How one open is answered. `B` is the kernel's backing file reference
-/// (fuser's `BackingId`; anything in tests).
+/// ([`Backing`]; anything in tests).
 pub enum OpenMode<B> {
     Passthrough(Arc<B>),
     Cached,

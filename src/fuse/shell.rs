@@ -1,15 +1,11 @@
-//! The FUSE shell: turns kernel requests (through `fuser`) into calls on
-//! the core [`SandboxFs`], and its answers into replies.
-//!
-//! It holds no state of its own beyond the cache timeouts and passthrough
-//! bookkeeping; every decision is the core's. Errors become errnos in one
-//! place, [`FuseShell::failed`], which also logs each failed operation at
-//! debug level with its request id.
+//! The FUSE shell: fuser's `/dev/fuse` loop as a transport. It turns
+//! fuser's requests into calls on the [`Dispatcher`] and its answers into
+//! fuser replies; every decision is the dispatcher's.
 
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use fuser::{
     AccessFlags, BsdFileFlags, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -18,72 +14,33 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use super::passthrough::{OpenMode, Passthrough};
-use crate::config::ZeroMessageOpens;
-use crate::stats::{Op, Stats};
-use crate::tree::{
-    Attr, Caller, Errno, FileKind, FsError, FsResult, Opened, SandboxFs, SetAttr, SetTime,
-    XattrReply,
-};
+use super::dispatch::{Answer, Ctx, Dispatcher, Entry, Open};
+use crate::tree::{Attr, Errno, FileKind, SetAttr, SetTime, XattrReply};
 
 /// Generation numbers are constant: inode numbers are never reused.
 const GENERATION: Generation = Generation(0);
 
 pub struct FuseShell {
-    fs: Arc<SandboxFs>,
-    stats: Arc<Stats>,
-    /// How long the kernel may cache entries and attributes.
-    ttl: Duration,
-    passthrough: Passthrough<fuser::BackingId>,
-    /// What was asked; decided at init into `zero_open`.
-    zero_message_opens: ZeroMessageOpens,
-    zero_open: bool,
+    dispatch: Arc<Dispatcher>,
 }
 
 impl FuseShell {
-    /// `passthrough`: try FUSE passthrough for file data (falls back, logged,
-    /// where the kernel or our privileges do not allow it).
-    pub fn new(
-        fs: Arc<SandboxFs>,
-        stats: Arc<Stats>,
-        ttl: Duration,
-        passthrough: bool,
-        zero_message_opens: ZeroMessageOpens,
-    ) -> FuseShell {
-        FuseShell {
-            fs,
-            stats,
-            ttl,
-            passthrough: Passthrough::new(passthrough),
-            zero_message_opens,
-            zero_open: false,
-        }
-    }
-
-    /// Whether opens should skip the daemon on this mount.
-    fn wants_zero_message_opens(&self, config: &KernelConfig) -> bool {
-        if !config
-            .capabilities()
-            .contains(InitFlags::FUSE_NO_OPEN_SUPPORT)
-        {
-            if self.zero_message_opens == ZeroMessageOpens::On {
-                log::warn!("the kernel cannot open files without asking (no FUSE_NO_OPEN_SUPPORT)");
-            }
-            return false;
-        }
-        match self.zero_message_opens {
-            ZeroMessageOpens::On => true,
-            ZeroMessageOpens::Off => false,
-            ZeroMessageOpens::Auto => true,
-        }
+    pub fn new(dispatch: Arc<Dispatcher>) -> FuseShell {
+        FuseShell { dispatch }
     }
 }
 
-fn caller(req: &Request) -> Caller {
-    Caller {
+fn ctx(req: &Request) -> Ctx {
+    Ctx {
+        unique: req.unique().0,
         uid: req.uid(),
         gid: req.gid(),
+        pid: req.pid(),
     }
+}
+
+fn errno(err: Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(err.0)
 }
 
 fn file_type(kind: FileKind) -> FileType {
@@ -146,8 +103,8 @@ fn set_time(time: Option<TimeOrNow>) -> Option<SetTime> {
     })
 }
 
-fn open_flags(keep_cache: bool) -> FopenFlags {
-    if keep_cache {
+fn open_flags(open: &Open) -> FopenFlags {
+    if open.keep_cache {
         FopenFlags::FOPEN_KEEP_CACHE
     } else {
         FopenFlags::empty()
@@ -155,114 +112,56 @@ fn open_flags(keep_cache: bool) -> FopenFlags {
 }
 
 impl FuseShell {
-    /// Picks passthrough (the backing id to answer with) or cached service
-    /// (`None`) for a handle the core opened. On EBUSY the handle has been
-    /// released again.
-    fn answer_open(
-        &self,
-        ino: u64,
-        opened: &Opened,
-        register: impl FnOnce(&std::fs::File) -> std::io::Result<fuser::BackingId>,
-    ) -> FsResult<Option<Arc<fuser::BackingId>>> {
-        // The open file is looked up only if a backing id must be made.
-        let register = || match self.fs.open_file(opened.fh) {
-            Some(file) => register(&file.file),
-            None => Err(std::io::Error::from_raw_os_error(libc::EBADF)),
-        };
-        match self
-            .passthrough
-            .open(ino, opened.fh, opened.file_id, register)
-        {
-            OpenMode::Passthrough(backing) => Ok(Some(backing)),
-            OpenMode::Cached => Ok(None),
-            OpenMode::Busy => {
-                self.fs.release(opened.fh);
-                Err(Errno::EBUSY.into())
-            }
+    fn reply_entry(&self, reply: ReplyEntry, answer: Answer<Attr>) {
+        match answer {
+            Ok(attr) => reply.entry(&self.dispatch.ttl(), &file_attr(&attr), GENERATION),
+            Err(err) => reply.error(errno(err)),
         }
     }
 
-    /// The errno a failed operation answers, after logging it (at debug
-    /// level: most failures are lookups of names that do not exist).
-    fn failed(&self, req: &Request, op: &'static str, ino: INodeNo, err: FsError) -> fuser::Errno {
-        log::debug!(
-            "request {} from pid {}: {op} on inode {}: {err}",
-            req.unique().0,
-            req.pid(),
-            ino.0
-        );
-        fuser::Errno::from_i32(err.errno().0)
-    }
-
-    fn reply_entry(
-        &self,
-        req: &Request,
-        op: &'static str,
-        ino: INodeNo,
-        reply: ReplyEntry,
-        result: FsResult<Attr>,
-    ) {
-        match result {
-            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), GENERATION),
-            Err(err) => reply.error(self.failed(req, op, ino, err)),
+    fn reply_attr(&self, reply: ReplyAttr, answer: Answer<Attr>) {
+        match answer {
+            Ok(attr) => reply.attr(&self.dispatch.ttl(), &file_attr(&attr)),
+            Err(err) => reply.error(errno(err)),
         }
     }
+}
 
-    fn reply_attr(
-        &self,
-        req: &Request,
-        op: &'static str,
-        ino: INodeNo,
-        reply: ReplyAttr,
-        result: FsResult<Attr>,
-    ) {
-        match result {
-            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
-            Err(err) => reply.error(self.failed(req, op, ino, err)),
-        }
+fn reply_xattr(reply: ReplyXattr, answer: Answer<XattrReply>) {
+    match answer {
+        Ok(XattrReply::Size(size)) => reply.size(size),
+        Ok(XattrReply::Data(data)) => reply.data(&data),
+        Err(err) => reply.error(errno(err)),
     }
+}
 
-    fn reply_xattr(
-        &self,
-        req: &Request,
-        op: &'static str,
-        ino: INodeNo,
-        reply: ReplyXattr,
-        result: FsResult<XattrReply>,
-    ) {
-        match result {
-            Ok(XattrReply::Size(size)) => reply.size(size),
-            Ok(XattrReply::Data(data)) => reply.data(&data),
-            Err(err) => reply.error(self.failed(req, op, ino, err)),
-        }
+fn reply_empty(reply: ReplyEmpty, answer: Answer<()>) {
+    match answer {
+        Ok(()) => reply.ok(),
+        Err(err) => reply.error(errno(err)),
     }
+}
 
-    fn reply_empty(
-        &self,
-        req: &Request,
-        op: &'static str,
-        ino: INodeNo,
-        reply: ReplyEmpty,
-        result: FsResult<()>,
-    ) {
-        match result {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(self.failed(req, op, ino, err)),
-        }
+fn reply_data(reply: ReplyData, answer: Answer<Vec<u8>>) {
+    match answer {
+        Ok(data) => reply.data(&data),
+        Err(err) => reply.error(errno(err)),
     }
+}
 
-    fn reply_data(
-        &self,
-        req: &Request,
-        op: &'static str,
-        ino: INodeNo,
-        reply: ReplyData,
-        result: FsResult<Vec<u8>>,
-    ) {
-        match result {
-            Ok(data) => reply.data(&data),
-            Err(err) => reply.error(self.failed(req, op, ino, err)),
+/// Answers an open: a passthrough one names its backing id, which the
+/// dispatcher keeps alive until the handle's release.
+fn reply_open(reply: ReplyOpen, open: Open) {
+    let fh = FileHandle(open.fh);
+    match open.backing_id {
+        Some(id) => {
+            // SAFETY: the id is open and belongs to this session; the
+            // dispatcher closes it, so ownership is handed back below.
+            let backing = unsafe { reply.wrap_backing(id) };
+            reply.opened_passthrough(fh, FopenFlags::empty(), &backing);
+            backing.into_raw();
         }
+        None => reply.opened(fh, open_flags(&open)),
     }
 }
 
@@ -278,11 +177,13 @@ impl Filesystem for FuseShell {
                 log::info!("kernel does not offer {wanted:?}");
             }
         }
-        if self.wants_zero_message_opens(config) {
-            self.zero_open = true;
-            self.fs.set_zero_message_opens(true);
-            self.passthrough
-                .not_used("files are opened without asking the daemon (--zero_message_opens)");
+        let kernel_can_skip_open = config
+            .capabilities()
+            .contains(InitFlags::FUSE_NO_OPEN_SUPPORT);
+        if self
+            .dispatch
+            .decide_zero_message_opens(kernel_can_skip_open)
+        {
             // With no OPEN to decide whether cached pages are still good,
             // an input changed in place is a new inode (`inodes`), and the
             // daemon drops the pages of one the kernel already holds. Not
@@ -291,17 +192,17 @@ impl Filesystem for FuseShell {
             // page back first.
             log::info!("zero-message opens: no OPEN or RELEASE round trips");
         }
-        if self.passthrough.enabled() {
+        let passthrough = self.dispatch.passthrough();
+        if passthrough.enabled() {
             // Depth 1: backing files may not themselves be on a stacked file
             // system, but ours can sit under one (e.g. overlayfs).
             if config
                 .add_capabilities(InitFlags::FUSE_PASSTHROUGH)
                 .is_err()
             {
-                self.passthrough
-                    .disable("the kernel does not offer it (Linux 6.9+ needed)");
+                passthrough.disable("the kernel does not offer it (Linux 6.9+ needed)");
             } else if config.set_max_stack_depth(1).is_err() {
-                self.passthrough.disable("the kernel refused stack depth 1");
+                passthrough.disable("the kernel refused stack depth 1");
             } else {
                 log::info!("FUSE passthrough on: the kernel serves file data directly");
             }
@@ -310,31 +211,20 @@ impl Filesystem for FuseShell {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.stats.op(Op::Lookup);
-        let result = self.fs.lookup(parent.0, name);
-        if let Err(err) = &result {
-            if err.errno() == Errno::ENOENT
-                && !self.ttl.is_zero()
-                && self.fs.note_absent(parent.0, name)
-            {
-                // Inode 0: the kernel caches the name as absent (a
-                // compiler probing include directories asks again and
-                // again otherwise).
-                return reply.entry(&self.ttl, &absent_attr(), GENERATION);
-            }
+        match self.dispatch.lookup(&ctx(req), parent.0, name) {
+            Ok(Entry::Node(attr)) => self.reply_entry(reply, Ok(attr)),
+            Ok(Entry::Absent) => reply.entry(&self.dispatch.ttl(), &absent_attr(), GENERATION),
+            Err(err) => reply.error(errno(err)),
         }
-        self.reply_entry(req, "lookup", parent, reply, result);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.stats.op(Op::Forget);
-        self.fs.forget(ino.0, nlookup);
+        self.dispatch.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.stats.op(Op::Getattr);
-        let result = self.fs.getattr(ino.0, fh.map(|f| f.0));
-        self.reply_attr(req, "getattr", ino, reply, result);
+        let answer = self.dispatch.getattr(&ctx(req), ino.0, fh.map(|f| f.0));
+        self.reply_attr(reply, answer);
     }
 
     fn setattr(
@@ -355,7 +245,6 @@ impl Filesystem for FuseShell {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.stats.op(Op::Setattr);
         let change = SetAttr {
             mode,
             uid,
@@ -365,14 +254,12 @@ impl Filesystem for FuseShell {
             mtime: set_time(mtime),
             fh: fh.map(|f| f.0),
         };
-        let result = self.fs.setattr(ino.0, &change);
-        self.reply_attr(req, "setattr", ino, reply, result);
+        let answer = self.dispatch.setattr(&ctx(req), ino.0, &change);
+        self.reply_attr(reply, answer);
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.stats.op(Op::Readlink);
-        let result = self.fs.readlink(ino.0);
-        self.reply_data(req, "readlink", ino, reply, result);
+        reply_data(reply, self.dispatch.readlink(&ctx(req), ino.0));
     }
 
     fn mknod(
@@ -385,11 +272,10 @@ impl Filesystem for FuseShell {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.stats.op(Op::Mknod);
-        let result = self
-            .fs
-            .mknod(parent.0, name, mode & !umask, rdev, caller(req));
-        self.reply_entry(req, "mknod", parent, reply, result);
+        let answer = self
+            .dispatch
+            .mknod(&ctx(req), parent.0, name, mode, umask, rdev);
+        self.reply_entry(reply, answer);
     }
 
     fn mkdir(
@@ -401,21 +287,16 @@ impl Filesystem for FuseShell {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.stats.op(Op::Mkdir);
-        let result = self.fs.mkdir(parent.0, name, mode & !umask, caller(req));
-        self.reply_entry(req, "mkdir", parent, reply, result);
+        let answer = self.dispatch.mkdir(&ctx(req), parent.0, name, mode, umask);
+        self.reply_entry(reply, answer);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.stats.op(Op::Unlink);
-        let result = self.fs.unlink(parent.0, name);
-        self.reply_empty(req, "unlink", parent, reply, result);
+        reply_empty(reply, self.dispatch.unlink(&ctx(req), parent.0, name));
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.stats.op(Op::Rmdir);
-        let result = self.fs.rmdir(parent.0, name);
-        self.reply_empty(req, "rmdir", parent, reply, result);
+        reply_empty(reply, self.dispatch.rmdir(&ctx(req), parent.0, name));
     }
 
     fn symlink(
@@ -426,9 +307,10 @@ impl Filesystem for FuseShell {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.stats.op(Op::Symlink);
-        let result = self.fs.symlink(parent.0, link_name, target, caller(req));
-        self.reply_entry(req, "symlink", parent, reply, result);
+        let answer = self
+            .dispatch
+            .symlink(&ctx(req), parent.0, link_name, target);
+        self.reply_entry(reply, answer);
     }
 
     fn rename(
@@ -441,11 +323,15 @@ impl Filesystem for FuseShell {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.stats.op(Op::Rename);
-        let result = self
-            .fs
-            .rename(parent.0, name, newparent.0, newname, flags.bits());
-        self.reply_empty(req, "rename", parent, reply, result);
+        let answer = self.dispatch.rename(
+            &ctx(req),
+            parent.0,
+            name,
+            newparent.0,
+            newname,
+            flags.bits(),
+        );
+        reply_empty(reply, answer);
     }
 
     fn link(
@@ -456,28 +342,14 @@ impl Filesystem for FuseShell {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.stats.op(Op::Link);
-        let result = self.fs.link(ino.0, newparent.0, newname);
-        self.reply_entry(req, "link", ino, reply, result);
+        let answer = self.dispatch.link(&ctx(req), ino.0, newparent.0, newname);
+        self.reply_entry(reply, answer);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.stats.op(Op::Open);
-        if self.zero_open {
-            // The kernel takes ENOSYS as "open without asking from now on";
-            // this open goes ahead too.
-            return reply.error(fuser::Errno::from_i32(libc::ENOSYS));
-        }
-        let opened = match self.fs.open(ino.0, flags.0) {
-            Ok(opened) => opened,
-            Err(err) => return reply.error(self.failed(req, "open", ino, err)),
-        };
-        match self.answer_open(ino.0, &opened, |file| reply.open_backing(file)) {
-            Ok(Some(backing)) => {
-                reply.opened_passthrough(FileHandle(opened.fh), FopenFlags::empty(), &backing)
-            }
-            Ok(None) => reply.opened(FileHandle(opened.fh), open_flags(opened.keep_cache)),
-            Err(err) => reply.error(self.failed(req, "open", ino, err)),
+        match self.dispatch.open(&ctx(req), ino.0, flags.0) {
+            Ok(open) => reply_open(reply, open),
+            Err(err) => reply.error(errno(err)),
         }
     }
 
@@ -492,9 +364,8 @@ impl Filesystem for FuseShell {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.stats.op(Op::Read);
-        let result = self.fs.read(ino.0, fh.0, offset, size);
-        self.reply_data(req, "read", ino, reply, result);
+        let answer = self.dispatch.read(&ctx(req), ino.0, fh.0, offset, size);
+        reply_data(reply, answer);
     }
 
     fn write(
@@ -509,10 +380,9 @@ impl Filesystem for FuseShell {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.stats.op(Op::Write);
-        match self.fs.write(ino.0, fh.0, offset, data) {
+        match self.dispatch.write(&ctx(req), ino.0, fh.0, offset, data) {
             Ok(written) => reply.written(written),
-            Err(err) => reply.error(self.failed(req, "write", ino, err)),
+            Err(err) => reply.error(errno(err)),
         }
     }
 
@@ -524,11 +394,7 @@ impl Filesystem for FuseShell {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.stats.op(Op::Flush);
-        // Writes are already in the underlying file; nothing is buffered.
-        // ENOSYS tells the kernel never to send FLUSH again, which saves a
-        // round trip on every close(2) (close still returns 0).
-        reply.error(fuser::Errno::from_i32(libc::ENOSYS));
+        reply_empty(reply, self.dispatch.flush());
     }
 
     fn release(
@@ -541,9 +407,7 @@ impl Filesystem for FuseShell {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.stats.op(Op::Release);
-        self.passthrough.release(fh.0);
-        self.fs.release(fh.0);
+        self.dispatch.release(fh.0);
         reply.ok();
     }
 
@@ -555,16 +419,13 @@ impl Filesystem for FuseShell {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.stats.op(Op::Fsync);
-        let result = self.fs.fsync(ino.0, fh.0, datasync);
-        self.reply_empty(req, "fsync", ino, reply, result);
+        reply_empty(reply, self.dispatch.fsync(&ctx(req), ino.0, fh.0, datasync));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.stats.op(Op::Opendir);
-        match self.fs.opendir(ino.0) {
+        match self.dispatch.opendir(&ctx(req), ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(err) => reply.error(self.failed(req, "opendir", ino, err)),
+            Err(err) => reply.error(errno(err)),
         }
     }
 
@@ -576,8 +437,7 @@ impl Filesystem for FuseShell {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        self.stats.op(Op::Readdir);
-        match self.fs.readdir(fh.0, offset) {
+        match self.dispatch.readdir(&ctx(req), ino.0, fh.0, offset) {
             Ok(entries) => {
                 for (next, entry) in entries {
                     if reply.add(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name) {
@@ -586,7 +446,7 @@ impl Filesystem for FuseShell {
                 }
                 reply.ok();
             }
-            Err(err) => reply.error(self.failed(req, "readdir", ino, err)),
+            Err(err) => reply.error(errno(err)),
         }
     }
 
@@ -598,8 +458,7 @@ impl Filesystem for FuseShell {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.stats.op(Op::Releasedir);
-        self.fs.releasedir(fh.0);
+        self.dispatch.releasedir(fh.0);
         reply.ok();
     }
 
@@ -611,19 +470,15 @@ impl Filesystem for FuseShell {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.stats.op(Op::Fsyncdir);
-        // Directory changes are made by syscalls on the underlying file
-        // system; syncing them is its business.
-        reply.ok();
+        reply_empty(reply, self.dispatch.fsyncdir());
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        self.stats.op(Op::Statfs);
-        match self.fs.statfs(ino.0) {
+        match self.dispatch.statfs(&ctx(req), ino.0) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
             ),
-            Err(err) => reply.error(self.failed(req, "statfs", ino, err)),
+            Err(err) => reply.error(errno(err)),
         }
     }
 
@@ -637,33 +492,24 @@ impl Filesystem for FuseShell {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.stats.op(Op::Setxattr);
-        let result = self.fs.setxattr(ino.0, name, value, flags);
-        self.reply_empty(req, "setxattr", ino, reply, result);
+        let answer = self.dispatch.setxattr(&ctx(req), ino.0, name, value, flags);
+        reply_empty(reply, answer);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.stats.op(Op::Getxattr);
-        let result = self.fs.getxattr(ino.0, name, size);
-        self.reply_xattr(req, "getxattr", ino, reply, result);
+        reply_xattr(reply, self.dispatch.getxattr(&ctx(req), ino.0, name, size));
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.stats.op(Op::Listxattr);
-        let result = self.fs.listxattr(ino.0, size);
-        self.reply_xattr(req, "listxattr", ino, reply, result);
+        reply_xattr(reply, self.dispatch.listxattr(&ctx(req), ino.0, size));
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.stats.op(Op::Removexattr);
-        let result = self.fs.removexattr(ino.0, name);
-        self.reply_empty(req, "removexattr", ino, reply, result);
+        reply_empty(reply, self.dispatch.removexattr(&ctx(req), ino.0, name));
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        self.stats.op(Op::Access);
-        // Mounted with default_permissions: the kernel checks modes itself.
-        reply.ok();
+        reply_empty(reply, self.dispatch.access());
     }
 
     fn create(
@@ -676,32 +522,30 @@ impl Filesystem for FuseShell {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.stats.op(Op::Create);
-        let created = self
-            .fs
-            .create(parent.0, name, mode & !umask, flags, caller(req));
-        let (attr, opened) = match created {
+        let answer = self
+            .dispatch
+            .create(&ctx(req), parent.0, name, mode, umask, flags);
+        let (attr, open) = match answer {
             Ok(created) => created,
-            Err(err) => return reply.error(self.failed(req, "create", parent, err)),
+            Err(err) => return reply.error(errno(err)),
         };
-        let fh = FileHandle(opened.fh);
-        match self.answer_open(attr.ino, &opened, |file| reply.open_backing(file)) {
-            Ok(Some(backing)) => reply.created_passthrough(
-                &self.ttl,
-                &file_attr(&attr),
-                GENERATION,
-                fh,
-                FopenFlags::empty(),
-                &backing,
-            ),
-            Ok(None) => reply.created(
-                &self.ttl,
-                &file_attr(&attr),
-                GENERATION,
-                fh,
-                FopenFlags::empty(),
-            ),
-            Err(err) => reply.error(self.failed(req, "create", parent, err)),
+        let ttl = self.dispatch.ttl();
+        let fh = FileHandle(open.fh);
+        match open.backing_id {
+            Some(id) => {
+                // SAFETY: as in `reply_open`.
+                let backing = unsafe { reply.wrap_backing(id) };
+                reply.created_passthrough(
+                    &ttl,
+                    &file_attr(&attr),
+                    GENERATION,
+                    fh,
+                    FopenFlags::empty(),
+                    &backing,
+                );
+                backing.into_raw();
+            }
+            None => reply.created(&ttl, &file_attr(&attr), GENERATION, fh, open_flags(&open)),
         }
     }
 
@@ -715,8 +559,9 @@ impl Filesystem for FuseShell {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.stats.op(Op::Fallocate);
-        let result = self.fs.fallocate(ino.0, fh.0, offset, length, mode);
-        self.reply_empty(req, "fallocate", ino, reply, result);
+        let answer = self
+            .dispatch
+            .fallocate(&ctx(req), ino.0, fh.0, offset, length, mode);
+        reply_empty(reply, answer);
     }
 }
