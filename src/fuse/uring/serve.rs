@@ -207,6 +207,14 @@ pub fn serve(
         error: -errno,
         payload_len: 0,
     };
+    log::debug!(
+        "ring request {}: opcode {} on inode {} from uid {} pid {}",
+        head.unique,
+        head.opcode,
+        head.nodeid,
+        head.uid,
+        head.pid
+    );
     if acl.refuses(head.uid, head.opcode) {
         return failed(libc::EACCES);
     }
