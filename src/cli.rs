@@ -18,6 +18,7 @@ use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::calibrate::CalibrateArgs;
 use crate::config::{Allow, DaemonConfig, ZeroMessageOpens};
+use crate::fuse::transport::Asked;
 use crate::hybrid::cutoff::NativeBelow;
 use crate::materialize::Method;
 
@@ -131,6 +132,11 @@ struct ServeArgs {
     /// write permission); off: every open asks; auto: decided per mount
     #[arg(long = "zero_message_opens", value_name = "auto|on|off", default_value = "auto", value_parser = parse_zero_message_opens)]
     zero_message_opens: ZeroMessageOpens,
+    /// How FUSE requests travel: io_uring (one queue per CPU, Linux 6.14+
+    /// with /sys/module/fuse/parameters/enable_uring set to Y), classic
+    /// /dev/fuse, or auto: io_uring where the kernel offers it
+    #[arg(long, value_name = "auto|io_uring|classic", default_value = "auto", value_parser = parse_transport)]
+    transport: Asked,
     /// Build sandboxes of fewer than N mappings as real files outside the
     /// mount (MOUNTPOINT/ID is then a symlink to them); auto: the cutoff
     /// `actionfs calibrate` measured, else per sandbox from the file system
@@ -431,6 +437,7 @@ fn serve(args: ServeArgs, command: &mut clap::Command) -> Result<Command, UsageE
         xattrs: args.xattrs,
         passthrough: args.passthrough == "auto",
         zero_message_opens: args.zero_message_opens,
+        transport: args.transport,
         native_below: args.native_below,
         native_method: args.native_method,
         native_stashes: args.native_stashes,
@@ -532,6 +539,15 @@ fn parse_zero_message_opens(text: &str) -> Result<ZeroMessageOpens, String> {
         "on" => Ok(ZeroMessageOpens::On),
         "off" => Ok(ZeroMessageOpens::Off),
         _ => Err("takes auto, on or off".to_owned()),
+    }
+}
+
+fn parse_transport(text: &str) -> Result<Asked, String> {
+    match text {
+        "auto" => Ok(Asked::Auto),
+        "io_uring" => Ok(Asked::IoUring),
+        "classic" => Ok(Asked::Classic),
+        _ => Err("takes auto, io_uring or classic".to_owned()),
     }
 }
 

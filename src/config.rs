@@ -43,6 +43,8 @@ pub struct DaemonConfig {
     /// Try FUSE passthrough for file data.
     pub passthrough: bool,
     pub zero_message_opens: ZeroMessageOpens,
+    /// Which transport carries FUSE requests (`--transport`).
+    pub transport: crate::fuse::transport::Asked,
     pub native_below: NativeBelow,
     pub native_method: Method,
     /// Destroyed native sandboxes kept per file system for reuse.

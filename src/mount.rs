@@ -9,8 +9,46 @@ use crate::config::Allow;
 
 /// True if `path` is a FUSE mount whose daemon is gone: every access fails
 /// with ENOTCONN ("Transport endpoint is not connected").
+///
+/// The kernel is asked, not its attribute cache: a daemon that served on
+/// io_uring queues is cut off only once the kernel has torn its rings down,
+/// a few milliseconds after it died, while cached attributes still answer.
+/// The first request in that window waits for the teardown and fails with
+/// ECONNABORTED.
 pub fn is_stale(path: &Path) -> bool {
-    matches!(std::fs::metadata(path), Err(err) if err.raw_os_error() == Some(libc::ENOTCONN))
+    matches!(
+        stat_uncached(path),
+        Err(err) if matches!(err.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
+    )
+}
+
+/// stat(2) that makes a FUSE file system answer (AT_STATX_FORCE_SYNC).
+#[cfg(target_os = "linux")]
+fn stat_uncached(path: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a zeroed statx is a valid out buffer; the path is a C string
+    // that outlives the call.
+    let done = unsafe {
+        let mut buf: libc::statx = std::mem::zeroed();
+        libc::statx(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_STATX_FORCE_SYNC,
+            libc::STATX_TYPE,
+            &mut buf,
+        )
+    };
+    if done != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn stat_uncached(path: &Path) -> io::Result<()> {
+    std::fs::metadata(path).map(|_| ())
 }
 
 /// Clears a stale mount at `path` if there is one. Returns whether it did.

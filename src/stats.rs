@@ -230,6 +230,8 @@ pub struct Stats {
     ops: [AtomicU64; Op::ALL.len()],
     requests: [Mutex<Latencies>; 2],
     built: [AtomicU64; Built::ALL.len()],
+    /// FUSE requests that arrived on an io_uring queue.
+    on_ring: AtomicU64,
 }
 
 impl Default for Stats {
@@ -238,6 +240,7 @@ impl Default for Stats {
             ops: std::array::from_fn(|_| AtomicU64::new(0)),
             requests: std::array::from_fn(|_| Mutex::default()),
             built: std::array::from_fn(|_| AtomicU64::new(0)),
+            on_ring: AtomicU64::new(0),
         }
     }
 }
@@ -250,6 +253,16 @@ impl Stats {
 
     pub fn ops(&self, op: Op) -> u64 {
         self.ops[op as usize].load(Ordering::Relaxed)
+    }
+
+    /// Counts one kernel request that came on an io_uring queue (also
+    /// counted by its operation).
+    pub fn ring_request(&self) {
+        self.on_ring.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn ring_requests(&self) -> u64 {
+        self.on_ring.load(Ordering::Relaxed)
     }
 
     pub fn request(&self, kind: RequestKind, took: Duration, ok: bool) {
@@ -285,6 +298,7 @@ impl Stats {
             .collect();
         json!({
             "fuse_requests": total,
+            "fuse_on_ring": self.ring_requests(),
             "fuse": ops,
             "requests": requests,
             "built": built,

@@ -2,9 +2,9 @@
 //! files itself and no READ or WRITE reaches the daemon; without the
 //! privilege for it, the daemon says so once and serves data itself.
 //!
-//! Which requests reached the daemon is read from its debug log, where
-//! fuser logs every request it receives. (/dev/fuse is root-only on the
-//! test machines, so the unprivileged case runs as root of a user
+//! Which requests reached the daemon is read from the counters it logs at
+//! exit, which count them on either transport. (/dev/fuse is root-only on
+//! the test machines, so the unprivileged case runs as root of a user
 //! namespace rather than as another user.)
 
 use std::fs;
@@ -14,11 +14,9 @@ use std::process::Command;
 use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::*;
 
-/// Kernel requests of `kind` (e.g. "READ") in the daemon's debug log.
-fn requests_of(log: &str, kind: &str) -> usize {
-    log.lines()
-        .filter(|l| l.contains("FUSE(") && l.split_whitespace().any(|w| w == kind))
-        .count()
+/// Kernel requests of `kind` (e.g. "read") the daemon counted.
+fn requests_of(fx: &Fixture, kind: &str) -> u64 {
+    fuse_requests(&fx.stats_at_exit(), kind)
 }
 
 /// Reads an input and writes, appends to and reads back an output through
@@ -69,16 +67,16 @@ fn with_passthrough_file_data_never_reaches_the_daemon() {
     let log = fx.log();
     assert!(log.contains("FUSE passthrough on"), "{log}");
     assert!(
-        requests_of(&log, "OPEN") >= 2,
+        requests_of(&fx, "open") >= 2,
         "opens are still the daemon's"
     );
     assert_eq!(
-        requests_of(&log, "READ"),
+        requests_of(&fx, "read"),
         0,
         "reads went through the daemon"
     );
     assert_eq!(
-        requests_of(&log, "WRITE"),
+        requests_of(&fx, "write"),
         0,
         "writes went through the daemon"
     );
@@ -95,8 +93,8 @@ fn passthrough_off_serves_data_through_the_daemon() {
     assert_eq!(d.terminate(), BY_SIGTERM);
     let log = fx.log();
     assert!(!log.contains("FUSE passthrough on"), "{log}");
-    assert!(requests_of(&log, "READ") > 0);
-    assert!(requests_of(&log, "WRITE") > 0);
+    assert!(requests_of(&fx, "read") > 0);
+    assert!(requests_of(&fx, "write") > 0);
 }
 
 #[test]

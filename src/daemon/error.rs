@@ -52,6 +52,8 @@ pub enum DaemonError {
         source: io::Error,
     },
     Control(io::Error),
+    /// `--transport=io_uring` where the kernel does not offer it.
+    Transport(String),
     /// Every thread that could stop the daemon ended without saying why.
     ThreadsEnded,
 }
@@ -90,6 +92,7 @@ impl fmt::Display for DaemonError {
                 write!(f, "cannot create the recording {path:?}: {source}")
             }
             DaemonError::Control(err) => write!(f, "{err}"),
+            DaemonError::Transport(why) => write!(f, "{why}"),
             DaemonError::ThreadsEnded => f.write_str("every daemon thread ended unexpectedly"),
         }
     }

@@ -26,6 +26,7 @@ pub use stop::Stopped;
 use crate::access_log::AccessLog;
 use crate::config::{Allow, DaemonConfig};
 use crate::control::{Control, ControlSocket};
+use crate::fuse::transport::{self, RingOffer, Transport};
 use crate::fuse::{Dispatcher, FuseShell, NotifierInvalidator};
 use crate::hybrid::cutoff;
 use crate::hybrid::{NativeSandboxes, Sandboxes};
@@ -48,6 +49,7 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     if !mount::allow_permitted(options.allow) {
         return Err(DaemonError::AllowOtherRefused);
     }
+    let (transport, why) = transport::choose(options.transport).map_err(DaemonError::Transport)?;
     let input = open_input(&options)?;
     let output = open_output(&options)?;
 
@@ -98,8 +100,9 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         options.passthrough,
         options.zero_message_opens,
     ));
+    let ring = Arc::new(RingOffer::new(transport == Transport::IoUring));
     let session = fuser::Session::new(
-        FuseShell::new(dispatch.clone()),
+        FuseShell::new(dispatch.clone(), ring.clone()),
         &mount_point,
         &session_config(options.allow),
     )
@@ -122,6 +125,7 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         device.ok(),
     )));
     log::info!("mounted at {mount_point:?}");
+    let transport = start_transport(&session, &ring, &dispatch, &options, &why);
 
     let (events, event) = channel();
     {
@@ -138,7 +142,11 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     }
     let report = {
         let (fs, stats) = (fs.clone(), stats.clone());
-        move || stats.to_json(live_figures(&fs))
+        move || {
+            let mut live = live_figures(&fs);
+            live["transport"] = transport.name().into();
+            stats.to_json(live)
+        }
     };
     {
         let events = events.clone();
@@ -170,7 +178,11 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     if let Some(socket) = &mut control_socket {
         let control = Arc::new(Control {
             sandboxes: sandboxes.clone(),
-            live_figures: Box::new(move || live_figures(&fs)),
+            live_figures: Box::new(move || {
+                let mut live = live_figures(&fs);
+                live["transport"] = transport.name().into();
+                live
+            }),
         });
         socket
             .serve(control)
@@ -212,6 +224,61 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         native.destroy_all();
     }
     outcome
+}
+
+/// Starts the io_uring queues if that transport was chosen and the kernel
+/// granted it at INIT, and says in one log line which transport serves
+/// the mount and why.
+fn start_transport<FS: fuser::Filesystem>(
+    session: &fuser::Session<FS>,
+    ring: &RingOffer,
+    dispatch: &Arc<Dispatcher>,
+    options: &DaemonConfig,
+    why: &str,
+) -> Transport {
+    if !ring.wanted() {
+        log::info!("transport: classic /dev/fuse ({why})");
+        return Transport::Classic;
+    }
+    if !ring.granted() {
+        log::warn!(
+            "transport: classic /dev/fuse (the kernel did not grant FUSE-over-io_uring at INIT)"
+        );
+        return Transport::Classic;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        use crate::fuse::uring;
+        // Unpinned only to measure what pinning brings.
+        let pin = std::env::var_os("ACTIONFS_URING_PIN").is_none_or(|v| v != "0");
+        let acl = uring::Acl {
+            allow: options.allow,
+            owner: nix::unistd::geteuid().as_raw(),
+        };
+        let device = std::os::fd::AsFd::as_fd(session);
+        match uring::start(device, dispatch.clone(), acl, pin) {
+            Ok(queues) => {
+                log::info!(
+                    "transport: io_uring, {queues} queues, one per CPU{} ({why})",
+                    if pin {
+                        ", threads pinned"
+                    } else {
+                        ", threads not pinned"
+                    }
+                );
+                Transport::IoUring
+            }
+            Err(err) => {
+                log::warn!("transport: classic /dev/fuse (io_uring queues could not start: {err})");
+                Transport::Classic
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (session, dispatch, options);
+        Transport::Classic
+    }
 }
 
 /// The figures `ctl stats` and SIGUSR1 show beside the counters.

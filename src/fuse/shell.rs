@@ -15,6 +15,7 @@ use fuser::{
 };
 
 use super::dispatch::{Answer, Ctx, Dispatcher, Entry, Open};
+use super::transport::RingOffer;
 use crate::tree::{Attr, Errno, FileKind, SetAttr, SetTime, XattrReply};
 
 /// Generation numbers are constant: inode numbers are never reused.
@@ -22,11 +23,44 @@ const GENERATION: Generation = Generation(0);
 
 pub struct FuseShell {
     dispatch: Arc<Dispatcher>,
+    ring: Arc<RingOffer>,
 }
 
 impl FuseShell {
-    pub fn new(dispatch: Arc<Dispatcher>) -> FuseShell {
-        FuseShell { dispatch }
+    /// `ring`: whether INIT asks for FUSE-over-io_uring, and where to say
+    /// whether the kernel granted it.
+    pub fn new(dispatch: Arc<Dispatcher>, ring: Arc<RingOffer>) -> FuseShell {
+        FuseShell { dispatch, ring }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn ask_for_ring(&self, config: &mut KernelConfig) {
+        if !self.ring.wanted() {
+            return;
+        }
+        if config
+            .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+            .is_err()
+        {
+            // enable_uring was turned off since the transport was chosen.
+            log::warn!("the kernel no longer offers FUSE-over-io_uring at INIT");
+            return;
+        }
+        // Every ring entry's payload buffer is as large as the largest
+        // write.
+        if let Err(max) = config.set_max_write(super::uring::MAX_WRITE) {
+            log::warn!(
+                "the kernel refused max_write {} (up to {max})",
+                super::uring::MAX_WRITE
+            );
+        }
+        self.ring.grant();
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn ask_for_ring(&self, _config: &mut KernelConfig) {
+        // `transport::choose` never picks the ring here.
+        debug_assert!(!self.ring.wanted());
     }
 }
 
@@ -177,6 +211,7 @@ impl Filesystem for FuseShell {
                 log::info!("kernel does not offer {wanted:?}");
             }
         }
+        self.ask_for_ring(config);
         let kernel_can_skip_open = config
             .capabilities()
             .contains(InitFlags::FUSE_NO_OPEN_SUPPORT);

@@ -88,7 +88,9 @@ impl Fixture {
     /// The daemon's command line with `args` before the mount point; its
     /// log goes to `daemon.log` in the fixture. Sandboxes are served by the
     /// FUSE view unless `args` set `--native_below` (the default, auto,
-    /// builds sandboxes on tmpfs natively).
+    /// builds sandboxes on tmpfs natively). `$ACTIONFS_TRANSPORT`, if set,
+    /// becomes `--transport` unless `args` name one, so that one suite
+    /// runs on either transport.
     pub fn command(&self, args: &[&str]) -> Command {
         self.command_of(bin(), args)
     }
@@ -99,6 +101,11 @@ impl Fixture {
         let mut command = Command::new(binary);
         if !args.iter().any(|a| a.starts_with("--native_below")) {
             command.arg("--native_below=0");
+        }
+        if let Some(transport) = transport() {
+            if !args.iter().any(|a| a.starts_with("--transport")) {
+                command.arg(format!("--transport={transport}"));
+            }
         }
         command
             .args(args)
@@ -156,6 +163,14 @@ impl Fixture {
     pub fn stats_at_exit(&self) -> serde_json::Value {
         last_report(&self.log(), "stats at exit: ")
     }
+}
+
+/// The transport the suite runs on: `$ACTIONFS_TRANSPORT` (auto,
+/// io_uring or classic), else the daemon's default.
+pub fn transport() -> Option<String> {
+    std::env::var("ACTIONFS_TRANSPORT")
+        .ok()
+        .filter(|t| !t.is_empty())
 }
 
 fn nix_pid(pid: u32) -> libc::pid_t {

@@ -1,0 +1,138 @@
+//! Which transport carries FUSE requests: the classic `/dev/fuse` loop or
+//! FUSE-over-io_uring, decided before mounting from what the kernel
+//! offers and what was asked, with the reason in words (for the daemon's
+//! log line, and for `actionfs doctor`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What `--transport` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asked {
+    /// io_uring where the kernel offers it, else classic.
+    Auto,
+    IoUring,
+    Classic,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Classic,
+    IoUring,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Classic => "classic /dev/fuse",
+            Transport::IoUring => "io_uring",
+        }
+    }
+}
+
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+const IO_URING_DISABLED: &str = "/proc/sys/kernel/io_uring_disabled";
+const IO_URING_GROUP: &str = "/proc/sys/kernel/io_uring_group";
+
+/// Whether this machine lets this process use FUSE-over-io_uring, and if
+/// not, why and how to change that.
+pub fn uring_available() -> Result<(), String> {
+    if !cfg!(target_os = "linux") {
+        return Err("FUSE-over-io_uring is Linux only".to_owned());
+    }
+    match std::fs::read_to_string(ENABLE_URING) {
+        Err(_) => {
+            return Err(format!(
+                "the kernel has no FUSE-over-io_uring ({ENABLE_URING} is missing: Linux 6.14+ \
+                 with CONFIG_FUSE_IO_URING, and the fuse module loaded)"
+            ))
+        }
+        Ok(value) if value.trim() != "Y" => {
+            return Err(format!(
+                "enable_uring is {}: echo Y > {ENABLE_URING} as root",
+                value.trim()
+            ))
+        }
+        Ok(_) => {}
+    }
+    let disabled = std::fs::read_to_string(IO_URING_DISABLED)
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    match disabled {
+        0 => Ok(()),
+        1 if nix::unistd::geteuid().is_root() || in_io_uring_group() => Ok(()),
+        1 => Err(format!(
+            "io_uring is limited to root and the group in {IO_URING_GROUP} \
+             ({IO_URING_DISABLED} is 1): echo 0 > {IO_URING_DISABLED} as root"
+        )),
+        _ => Err(format!(
+            "io_uring is disabled ({IO_URING_DISABLED} is {disabled}): echo 0 > \
+             {IO_URING_DISABLED} as root"
+        )),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn in_io_uring_group() -> bool {
+    false
+}
+
+#[cfg(target_os = "linux")]
+fn in_io_uring_group() -> bool {
+    let Some(group) = std::fs::read_to_string(IO_URING_GROUP)
+        .ok()
+        .and_then(|g| g.trim().parse::<i64>().ok())
+    else {
+        return false;
+    };
+    let Ok(group) = u32::try_from(group) else {
+        return false;
+    };
+    let group = nix::unistd::Gid::from_raw(group);
+    nix::unistd::getegid() == group || nix::unistd::getgroups().is_ok_and(|gs| gs.contains(&group))
+}
+
+/// The transport to use and why; an error when io_uring is forced and
+/// not available (before mounting, so nothing is mounted).
+pub fn choose(asked: Asked) -> Result<(Transport, String), String> {
+    match (asked, uring_available()) {
+        (Asked::Classic, _) => Ok((Transport::Classic, "--transport=classic".to_owned())),
+        (Asked::IoUring, Ok(())) => Ok((Transport::IoUring, "--transport=io_uring".to_owned())),
+        (Asked::IoUring, Err(why)) => Err(format!("--transport=io_uring, but {why}")),
+        (Asked::Auto, Ok(())) => Ok((
+            Transport::IoUring,
+            "the kernel offers FUSE-over-io_uring (enable_uring is Y)".to_owned(),
+        )),
+        (Asked::Auto, Err(why)) => Ok((Transport::Classic, why)),
+    }
+}
+
+/// Whether INIT should ask for the ring, and whether the kernel granted
+/// it: shared between the fuser shell (which answers INIT) and the daemon
+/// (which then starts the queues).
+#[derive(Default)]
+pub struct RingOffer {
+    wanted: bool,
+    granted: AtomicBool,
+}
+
+impl RingOffer {
+    pub fn new(wanted: bool) -> RingOffer {
+        RingOffer {
+            wanted,
+            granted: AtomicBool::new(false),
+        }
+    }
+
+    pub fn wanted(&self) -> bool {
+        self.wanted
+    }
+
+    pub fn grant(&self) {
+        self.granted.store(true, Ordering::Relaxed);
+    }
+
+    pub fn granted(&self) -> bool {
+        self.granted.load(Ordering::Relaxed)
+    }
+}
