@@ -71,11 +71,7 @@ impl FuseShell {
             }
             return false;
         }
-        match self.zero_message_opens {
-            ZeroMessageOpens::On => true,
-            ZeroMessageOpens::Off => false,
-            ZeroMessageOpens::Auto => true,
-        }
+        self.zero_message_opens == ZeroMessageOpens::On
     }
 }
 

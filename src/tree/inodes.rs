@@ -37,8 +37,10 @@ type Version = (Identity, u64);
 
 /// One inode the kernel knows.
 enum Slot {
-    /// A node of its own (its lookup count is kept in the node).
-    Own(Arc<Node>),
+    /// A node of its own (its lookup count is kept in the node), and the
+    /// fingerprint of the attributes last sent to the kernel (0: unknown).
+    /// (Free in space: a shared slot is larger.)
+    Own(Arc<Node>, u64),
     /// A read-only object shared by the nodes of many sandboxes.
     Shared(Shared),
 }
@@ -85,7 +87,7 @@ impl InodeTable {
         table
             .slots
             .shard(&ROOT_INO)
-            .insert(ROOT_INO, Slot::Own(root));
+            .insert(ROOT_INO, Slot::Own(root, 0));
         table
     }
 
@@ -104,7 +106,7 @@ impl InodeTable {
     pub fn remember(&self, node: &Arc<Node>) -> u64 {
         let ino = self.ino_of(node);
         let mut shard = self.slots.shard(&ino);
-        shard.entry(ino).or_insert_with(|| Slot::Own(node.clone()));
+        shard.entry(ino).or_insert_with(|| Slot::Own(node.clone(), 0));
         // Counted under the shard lock, as forget decrements it.
         let held = node.lookups.load(Ordering::Relaxed);
         node.lookups
@@ -156,6 +158,28 @@ impl InodeTable {
         }
     }
 
+    /// Records that attributes of fingerprint `shown` were just sent to the
+    /// kernel for `ino` (a lookup or getattr answer), which caches them.
+    pub fn shown(&self, ino: u64, shown: u64) {
+        match self.slots.shard(&ino).get_mut(&ino) {
+            Some(Slot::Own(_, last)) => *last = shown,
+            Some(Slot::Shared(slot)) => slot.reported = shown,
+            None => {}
+        }
+    }
+
+    /// At an open of `ino`, whose file now has fingerprint `now`: whether
+    /// the attributes the kernel caches may be older (they were sent for
+    /// another fingerprint, or it is not known for which). Records `now`
+    /// as shown, since the caller then drops them.
+    pub fn shown_stale(&self, ino: u64, now: u64) -> bool {
+        match self.slots.shard(&ino).get_mut(&ino) {
+            Some(Slot::Own(_, last)) => std::mem::replace(last, now) != now,
+            Some(Slot::Shared(slot)) => std::mem::replace(&mut slot.reported, now) != now,
+            None => false,
+        }
+    }
+
     /// For a new sandbox taking over a destroyed one's kernel entries: if
     /// `ino` is a shared inode the kernel holds, with attributes last sent
     /// as `reported`, it is served through `node` from now on. False if
@@ -181,14 +205,14 @@ impl InodeTable {
             return false;
         };
         match slot {
-            Slot::Own(node) if Arc::ptr_eq(node, from) => {
+            Slot::Own(node, _) if Arc::ptr_eq(node, from) => {
                 let held = from.lookups.swap(0, Ordering::Relaxed);
                 if held == 0 || to.assign_ino(ino) != ino {
                     from.lookups.store(held, Ordering::Relaxed);
                     return false;
                 }
                 to.lookups.store(held, Ordering::Relaxed);
-                *slot = Slot::Own(to.clone());
+                *slot = Slot::Own(to.clone(), 0);
                 true
             }
             _ => false,
@@ -197,7 +221,7 @@ impl InodeTable {
 
     pub fn get(&self, ino: u64) -> Option<Known> {
         match self.slots.shard(&ino).get(&ino)? {
-            Slot::Own(node) => Some(Known {
+            Slot::Own(node, _) => Some(Known {
                 node: node.clone(),
                 identity: None,
             }),
@@ -213,7 +237,7 @@ impl InodeTable {
     /// `None` for an inode of its own.
     pub fn reopened_same(&self, ino: u64, fingerprint: u64) -> Option<bool> {
         match self.slots.shard(&ino).get_mut(&ino)? {
-            Slot::Own(_) => None,
+            Slot::Own(..) => None,
             Slot::Shared(slot) => {
                 Some(std::mem::replace(&mut slot.opened, fingerprint) == fingerprint)
             }
@@ -229,7 +253,7 @@ impl InodeTable {
         let (node, version) = {
             let mut shard = self.slots.shard(&ino);
             let left = match shard.get_mut(&ino)? {
-                Slot::Own(node) => {
+                Slot::Own(node, _) => {
                     let held = node.lookups.load(Ordering::Relaxed);
                     let left = held.saturating_sub(count.min(u32::MAX as u64) as u32);
                     node.lookups.store(left, Ordering::Relaxed);
@@ -251,7 +275,7 @@ impl InodeTable {
                 shard.shrink_to(keep);
             }
             match removed? {
-                Slot::Own(node) => (node, None),
+                Slot::Own(node, _) => (node, None),
                 Slot::Shared(slot) => (slot.node, Some((slot.identity, slot.version))),
             }
         };

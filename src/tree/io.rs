@@ -104,6 +104,13 @@ impl SandboxFs {
             return Err(Errno::ESTALE.into());
         }
         let fingerprint = fingerprint(&st);
+        if self.inodes.shown_stale(ino, fingerprint) {
+            // Changed since the kernel last saw its attributes (rewritten
+            // in place): fresh pages alone are not enough, as reads stop at
+            // the cached size until the attribute timeout. Dropped before
+            // the answer, so that this open already sees the new size.
+            self.invalidate_attrs_now(ino);
+        }
         let keep_cache = !node.is_writable()
             && self
                 .inodes
