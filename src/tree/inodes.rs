@@ -35,12 +35,21 @@ pub type Identity = (u64, u64);
 /// contents for it, and no cache needs dropping by the daemon.
 type Version = (Identity, u64);
 
+/// What the kernel was last shown of an inode of its own.
+#[derive(Clone, Copy, Default)]
+struct Shown {
+    /// Fingerprint of the attributes (0: unknown).
+    fingerprint: u64,
+    /// The object they were of, where known.
+    identity: Option<Identity>,
+}
+
 /// One inode the kernel knows.
 enum Slot {
-    /// A node of its own (its lookup count is kept in the node), and the
-    /// fingerprint of the attributes last sent to the kernel (0: unknown).
-    /// (Free in space: a shared slot is larger.)
-    Own(Arc<Node>, u64),
+    /// A node of its own (its lookup count is kept in the node), and what
+    /// the kernel was last shown of it (free in space: a shared slot is
+    /// larger).
+    Own(Arc<Node>, Shown),
     /// A read-only object shared by the nodes of many sandboxes.
     Shared(Shared),
 }
@@ -87,7 +96,7 @@ impl InodeTable {
         table
             .slots
             .shard(&ROOT_INO)
-            .insert(ROOT_INO, Slot::Own(root, 0));
+            .insert(ROOT_INO, Slot::Own(root, Shown::default()));
         table
     }
 
@@ -106,7 +115,7 @@ impl InodeTable {
     pub fn remember(&self, node: &Arc<Node>) -> u64 {
         let ino = self.ino_of(node);
         let mut shard = self.slots.shard(&ino);
-        shard.entry(ino).or_insert_with(|| Slot::Own(node.clone(), 0));
+        shard.entry(ino).or_insert_with(|| Slot::Own(node.clone(), Shown::default()));
         // Counted under the shard lock, as forget decrements it.
         let held = node.lookups.load(Ordering::Relaxed);
         node.lookups
@@ -162,9 +171,31 @@ impl InodeTable {
     /// kernel for `ino` (a lookup or getattr answer), which caches them.
     pub fn shown(&self, ino: u64, shown: u64) {
         match self.slots.shard(&ino).get_mut(&ino) {
-            Some(Slot::Own(_, last)) => *last = shown,
+            Some(Slot::Own(_, last)) => last.fingerprint = shown,
             Some(Slot::Shared(slot)) => slot.reported = shown,
             None => {}
+        }
+    }
+
+    /// `shown`, for a lookup that found `identity` under the node's name.
+    pub fn shown_object(&self, ino: u64, shown: u64, identity: Identity) {
+        if let Some(Slot::Own(_, last)) = self.slots.shard(&ino).get_mut(&ino) {
+            *last = Shown {
+                fingerprint: shown,
+                identity: Some(identity),
+            };
+        }
+    }
+
+    /// Whether `identity`, just found under `node`'s name, is the object the
+    /// kernel was shown for the node (or nothing says otherwise). A file
+    /// replaced underneath is another object and gets a node, and an
+    /// inode, of its own, as on the underlying file system.
+    pub fn same_object(&self, node: &Node, identity: Identity) -> bool {
+        let ino = node.ino();
+        match self.slots.shard(&ino).get(&ino) {
+            Some(Slot::Own(_, shown)) => shown.identity.is_none_or(|known| known == identity),
+            _ => true,
         }
     }
 
@@ -174,7 +205,7 @@ impl InodeTable {
     /// as shown, since the caller then drops them.
     pub fn shown_stale(&self, ino: u64, now: u64) -> bool {
         match self.slots.shard(&ino).get_mut(&ino) {
-            Some(Slot::Own(_, last)) => std::mem::replace(last, now) != now,
+            Some(Slot::Own(_, last)) => std::mem::replace(&mut last.fingerprint, now) != now,
             Some(Slot::Shared(slot)) => std::mem::replace(&mut slot.reported, now) != now,
             None => false,
         }
@@ -212,7 +243,7 @@ impl InodeTable {
                     return false;
                 }
                 to.lookups.store(held, Ordering::Relaxed);
-                *slot = Slot::Own(to.clone(), 0);
+                *slot = Slot::Own(to.clone(), Shown::default());
                 true
             }
             _ => false,

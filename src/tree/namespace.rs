@@ -74,8 +74,14 @@ impl SandboxFs {
         let child = {
             let mut discovered = dir.discovered().lock();
             match discovered.get(name) {
-                // Same name, same type: the same object as far as we can tell.
-                Some(known) if known.kind() == kind => known.clone(),
+                // Same name, same type, and for a non-directory the same
+                // object (not one replaced underneath): the same node.
+                Some(known)
+                    if known.kind() == kind
+                        && (known.is_dir() || self.inodes.same_object(known, file_id(&st))) =>
+                {
+                    known.clone()
+                }
                 _ => {
                     let node = Arc::new(Node::new(
                         kind,
@@ -91,7 +97,8 @@ impl SandboxFs {
             }
         };
         let ino = self.inodes.remember(&child);
-        self.inodes.shown(ino, fingerprint(&st));
+        self.inodes
+            .shown_object(ino, fingerprint(&st), file_id(&st));
         Ok(self.shown(&child, Attr::from_stat(ino, &st)))
     }
 
