@@ -115,7 +115,9 @@ impl InodeTable {
     pub fn remember(&self, node: &Arc<Node>) -> u64 {
         let ino = self.ino_of(node);
         let mut shard = self.slots.shard(&ino);
-        shard.entry(ino).or_insert_with(|| Slot::Own(node.clone(), Shown::default()));
+        shard
+            .entry(ino)
+            .or_insert_with(|| Slot::Own(node.clone(), Shown::default()));
         // Counted under the shard lock, as forget decrements it.
         let held = node.lookups.load(Ordering::Relaxed);
         node.lookups
