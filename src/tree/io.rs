@@ -96,7 +96,18 @@ impl SandboxFs {
         }
         self.note_access(&node, Access::Read);
         let flags = OFlag::from_bits_truncate(flags & PASSED_FLAGS & !libc::O_CREAT);
-        let file = require_object(&node)?.open(flags)?;
+        let file = match require_object(&node)?.open(flags) {
+            // Removed underneath while the kernel still holds the name:
+            // ESTALE makes it walk the path again with a real lookup, so
+            // that the open fails as on the underlying files, or with
+            // O_CREAT makes a new file, instead of failing with ENOENT on
+            // a name it believes exists.
+            Err(err) if err.errno() == Errno::ENOENT => {
+                log::debug!("open of inode {ino}: {err}; answering ESTALE");
+                return Err(Errno::ESTALE.into());
+            }
+            other => other?,
+        };
         // Cached pages stay valid only if this is the file opened last
         // time: an input replaced behind our back must not show old bytes.
         let st = fstat(&file)?;
