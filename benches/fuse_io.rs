@@ -2,12 +2,13 @@
 //!
 //! A 5,000-file input tree (2 KiB files, 20 per directory) is mapped one
 //! mapping per file, as Bazel maps an action's inputs, into one daemon per
-//! way of serving opens: `zero` (the default: zero-message opens, no OPEN
-//! or RELEASE round trips, data through the daemon and the page cache),
-//! `open` (`--zero_message_opens=off`: an OPEN per open, with kernel
-//! passthrough for data where the daemon may use it) and, as root,
-//! `open-cached` (the same without passthrough). `native` touches the
-//! underlying files.
+//! way of serving opens: `open` (the default, `--zero_message_opens=off`:
+//! an OPEN per open, with kernel passthrough for data where the daemon may
+//! use it), `zero` (the opt-in `--zero_message_opens=on`: no OPEN or
+//! RELEASE round trips, data through the daemon and the page cache) and,
+//! as root, `open-cached` (`open` without passthrough). `native` touches
+//! the underlying files. Each mode is named by its flag, so that a
+//! baseline binary with another default runs the same modes.
 //!
 //! Run by an unprivileged user (`scripts/bench-fuse` does both), the
 //! daemons are that user's, mounted with fusermount3 and without
@@ -136,8 +137,10 @@ impl World {
         file.sync_all().unwrap();
         let scratch = tempfile::tempdir_in(inputs.path()).unwrap();
 
-        let mut modes: Vec<(&str, &[&str])> =
-            vec![("zero", &[]), ("open", &["--zero_message_opens=off"])];
+        let mut modes: Vec<(&str, &[&str])> = vec![
+            ("zero", &["--zero_message_opens=on"]),
+            ("open", &["--zero_message_opens=off"]),
+        ];
         let root = is_root();
         if root {
             modes.push((

@@ -127,10 +127,15 @@ struct ServeArgs {
     /// logged, to serving data through the daemon; off: always the daemon
     #[arg(long, value_name = "auto|off", default_value = "auto", value_parser = ["auto", "off"])]
     passthrough: String,
-    /// on: the kernel opens files without asking the daemon (no OPEN or
-    /// RELEASE round trip; rules out passthrough; read-only files show no
-    /// write permission); off: every open asks; auto: decided per mount
-    #[arg(long = "zero_message_opens", value_name = "auto|on|off", default_value = "auto", value_parser = parse_zero_message_opens)]
+    /// off (default): every open asks the daemon, which keeps the opened
+    /// file for the handle (passthrough where available); auto: the same
+    /// as off; on: opt-in fast mode that changes semantics: the kernel
+    /// opens files without asking (no OPEN or RELEASE round trip, no
+    /// passthrough), read-only files show no write permission, and an
+    /// open file removed or replaced underneath before its first read,
+    /// or rewritten in place, is not served as on the underlying files
+    /// (see the man page)
+    #[arg(long = "zero_message_opens", value_name = "off|auto|on", default_value = "off", value_parser = parse_zero_message_opens)]
     zero_message_opens: ZeroMessageOpens,
     /// How FUSE requests travel: io_uring (one queue per CPU, Linux 6.14+
     /// with /sys/module/fuse/parameters/enable_uring set to Y), classic
@@ -535,10 +540,11 @@ fn parse_allow(text: &str) -> Result<Allow, String> {
 
 fn parse_zero_message_opens(text: &str) -> Result<ZeroMessageOpens, String> {
     match text {
-        "auto" => Ok(ZeroMessageOpens::Auto),
+        // `auto` once chose zero-message opens where the kernel could; it
+        // is kept for old command lines and now means the correct default.
+        "off" | "auto" => Ok(ZeroMessageOpens::Off),
         "on" => Ok(ZeroMessageOpens::On),
-        "off" => Ok(ZeroMessageOpens::Off),
-        _ => Err("takes auto, on or off".to_owned()),
+        _ => Err("takes off, auto (the same as off) or on".to_owned()),
     }
 }
 

@@ -21,11 +21,10 @@ pub enum Allow {
 /// Whether opens reach the daemon.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ZeroMessageOpens {
-    /// Decided per mount (see `fuse::shell`).
-    Auto,
-    /// The kernel opens files without asking (no OPEN or RELEASE).
+    /// Opt-in: the kernel opens files without asking (no OPEN or RELEASE),
+    /// which changes what open files show (docs/actionfs.1.md).
     On,
-    /// Every open is a round trip (needed for passthrough).
+    /// Every open is a round trip (the default; needed for passthrough).
     Off,
 }
 

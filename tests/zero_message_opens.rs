@@ -344,21 +344,38 @@ fn small_scattered_writes_never_read_back_their_page() {
 }
 
 #[test]
-fn choosing_zero_message_opens_by_default_turns_passthrough_off_without_a_warning() {
+fn zero_message_opens_are_opt_in_and_turn_passthrough_off_without_a_warning() {
     if !require(&[Need::Mount]) {
         return;
     }
-    let fx = Fixture::new();
-    let input = fx.write("src/in.txt", "in");
-    let d = fx.start_logged(&[], "info");
-    d.create(sandbox("s", vec![ro("/in.txt", &input)]));
-    assert_eq!(fs::read_to_string(d.path("s/in.txt")).unwrap(), "in");
-    assert_eq!(d.terminate(), BY_SIGTERM);
-    let log = fx.log();
-    assert!(log.contains("zero-message opens: no OPEN"), "{log}");
-    assert!(log.contains("FUSE passthrough not used"), "{log}");
-    let warned = log
-        .lines()
-        .any(|line| line.contains("WARN") && line.contains("passthrough"));
-    assert!(!warned, "a decision is not a warning:\n{log}");
+    for (args, zero) in [
+        (&[][..], false),
+        (&["--zero_message_opens=auto"][..], false),
+        (&[ZERO][..], true),
+    ] {
+        let fx = Fixture::new();
+        let input = fx.write("src/in.txt", "in");
+        let d = fx.start_logged(args, "info");
+        d.create(sandbox("s", vec![ro("/in.txt", &input)]));
+        assert_eq!(fs::read_to_string(d.path("s/in.txt")).unwrap(), "in");
+        assert_eq!(
+            fx.stats_now(&d)["live"]["zero_message_opens"],
+            zero,
+            "{args:?}"
+        );
+        assert_eq!(d.terminate(), BY_SIGTERM);
+        let log = fx.log();
+        assert_eq!(
+            log.contains("zero-message opens: no OPEN"),
+            zero,
+            "{args:?}: {log}"
+        );
+        if zero {
+            assert!(log.contains("FUSE passthrough not used"), "{log}");
+        }
+        let warned = log
+            .lines()
+            .any(|line| line.contains("WARN") && line.contains("passthrough"));
+        assert!(!warned, "a decision is not a warning:\n{log}");
+    }
 }

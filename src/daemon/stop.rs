@@ -7,8 +7,14 @@
 //!   working directory inside) that fails with EBUSY; the daemon then keeps
 //!   serving and retries, logging each attempt, at growing intervals up to
 //!   [`MAX_RETRY_INTERVAL`], so that a process inside keeps every path
-//!   until it is done. A second signal detaches the mount at once. Once
-//!   unmounted, the daemon exits by that signal, as a shell expects.
+//!   until it is done. A second signal detaches the mount at once: the
+//!   mount point is free (a new daemon can mount there) and nothing new
+//!   can be opened, while files still open keep working, as after any
+//!   lazy unmount, so that a process in the middle of writing an output
+//!   does not fail; the daemon serves them and exits when the last is
+//!   closed. A third signal ends it at once, and what is still open then
+//!   fails (ENOTCONN). Once unmounted, the daemon exits by the first
+//!   signal, as a shell expects.
 //!   Bazel sends SIGTERM at the end of a build with nothing inside, so its
 //!   shutdown is immediate.
 //!
@@ -83,14 +89,16 @@ pub fn wait_and_unmount(
             Err(err) => {
                 log::warn!("cannot unmount {mount_point:?} ({err}); detaching it");
                 detach(mount_point)?;
-                break;
+                serve_until_closed(events, mount_point);
+                return Ok(Stopped::BySignal(signal));
             }
         }
         match events.recv_timeout(interval) {
             Ok(Event::Signal(again)) => {
                 log::warn!("signal {again} again: detaching {mount_point:?}");
                 detach(mount_point)?;
-                break;
+                serve_until_closed(events, mount_point);
+                return Ok(Stopped::BySignal(signal));
             }
             Ok(Event::SessionEnded(_)) => {
                 log::info!("{mount_point:?} was unmounted meanwhile");
@@ -108,6 +116,23 @@ pub fn wait_and_unmount(
         }
     }
     Ok(Stopped::BySignal(signal))
+}
+
+/// After a detach: serves what is still open until the kernel lets the
+/// file system go with its last close (the session ends), or until another
+/// signal, which ends the daemon at once.
+fn serve_until_closed(events: &Receiver<Event>, mount_point: &Path) {
+    log::warn!(
+        "{mount_point:?} detached: files still open through it keep working, and the \
+         daemon exits when the last is closed; another signal exits at once (they then fail)"
+    );
+    match events.recv() {
+        Ok(Event::SessionEnded(_)) => log::info!("the last file open through {mount_point:?} was closed"),
+        Ok(Event::Signal(again)) => log::warn!(
+            "signal {again} again: exiting; files still open through {mount_point:?} fail from now on"
+        ),
+        Err(_) => {}
+    }
 }
 
 fn detach(mount_point: &Path) -> Result<(), DaemonError> {

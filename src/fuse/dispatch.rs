@@ -118,11 +118,8 @@ impl Dispatcher {
     /// Decides at init whether opens skip the daemon on this mount;
     /// `kernel_can`: the kernel offered FUSE_NO_OPEN_SUPPORT.
     pub fn decide_zero_message_opens(&self, kernel_can: bool) -> bool {
-        let wanted = match self.zero_message_opens {
-            ZeroMessageOpens::On => true,
-            ZeroMessageOpens::Off => false,
-            ZeroMessageOpens::Auto => true,
-        };
+        // `auto` means off: the default must behave like the files mapped.
+        let wanted = self.zero_message_opens == ZeroMessageOpens::On;
         if !kernel_can {
             if self.zero_message_opens == ZeroMessageOpens::On {
                 log::warn!("the kernel cannot open files without asking (no FUSE_NO_OPEN_SUPPORT)");

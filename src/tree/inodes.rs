@@ -35,10 +35,21 @@ pub type Identity = (u64, u64);
 /// contents for it, and no cache needs dropping by the daemon.
 type Version = (Identity, u64);
 
+/// What the kernel was last shown of an inode of its own.
+#[derive(Clone, Copy, Default)]
+struct Shown {
+    /// Fingerprint of the attributes (0: unknown).
+    fingerprint: u64,
+    /// The object they were of, where known.
+    identity: Option<Identity>,
+}
+
 /// One inode the kernel knows.
 enum Slot {
-    /// A node of its own (its lookup count is kept in the node).
-    Own(Arc<Node>),
+    /// A node of its own (its lookup count is kept in the node), and what
+    /// the kernel was last shown of it (free in space: a shared slot is
+    /// larger).
+    Own(Arc<Node>, Shown),
     /// A read-only object shared by the nodes of many sandboxes.
     Shared(Shared),
 }
@@ -85,7 +96,7 @@ impl InodeTable {
         table
             .slots
             .shard(&ROOT_INO)
-            .insert(ROOT_INO, Slot::Own(root));
+            .insert(ROOT_INO, Slot::Own(root, Shown::default()));
         table
     }
 
@@ -104,7 +115,9 @@ impl InodeTable {
     pub fn remember(&self, node: &Arc<Node>) -> u64 {
         let ino = self.ino_of(node);
         let mut shard = self.slots.shard(&ino);
-        shard.entry(ino).or_insert_with(|| Slot::Own(node.clone()));
+        shard
+            .entry(ino)
+            .or_insert_with(|| Slot::Own(node.clone(), Shown::default()));
         // Counted under the shard lock, as forget decrements it.
         let held = node.lookups.load(Ordering::Relaxed);
         node.lookups
@@ -156,6 +169,50 @@ impl InodeTable {
         }
     }
 
+    /// Records that attributes of fingerprint `shown` were just sent to the
+    /// kernel for `ino` (a lookup or getattr answer), which caches them.
+    pub fn shown(&self, ino: u64, shown: u64) {
+        match self.slots.shard(&ino).get_mut(&ino) {
+            Some(Slot::Own(_, last)) => last.fingerprint = shown,
+            Some(Slot::Shared(slot)) => slot.reported = shown,
+            None => {}
+        }
+    }
+
+    /// `shown`, for a lookup that found `identity` under the node's name.
+    pub fn shown_object(&self, ino: u64, shown: u64, identity: Identity) {
+        if let Some(Slot::Own(_, last)) = self.slots.shard(&ino).get_mut(&ino) {
+            *last = Shown {
+                fingerprint: shown,
+                identity: Some(identity),
+            };
+        }
+    }
+
+    /// Whether `identity`, just found under `node`'s name, is the object the
+    /// kernel was shown for the node (or nothing says otherwise). A file
+    /// replaced underneath is another object and gets a node, and an
+    /// inode, of its own, as on the underlying file system.
+    pub fn same_object(&self, node: &Node, identity: Identity) -> bool {
+        let ino = node.ino();
+        match self.slots.shard(&ino).get(&ino) {
+            Some(Slot::Own(_, shown)) => shown.identity.is_none_or(|known| known == identity),
+            _ => true,
+        }
+    }
+
+    /// At an open of `ino`, whose file now has fingerprint `now`: whether
+    /// the attributes the kernel caches may be older (they were sent for
+    /// another fingerprint, or it is not known for which). Records `now`
+    /// as shown, since the caller then drops them.
+    pub fn shown_stale(&self, ino: u64, now: u64) -> bool {
+        match self.slots.shard(&ino).get_mut(&ino) {
+            Some(Slot::Own(_, last)) => std::mem::replace(&mut last.fingerprint, now) != now,
+            Some(Slot::Shared(slot)) => std::mem::replace(&mut slot.reported, now) != now,
+            None => false,
+        }
+    }
+
     /// For a new sandbox taking over a destroyed one's kernel entries: if
     /// `ino` is a shared inode the kernel holds, with attributes last sent
     /// as `reported`, it is served through `node` from now on. False if
@@ -181,14 +238,14 @@ impl InodeTable {
             return false;
         };
         match slot {
-            Slot::Own(node) if Arc::ptr_eq(node, from) => {
+            Slot::Own(node, _) if Arc::ptr_eq(node, from) => {
                 let held = from.lookups.swap(0, Ordering::Relaxed);
                 if held == 0 || to.assign_ino(ino) != ino {
                     from.lookups.store(held, Ordering::Relaxed);
                     return false;
                 }
                 to.lookups.store(held, Ordering::Relaxed);
-                *slot = Slot::Own(to.clone());
+                *slot = Slot::Own(to.clone(), Shown::default());
                 true
             }
             _ => false,
@@ -197,7 +254,7 @@ impl InodeTable {
 
     pub fn get(&self, ino: u64) -> Option<Known> {
         match self.slots.shard(&ino).get(&ino)? {
-            Slot::Own(node) => Some(Known {
+            Slot::Own(node, _) => Some(Known {
                 node: node.clone(),
                 identity: None,
             }),
@@ -213,7 +270,7 @@ impl InodeTable {
     /// `None` for an inode of its own.
     pub fn reopened_same(&self, ino: u64, fingerprint: u64) -> Option<bool> {
         match self.slots.shard(&ino).get_mut(&ino)? {
-            Slot::Own(_) => None,
+            Slot::Own(..) => None,
             Slot::Shared(slot) => {
                 Some(std::mem::replace(&mut slot.opened, fingerprint) == fingerprint)
             }
@@ -229,7 +286,7 @@ impl InodeTable {
         let (node, version) = {
             let mut shard = self.slots.shard(&ino);
             let left = match shard.get_mut(&ino)? {
-                Slot::Own(node) => {
+                Slot::Own(node, _) => {
                     let held = node.lookups.load(Ordering::Relaxed);
                     let left = held.saturating_sub(count.min(u32::MAX as u64) as u32);
                     node.lookups.store(left, Ordering::Relaxed);
@@ -251,7 +308,7 @@ impl InodeTable {
                 shard.shrink_to(keep);
             }
             match removed? {
-                Slot::Own(node) => (node, None),
+                Slot::Own(node, _) => (node, None),
                 Slot::Shared(slot) => (slot.node, Some((slot.identity, slot.version))),
             }
         };

@@ -96,7 +96,18 @@ impl SandboxFs {
         }
         self.note_access(&node, Access::Read);
         let flags = OFlag::from_bits_truncate(flags & PASSED_FLAGS & !libc::O_CREAT);
-        let file = require_object(&node)?.open(flags)?;
+        let file = match require_object(&node)?.open(flags) {
+            // Removed underneath while the kernel still holds the name:
+            // ESTALE makes it walk the path again with a real lookup, so
+            // that the open fails as on the underlying files, or with
+            // O_CREAT makes a new file, instead of failing with ENOENT on
+            // a name it believes exists.
+            Err(err) if err.errno() == Errno::ENOENT => {
+                log::debug!("open of inode {ino}: {err}; answering ESTALE");
+                return Err(Errno::ESTALE.into());
+            }
+            other => other?,
+        };
         // Cached pages stay valid only if this is the file opened last
         // time: an input replaced behind our back must not show old bytes.
         let st = fstat(&file)?;
@@ -104,6 +115,13 @@ impl SandboxFs {
             return Err(Errno::ESTALE.into());
         }
         let fingerprint = fingerprint(&st);
+        if self.inodes.shown_stale(ino, fingerprint) {
+            // Changed since the kernel last saw its attributes (rewritten
+            // in place): fresh pages alone are not enough, as reads stop at
+            // the cached size until the attribute timeout. Dropped before
+            // the answer, so that this open already sees the new size.
+            self.invalidate_attrs_now(ino);
+        }
         let keep_cache = !node.is_writable()
             && self
                 .inodes

@@ -220,6 +220,14 @@ impl SandboxFs {
         }
     }
 
+    /// Drops `ino`'s cached attributes (not its pages) before returning;
+    /// safe on the request path, as it waits for no page or inode lock.
+    fn invalidate_attrs_now(&self, ino: u64) {
+        if let Some(invalidator) = self.invalidator.get() {
+            invalidator.invalidate_attrs(ino);
+        }
+    }
+
     /// Drops `ino`'s cached pages soon, off the request path: the kernel
     /// may hold a page lock waiting for a read this thread is to answer.
     fn invalidate_data_later(&self, ino: u64) {

@@ -46,8 +46,9 @@ impl SandboxFs {
                     .remember_shared(&child, file_id(&st), fingerprint(&st));
                 return Ok(self.shown(&child, Attr::from_stat(ino, &st)));
             }
-            let attr = self.attr_of(&child, self.inodes.ino_of(&child))?;
+            let (attr, shown) = self.fresh_attr_of(&child, self.inodes.ino_of(&child))?;
             let ino = self.inodes.remember(&child);
+            self.inodes.shown(ino, shown);
             if parent.ino() == ROOT_INO {
                 // A sandbox that took over a destroyed one's cache: the
                 // kernel now holds its top directory by this name.
@@ -73,8 +74,14 @@ impl SandboxFs {
         let child = {
             let mut discovered = dir.discovered().lock();
             match discovered.get(name) {
-                // Same name, same type: the same object as far as we can tell.
-                Some(known) if known.kind() == kind => known.clone(),
+                // Same name, same type, and for a non-directory the same
+                // object (not one replaced underneath): the same node.
+                Some(known)
+                    if known.kind() == kind
+                        && (known.is_dir() || self.inodes.same_object(known, file_id(&st))) =>
+                {
+                    known.clone()
+                }
                 _ => {
                     let node = Arc::new(Node::new(
                         kind,
@@ -90,6 +97,8 @@ impl SandboxFs {
             }
         };
         let ino = self.inodes.remember(&child);
+        self.inodes
+            .shown_object(ino, fingerprint(&st), file_id(&st));
         Ok(self.shown(&child, Attr::from_stat(ino, &st)))
     }
 
@@ -147,7 +156,9 @@ impl SandboxFs {
         if let Some(held) = self.open_handle(ino, fh) {
             if let Some(fd) = held.fd() {
                 let st = nix::sys::stat::fstat(fd).map_err(|e| FsError::call("fstat", e))?;
-                if known.identity.is_some() && self.inodes.reported(ino, fingerprint(&st)) {
+                if known.identity.is_none() {
+                    self.inodes.shown(ino, fingerprint(&st));
+                } else if self.inodes.reported(ino, fingerprint(&st)) {
                     self.invalidate_data_later(ino);
                 }
                 return Ok(self.shown(&known.node, Attr::from_stat(ino, &st)));
@@ -170,24 +181,35 @@ impl SandboxFs {
         self.attr_of(&known.node, ino)
     }
 
-    /// Attributes of `node`, shown under `ino`.
+    /// Attributes of `node`, shown under `ino` (which the kernel knows).
     pub(super) fn attr_of(&self, node: &Node, ino: u64) -> FsResult<Attr> {
+        let (attr, shown) = self.fresh_attr_of(node, ino)?;
+        self.inodes.shown(ino, shown);
+        Ok(attr)
+    }
+
+    /// Attributes of `node` under `ino`, and the fingerprint of the
+    /// underlying object's (0 for a virtual directory), for the caller to
+    /// record as shown once the inode is in the table.
+    fn fresh_attr_of(&self, node: &Node, ino: u64) -> FsResult<(Attr, u64)> {
         let scaffold = is_scaffold(node);
+        let virtual_attr = || Ok((self.virtual_attr(node, ino), 0));
         let object = match underlying::object(node) {
             Ok(Some(object)) => object,
-            Ok(None) => return Ok(self.virtual_attr(node, ino)),
+            Ok(None) => return virtual_attr(),
             // A directory made up for nested mappings whose underlying
             // counterpart is missing (or not a directory) stays virtual.
-            Err(err) if scaffold && is_absent(&err) => return Ok(self.virtual_attr(node, ino)),
+            Err(err) if scaffold && is_absent(&err) => return virtual_attr(),
             Err(err) => return Err(err),
         };
         match object.stat() {
-            Ok(st) if !node.is_dir() || kind_of(&st) == FileKind::Directory => {
-                Ok(self.shown(node, Attr::from_stat(ino, &st)))
-            }
-            Ok(_) if scaffold => Ok(self.virtual_attr(node, ino)),
+            Ok(st) if !node.is_dir() || kind_of(&st) == FileKind::Directory => Ok((
+                self.shown(node, Attr::from_stat(ino, &st)),
+                fingerprint(&st),
+            )),
+            Ok(_) if scaffold => virtual_attr(),
             Ok(_) => Err(Errno::ENOTDIR.into()),
-            Err(err) if scaffold && is_absent(&err) => Ok(self.virtual_attr(node, ino)),
+            Err(err) if scaffold && is_absent(&err) => virtual_attr(),
             Err(err) => Err(err),
         }
     }

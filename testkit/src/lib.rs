@@ -227,9 +227,9 @@ impl Daemon {
 
     /// Bazel's shutdown: close stdin, SIGTERM, wait. Returns the exit
     /// status as a shell shows it: 128 + N after a death by signal N
-    /// ([`BY_SIGTERM`] when all went well). A daemon still busy after 10
+    /// ([`BY_SIGTERM`] when all went well). A daemon still busy after 5
     /// seconds (a file the test left open) is sent SIGTERM again, which
-    /// detaches the mount.
+    /// detaches the mount, and after 5 more a third, which ends it.
     pub fn terminate(mut self) -> i32 {
         shell_status(stop(self.client.take().unwrap()))
     }
@@ -270,7 +270,7 @@ pub fn shell_status(status: std::process::ExitStatus) -> i32 {
 /// so that no test can hang on its daemon.
 fn stop(mut client: Client) -> std::process::ExitStatus {
     client.close_input();
-    for signal in [libc::SIGTERM, libc::SIGTERM, libc::SIGKILL] {
+    for signal in [libc::SIGTERM, libc::SIGTERM, libc::SIGTERM, libc::SIGKILL] {
         if client.signal(signal).is_err() {
             break;
         }
