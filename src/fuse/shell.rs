@@ -577,15 +577,11 @@ impl Filesystem for FuseShell {
         mut reply: ReplyDirectory,
     ) {
         self.stats.op(Op::Readdir);
-        match self.fs.readdir(fh.0, offset) {
-            Ok(entries) => {
-                for (next, entry) in entries {
-                    if reply.add(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name) {
-                        break;
-                    }
-                }
-                reply.ok();
-            }
+        let listed = self.fs.readdir(fh.0, offset, |next, entry| {
+            reply.add(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name)
+        });
+        match listed {
+            Ok(()) => reply.ok(),
             Err(err) => reply.error(self.failed(req, "readdir", ino, err)),
         }
     }
