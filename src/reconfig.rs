@@ -124,9 +124,15 @@ pub fn serve<R: Read>(
                 }
             }
             Ok(Decoded::Invalid { id, message }) => {
-                let message = format!("sandbox {id:?}: {message}");
-                log::warn!("{message}");
-                sink.send(&Response::error(id, message));
+                let response = match id {
+                    Some(id) => {
+                        let message = format!("sandbox {id:?}: {message}");
+                        Response::error(id, message)
+                    }
+                    None => Response::unnamed(message),
+                };
+                log::warn!("{}", response.error.as_deref().unwrap_or_default());
+                sink.send(&response);
                 continue;
             }
             Err(fatal) => {
