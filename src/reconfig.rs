@@ -99,8 +99,9 @@ impl Job {
     }
 }
 
-/// Reads and applies requests from `input` until it ends or turns
-/// malformed; returns once every request read has been answered. Fails
+/// Reads and applies requests from `input` until it ends or cannot be
+/// read on (see `RequestReader`); a broken request is answered and
+/// skipped. Returns once every request read has been answered. Fails
 /// only if the workers cannot be started.
 pub fn serve<R: Read>(
     input: R,
@@ -124,9 +125,15 @@ pub fn serve<R: Read>(
                 }
             }
             Ok(Decoded::Invalid { id, message }) => {
-                let message = format!("sandbox {id:?}: {message}");
-                log::warn!("{message}");
-                sink.send(&Response::error(id, message));
+                let response = match id {
+                    Some(id) => {
+                        let message = format!("sandbox {id:?}: {message}");
+                        Response::error(id, message)
+                    }
+                    None => Response::unnamed(message),
+                };
+                log::warn!("{}", response.error.as_deref().unwrap_or_default());
+                sink.send(&response);
                 continue;
             }
             Err(fatal) => {
@@ -488,18 +495,22 @@ mod tests {
     }
 
     #[test]
-    fn a_syntax_error_is_answered_once_as_fatal_and_stops_reading() {
+    fn a_syntax_error_is_answered_and_reading_resumes_at_the_next_request() {
         let backend = Arc::new(Recorder::default());
         let answers = run(
             backend.clone(),
             r#"{"C":{"i":"a","m":[]}} {"C": oops {"D":"a"}"#,
             1,
         );
-        assert_eq!(answers.len(), 2);
+        assert_eq!(answers.len(), 3, "{answers:?}");
         assert!(answers.contains(&(Some("a".to_owned()), None)));
         assert!(answers
             .iter()
             .any(|(id, error)| id.is_none() && error.is_some()));
-        assert_eq!(backend.calls.lock().len(), 1, "nothing after the error ran");
+        assert_eq!(
+            backend.calls.lock().len(),
+            2,
+            "the destroy after the error ran"
+        );
     }
 }

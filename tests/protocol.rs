@@ -206,33 +206,76 @@ fn malformed_values_with_an_id_are_answered_and_reading_goes_on() {
     assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
+/// How long a test waits for an answer before calling the daemon hung.
+const ANSWER_DEADLINE: Duration = Duration::from_secs(20);
+
 #[test]
-fn a_syntax_error_is_fatal_for_requests_but_the_mount_keeps_serving() {
+fn a_broken_request_is_answered_at_once_and_the_next_request_is_served() {
     if !require(&[Need::Mount]) {
         return;
     }
     let fx = Fixture::new();
     let good = fx.write("src/good", "good");
     let d = fx.start(&[]);
-    d.create(sandbox("kept", vec![ro("/g", &good)]));
-    d.client().write_raw(br#"{"C":{"i":"x",]]"#).unwrap();
-    assert!(
-        wait_for(Duration::from_secs(10), || !d
-            .client()
-            .unexpected_responses()
-            .is_empty()),
-        "no fatal answer"
+    let good_create = |id: &str| {
+        actionfs_protocol::encode_request(&actionfs_protocol::Request::Create(sandbox(
+            id,
+            vec![ro("/g", &good)],
+        )))
+    };
+    // One request per line, as a person or a script writes them: the bad
+    // line is answered before anything follows it.
+    let answers = d
+        .client()
+        .call_raw_within(&["syn"], b"{\"C\":{\"i\":\"syn\",\"m\":[}\n", ANSWER_DEADLINE)
+        .expect("the broken request is answered");
+    let message = answers[0].error.as_deref().expect("an error");
+    // Line 1 began with the client's start-up probe (26 bytes).
+    assert_eq!(
+        message,
+        "sandbox \"syn\": malformed request at line 1, column 48: expected a value or ']', \
+         found '}'; skipped to the next request"
     );
-    let fatal = d.client().unexpected_responses();
-    assert_eq!(fatal.len(), 1, "{fatal:?}");
-    assert_eq!(fatal[0].id, None);
+    let answers = d
+        .client()
+        .call_raw_within(&["next"], good_create("next").as_bytes(), ANSWER_DEADLINE)
+        .expect("the next request is answered");
+    assert_eq!(answers[0].error, None);
+    assert_eq!(fs::read_to_string(d.path("next/g")).unwrap(), "good");
+    // Back to back on one line, as Bazel writes them.
+    let stream = format!("{{\"C\":{{\"i\":\"b1\",\"m\":[}}}}{}", good_create("b2"));
+    let answers = d
+        .client()
+        .call_raw_within(&["b1", "b2"], stream.as_bytes(), ANSWER_DEADLINE)
+        .expect("both are answered");
+    assert!(answers[0].error.as_deref().unwrap().contains("malformed request"));
+    assert_eq!(answers[1].error, None);
+    assert_eq!(fs::read_to_string(d.path("b2/g")).unwrap(), "good");
+    // Nothing of the broken ones was created.
+    let listed = names(&d.mnt);
+    assert!(!listed.contains(&"syn".to_string()) && !listed.contains(&"b1".to_string()));
+    // Broken before naming any sandbox: answered with a null id, and the
+    // next request is still served.
+    let answers = d
+        .client()
+        .call_raw_within(
+            &["after"],
+            format!("{{\"C\":}}\n{}", good_create("after")).as_bytes(),
+            ANSWER_DEADLINE,
+        )
+        .expect("the request after is answered");
+    assert_eq!(answers[0].error, None);
+    let unnamed = d.client().unexpected_responses();
+    assert_eq!(unnamed.len(), 1, "{unnamed:?}");
+    assert_eq!(unnamed[0].id, None);
     assert!(
-        fatal[0].error.as_deref().unwrap().contains("malformed"),
-        "{fatal:?}"
+        unnamed[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .ends_with("expected a value, found '}'; skipped to the next request"),
+        "{unnamed:?}"
     );
-    // Requests are no longer read, but files are still served.
-    d.client().write_raw(br#"{"D":"kept"}"#).unwrap();
-    assert_eq!(fs::read_to_string(d.path("kept/g")).unwrap(), "good");
     assert_eq!(d.terminate(), BY_SIGTERM);
 }
 

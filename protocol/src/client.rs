@@ -121,6 +121,51 @@ impl Client {
         })
     }
 
+    /// Writes raw bytes and waits up to `limit` for the answers to each of
+    /// `ids`, in that order; a missing answer is an error, so a test of a
+    /// daemon that stops answering fails instead of hanging.
+    pub fn call_raw_within(
+        &self,
+        ids: &[&str],
+        bytes: &[u8],
+        limit: std::time::Duration,
+    ) -> Result<Vec<Response>, ClientError> {
+        let receivers: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let (tx, rx) = channel();
+                self.waiters.lock().unwrap().insert((*id).to_owned(), tx);
+                rx
+            })
+            .collect();
+        let forget = || {
+            let mut waiters = self.waiters.lock().unwrap();
+            for id in ids {
+                waiters.remove(*id);
+            }
+        };
+        if let Err(err) = self.write_raw(bytes) {
+            forget();
+            return Err(err.into());
+        }
+        let deadline = std::time::Instant::now() + limit;
+        let mut answers = Vec::with_capacity(ids.len());
+        for (id, rx) in ids.iter().zip(receivers) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(answer) => answers.push(answer),
+                Err(_) => {
+                    forget();
+                    return Err(ClientError::Io(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no answer for {id:?} within {limit:?}"),
+                    )));
+                }
+            }
+        }
+        Ok(answers)
+    }
+
     /// Writes raw bytes to the daemon's input without waiting for anything.
     pub fn write_raw(&self, bytes: &[u8]) -> io::Result<()> {
         let mut stdin = self.stdin.lock().unwrap();

@@ -8,10 +8,11 @@
 //!
 //! Decoding happens in two steps. First the stream is cut into values
 //! ([`crate::frame`]); then each value is parsed and typed as a
-//! [`Request`]. A syntax error is fatal, because nothing after it can be
-//! trusted to start at a value boundary; a value that is well-formed JSON
-//! but not a valid request is answered with an error for the sandbox it
-//! names, and reading goes on.
+//! [`Request`]. A value that is not a valid request, broken JSON included,
+//! is answered with an error for the sandbox it names (or for none) and
+//! reading goes on with the next request. Only a stream that cannot be
+//! read on (it ends inside a value, a read fails, a value is over the size
+//! limit) is fatal.
 
 use std::io::{self, BufRead, Read, Write};
 
@@ -23,9 +24,14 @@ use crate::types::{Request, Response};
 pub enum Decoded {
     /// A valid request.
     Request(Request),
-    /// Well-formed JSON naming sandbox `id`, but not a valid request. The
-    /// caller answers `id` with `message` and keeps reading.
-    Invalid { id: String, message: String },
+    /// Not a valid request: broken JSON, or well-formed JSON of the wrong
+    /// shape. `id` is the sandbox it names, if it names one before going
+    /// wrong. The caller answers `id` (null if none) with `message` and
+    /// keeps reading.
+    Invalid {
+        id: Option<String>,
+        message: String,
+    },
 }
 
 /// An error after which no further request can be read.
@@ -79,12 +85,40 @@ impl<R: Read> Iterator for RequestReader<R> {
         }
         let item = match self.framer.next_value() {
             Ok(None) => return None,
-            Ok(Some(value)) => decode_value(value),
+            Ok(Some(value)) => match decode_value(value) {
+                Ok(Decoded::Invalid { id, message }) if message.starts_with(MALFORMED) => {
+                    // serde_json places a syntax error within the value;
+                    // say where it is in the input.
+                    let syntax = serde_json::from_slice::<serde::de::IgnoredAny>(value).err();
+                    let len = value.len();
+                    let (line, column) = self.framer.position_of_last(len);
+                    let message = match syntax {
+                        Some(err) => {
+                            let column = if err.line() <= 1 {
+                                column + err.column() as u64 - 1
+                            } else {
+                                err.column() as u64
+                            };
+                            let line = line + err.line().max(1) as u64 - 1;
+                            let text = err.to_string();
+                            let text = text.split(" at line ").next().unwrap_or(&text);
+                            format!("{MALFORMED} at line {line}, column {column}: {text}")
+                        }
+                        None => message,
+                    };
+                    Ok(Decoded::Invalid { id, message })
+                }
+                other => other,
+            },
+            Err(FrameError::Broken(broken)) => Ok(Decoded::Invalid {
+                id: broken.id.clone(),
+                message: format!("{MALFORMED} at {broken}; skipped to the next request"),
+            }),
             Err(err) => Err(FatalError {
                 message: match err {
                     FrameError::Truncated => format!("truncated request: {err}"),
                     FrameError::Io(_) => format!("cannot read requests: {err}"),
-                    FrameError::TooLarge { .. } | FrameError::NotAContainer { .. } => {
+                    FrameError::TooLarge { .. } | FrameError::Broken(_) => {
                         format!("malformed request stream: {err}")
                     }
                 },
@@ -97,33 +131,37 @@ impl<R: Read> Iterator for RequestReader<R> {
     }
 }
 
-/// Types one complete JSON value as a request. A value that is not valid
-/// JSON is fatal: nothing after it can be trusted to start a value.
+/// How every message about broken JSON begins.
+const MALFORMED: &str = "malformed request";
+
+/// Types one complete JSON value as a request.
 pub fn decode_value(json: &[u8]) -> Result<Decoded, FatalError> {
     match serde_json::from_slice::<Request>(json) {
         Ok(request) => Ok(Decoded::Request(request)),
         // Which kind of failure it was is only known by parsing again,
         // untyped: serde_json reports a non-object as a syntax error.
         Err(err) => match serde_json::from_slice::<serde::de::IgnoredAny>(json) {
-            Err(syntax) => Err(FatalError {
-                message: format!("malformed request stream: {syntax}"),
+            Err(syntax) => Ok(Decoded::Invalid {
+                id: crate::frame::id_named_in(json),
+                message: format!("{MALFORMED}: {syntax}"),
             }),
-            Ok(_) => invalid_request(json, err),
+            Ok(_) => Ok(invalid_request(json, err)),
         },
     }
 }
 
 /// A well-formed value that is not a request: answered for the sandbox it
-/// names, or fatal if it names none.
-fn invalid_request(json: &[u8], err: serde_json::Error) -> Result<Decoded, FatalError> {
+/// names, or for none.
+fn invalid_request(json: &[u8], err: serde_json::Error) -> Decoded {
     match named_id(json) {
-        Some(id) => Ok(Decoded::Invalid {
-            id,
+        Some(id) => Decoded::Invalid {
+            id: Some(id),
             message: format!("invalid request: {err}"),
-        }),
-        None => Err(FatalError {
+        },
+        None => Decoded::Invalid {
+            id: None,
             message: format!("invalid request that names no sandbox id: {err}"),
-        }),
+        },
     }
 }
 
@@ -253,7 +291,7 @@ mod tests {
         let items = decode_all(r#"{"C":{"i":"s1","m":5}}{"D":"s2"}"#);
         match &items[0] {
             Ok(Decoded::Invalid { id, message }) => {
-                assert_eq!(id, "s1");
+                assert_eq!(id.as_deref(), Some("s1"));
                 assert!(message.contains("invalid type"), "{message}");
             }
             other => panic!("expected an invalid request, got {other:?}"),
@@ -268,19 +306,94 @@ mod tests {
     fn unknown_key_is_answered_with_an_error() {
         let items = decode_all(r#"{"C":{"i":"s1","m":[],"z":1}}"#);
         assert!(
-            matches!(&items[0], Ok(Decoded::Invalid { id, message })
+            matches!(&items[0], Ok(Decoded::Invalid { id: Some(id), message })
                 if id == "s1" && message.contains("unknown field")),
             "{items:?}"
         );
     }
 
+    /// The message and id of an item that must be an invalid request.
+    fn invalid(item: &Result<Decoded, FatalError>) -> (Option<&str>, &str) {
+        match item {
+            Ok(Decoded::Invalid { id, message }) => (id.as_deref(), message),
+            other => panic!("expected an invalid request, got {other:?}"),
+        }
+    }
+
     #[test]
-    fn syntax_error_is_fatal_and_ends_the_stream() {
-        let items = decode_all(r#"{"D":"a"}{"C":{"i":"b",]}{"D":"c"}"#);
+    fn a_broken_request_is_answered_for_its_id_and_the_next_one_is_read() {
+        // One per line, as a person or a script writes them.
+        let items = decode_all("{\"D\":\"a\"}\n{\"C\":{\"i\":\"syn\",\"m\":[}\n{\"D\":\"c\"}\n");
+        assert_eq!(items.len(), 3, "{items:?}");
+        let (id, message) = invalid(&items[1]);
+        assert_eq!(id, Some("syn"));
+        assert_eq!(
+            message,
+            "malformed request at line 2, column 22: expected a value or ']', found '}'; \
+             skipped to the next request"
+        );
+        assert_eq!(items[2], Ok(Decoded::Request(Request::Destroy("c".into()))));
+        // Back to back on one line, as Bazel writes them.
+        let items = decode_all(r#"{"C":{"i":"b","m":[}}]{"D":"c"}{"D":"d"}"#);
+        assert_eq!(items.len(), 3, "{items:?}");
+        assert_eq!(invalid(&items[0]).0, Some("b"));
+        assert_eq!(items[1], Ok(Decoded::Request(Request::Destroy("c".into()))));
+        assert_eq!(items[2], Ok(Decoded::Request(Request::Destroy("d".into()))));
+    }
+
+    #[test]
+    fn a_value_left_open_is_broken_where_the_next_request_starts() {
+        let items = decode_all(r#"{"C":{"i":"b","m":[{"p":"/x"}{"D":"c"}"#);
         assert_eq!(items.len(), 2, "{items:?}");
-        assert!(items[0].is_ok());
-        let err = items[1].as_ref().unwrap_err();
-        assert!(err.message.contains("malformed"), "{}", err.message);
+        let (id, message) = invalid(&items[0]);
+        assert_eq!(id, Some("b"));
+        assert!(message.contains("column 30: expected ',' or ']'"), "{message}");
+        assert_eq!(items[1], Ok(Decoded::Request(Request::Destroy("c".into()))));
+    }
+
+    #[test]
+    fn broken_json_of_every_kind_is_answered_and_reading_goes_on() {
+        for bad in [
+            r#"{"D":}"#,
+            r#"{"C":{"i":"x",]]"#,
+            r#"{"C":{"i":"x","m":[,]}}"#,
+            r#"{"C" {"i":"x"}}"#,
+            r#"{"C":{"i":"x" "m":[]}}"#,
+            r#"{"C":{"i":"x","m":[],}}"#,
+            r#"{1:2}"#,
+            r#"}"#,
+            r#"42"#,
+            r#"hello"#,
+            r#""text""#,
+            r#"{"C":{"i":"x","m":tru}}"#,
+            r#"{"C":{"i":"a\qb"}}"#,
+        ] {
+            let input = format!("{bad}\n{{\"D\":\"next\"}}");
+            let items = decode_all(&input);
+            assert!(items.len() >= 2, "{bad}: {items:?}");
+            for item in &items[..items.len() - 1] {
+                let (_, message) = invalid(item);
+                assert!(message.starts_with("malformed request at line 1"), "{bad}: {message}");
+            }
+            assert_eq!(
+                items.last().unwrap(),
+                &Ok(Decoded::Request(Request::Destroy("next".into()))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_syntax_error_inside_a_balanced_value_is_placed_in_the_input() {
+        let items = decode_all("{\"D\":\"a\"}\n  {\"C\":{\"i\":\"s\",\"m\":nul}}{\"D\":\"b\"}");
+        assert_eq!(items.len(), 3, "{items:?}");
+        let (id, message) = invalid(&items[1]);
+        assert_eq!(id, Some("s"));
+        assert!(
+            message.starts_with("malformed request at line 2, column 24: expected ident"),
+            "{message}"
+        );
+        assert_eq!(items[2], Ok(Decoded::Request(Request::Destroy("b".into()))));
     }
 
     #[test]
@@ -291,14 +404,15 @@ mod tests {
     }
 
     #[test]
-    fn value_without_id_is_fatal() {
-        let items = decode_all(r#"[1,2]"#);
-        assert_eq!(items.len(), 1);
-        assert!(items[0]
-            .as_ref()
-            .unwrap_err()
-            .message
-            .contains("names no sandbox"));
+    fn a_value_without_id_is_answered_for_no_sandbox() {
+        let items = decode_all(r#"[1,2]{"X":1}{"D":"a"}"#);
+        assert_eq!(items.len(), 3);
+        for item in &items[..2] {
+            let (id, message) = invalid(item);
+            assert_eq!(id, None);
+            assert!(message.contains("names no sandbox"), "{message}");
+        }
+        assert_eq!(items[2], Ok(Decoded::Request(Request::Destroy("a".into()))));
     }
 
     #[test]

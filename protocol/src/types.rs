@@ -105,6 +105,16 @@ impl Response {
         }
     }
 
+    /// The answer to a bad request that names no sandbox (`"id":null`);
+    /// reading goes on.
+    pub fn unnamed(message: impl Into<String>) -> Self {
+        Response {
+            id: None,
+            error: Some(message.into()),
+        }
+    }
+
+    /// The answer to an input that cannot be read on (`"id":null`).
     pub fn fatal(message: impl Into<String>) -> Self {
         Response {
             id: None,

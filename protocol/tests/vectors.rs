@@ -27,7 +27,9 @@ fn streams_decode_as_documented() {
                 assert_eq!(got, &Ok(Decoded::Request(request)), "{name}");
             } else if let Some(id) = expected.get("invalid") {
                 match got {
-                    Ok(Decoded::Invalid { id: got_id, .. }) => assert_eq!(got_id, id, "{name}"),
+                    Ok(Decoded::Invalid { id: got_id, .. }) => {
+                        assert_eq!(got_id.as_deref(), id.as_str(), "{name}")
+                    }
                     other => panic!("{name}: expected an invalid request, got {other:?}"),
                 }
             } else {

@@ -30,6 +30,9 @@ pub fn serve(stream: UnixStream, control: &Control) {
         let reply = match framer.next_value() {
             Ok(Some(bytes)) => handle(control, &mut prefixes, bytes),
             Ok(None) => return,
+            Err(err) if err.is_recoverable() => json!({
+                "error": format!("malformed request at {err}; skipped to the next request")
+            }),
             Err(err) => {
                 // The stream cannot be cut into requests any more.
                 let _ = answer(
@@ -93,10 +96,18 @@ fn handle(control: &Control, prefixes: &mut PrefixTable, bytes: &[u8]) -> Value 
             Ok(job) => response(apply(&*sandboxes, job, sandboxes.stats())),
             Err((id, message)) => response(Response::error(id, message)),
         },
-        Ok(Decoded::Invalid { id, message }) => response(Response::error(
+        Ok(Decoded::Invalid {
+            id: Some(id),
+            message,
+        }) => response(Response::error(
             id.clone(),
             format!("sandbox {id:?}: {message}"),
         )),
+        Ok(Decoded::Invalid { id: None, message }) => json!({
+            "error": format!(
+                "{message}; expected CreateSandbox, DestroySandbox, List, Stats or Accessed"
+            )
+        }),
         Err(fatal) => json!({
             "error": format!(
                 "{}; expected CreateSandbox, DestroySandbox, List, Stats or Accessed",

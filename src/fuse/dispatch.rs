@@ -345,9 +345,10 @@ impl Dispatcher {
         ino: u64,
         fh: u64,
         offset: u64,
-    ) -> Answer<Vec<(u64, DirEntry)>> {
+        add: impl FnMut(u64, &DirEntry) -> bool,
+    ) -> Answer<()> {
         self.stats.op(Op::Readdir);
-        self.answer(ctx, "readdir", ino, self.fs.readdir(fh, offset))
+        self.answer(ctx, "readdir", ino, self.fs.readdir(fh, offset, add))
     }
 
     pub fn releasedir(&self, fh: u64) {

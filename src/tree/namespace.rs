@@ -302,17 +302,25 @@ impl SandboxFs {
         Ok(fh)
     }
 
-    /// Entries of an open directory from position `offset` on. The position
-    /// of the entry at index `i` is `i + 1`.
-    pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Vec<(u64, DirEntry)>> {
+    /// Hands the entries of an open directory from position `offset` on to
+    /// `add`, with the position of the entry after each, until `add` says
+    /// the reply is full. The position of the entry at index `i` is `i + 1`.
+    /// A call costs what it hands out, not what is left: a listing read in
+    /// many batches stays linear in its length.
+    pub fn readdir(
+        &self,
+        fh: u64,
+        offset: u64,
+        mut add: impl FnMut(u64, &DirEntry) -> bool,
+    ) -> FsResult<()> {
         let dir = self.dirs.get(fh).ok_or(FsError::refused(Errno::EBADF))?;
-        Ok(dir
-            .entries
-            .iter()
-            .enumerate()
-            .skip(offset as usize)
-            .map(|(i, e)| (i as u64 + 1, e.clone()))
-            .collect())
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (index, entry) in dir.entries.iter().enumerate().skip(start) {
+            if add(index as u64 + 1, entry) {
+                break;
+            }
+        }
+        Ok(())
     }
 
     pub fn releasedir(&self, fh: u64) {
@@ -361,15 +369,15 @@ impl SandboxFs {
     /// Names listed by `opendir` + `readdir`, for tests.
     pub fn list(&self, ino: u64) -> FsResult<Vec<OsString>> {
         let fh = self.opendir(ino)?;
-        let names = self.readdir(fh, 0).map(|entries| {
-            entries
-                .into_iter()
-                .map(|(_, e)| e.name)
-                .filter(|n| n != "." && n != "..")
-                .collect()
+        let mut names = Vec::new();
+        let listed = self.readdir(fh, 0, |_, entry| {
+            if entry.name != "." && entry.name != ".." {
+                names.push(entry.name.clone());
+            }
+            false
         });
         self.releasedir(fh);
-        names
+        listed.map(|()| names)
     }
 }
 

@@ -157,6 +157,11 @@ pub fn statfs(s: &StatFs) -> fuse_kstatfs {
     }
 }
 
+/// The bytes `entry` takes in a READDIR answer, padding included.
+pub fn dirent_len(entry: &DirEntry) -> usize {
+    (size_of::<fuse_dirent>() + entry.name.len()).next_multiple_of(8)
+}
+
 /// Directory entries, as many as fit in `size` bytes (the kernel's
 /// buffer), each followed by the offset of the next.
 pub fn dirents(out: &mut Writer, entries: &[(u64, DirEntry)], size: usize) -> Result<(), Overflow> {

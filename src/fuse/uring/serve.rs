@@ -116,7 +116,19 @@ fn call(dispatch: &Dispatcher, ctx: &Ctx, ino: u64, request: Request) -> Result<
         Request::Removexattr { name } => d.removexattr(ctx, ino, name).map(|()| Reply::Empty)?,
         Request::Flush => d.flush().map(|()| Reply::Empty)?,
         Request::Opendir => Reply::Opendir(d.opendir(ctx, ino)?),
-        Request::Readdir { fh, offset, size } => Reply::Dir(d.readdir(ctx, ino, fh, offset)?, size),
+        Request::Readdir { fh, offset, size } => {
+            // Only what fits the kernel's buffer is taken from the listing.
+            let (mut entries, mut used) = (Vec::new(), 0);
+            d.readdir(ctx, ino, fh, offset, |next, entry| {
+                used += encode::dirent_len(entry);
+                if used > size as usize {
+                    return true;
+                }
+                entries.push((next, entry.clone()));
+                false
+            })?;
+            Reply::Dir(entries, size)
+        }
         Request::Releasedir { fh } => {
             d.releasedir(fh);
             Reply::Empty
