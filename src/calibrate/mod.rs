@@ -180,6 +180,15 @@ fn choose(points: &[Point]) -> (usize, String) {
 
 /// Fits time = a + b * inputs to each mode and finds where they cross.
 fn extrapolate(points: &[Point]) -> (usize, String) {
+    // A line needs two sizes (`--sizes` may name one).
+    if points.len() < 2 {
+        return (
+            ALWAYS_NATIVE,
+            "native was faster at the one size measured; measure more sizes to see where \
+             FUSE would win: build every sandbox natively"
+                .to_owned(),
+        );
+    }
     let fit = |mode: usize| {
         let n = points.len() as f64;
         let xs: Vec<f64> = points.iter().map(|p| p.inputs as f64).collect();
@@ -297,5 +306,7 @@ mod tests {
         // Native is cheaper per input too: never FUSE.
         let never = [point(10, 10, 1), point(1000, 30, 11), point(2000, 50, 21)];
         assert_eq!(choose(&never).0, ALWAYS_NATIVE);
+        // One size (`--sizes=10`): no line to fit.
+        assert_eq!(choose(&[point(10, 10, 1)]).0, ALWAYS_NATIVE);
     }
 }
