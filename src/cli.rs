@@ -416,9 +416,15 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
     // First pass: an unknown flag is an error even next to -h; then help
     // (of the innermost subcommand named), then version.
     let mut relaxed = lenient(Cli::command());
-    let matches = relaxed
-        .try_get_matches_from_mut(&argv)
-        .map_err(|err| usage_error(&mut relaxed, &err))?;
+    let matches = match relaxed.try_get_matches_from_mut(&argv) {
+        Ok(matches) => matches,
+        Err(err) => {
+            // Told with the real requirements in its usage line.
+            let mut command = Cli::command();
+            let err = command.try_get_matches_from_mut(&argv).err().unwrap_or(err);
+            return Err(usage_error(&mut command, &err));
+        }
+    };
     let mut path = Vec::new();
     let mut innermost = &matches;
     while let Some((name, sub)) = innermost.subcommand() {

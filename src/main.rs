@@ -39,10 +39,7 @@ fn main() -> ExitCode {
         Ok(Command::Replay(args)) => exit(actionfs::replay::run(&args)),
         Ok(Command::Doctor(args)) => exit(actionfs::doctor::run(&args)),
         Ok(Command::Man { dir }) => exit(actionfs::man::run(dir.as_deref())),
-        Ok(Command::Completions(shell)) => {
-            actionfs::man::completions(shell, &mut std::io::stdout());
-            ExitCode::SUCCESS
-        }
+        Ok(Command::Completions(shell)) => exit(actionfs::man::completions(shell)),
     }
 }
 

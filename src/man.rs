@@ -29,11 +29,20 @@ impl std::fmt::Display for ManError {
 pub fn run(dir: Option<&Path>) -> Result<(), ManError> {
     let command = cli::command();
     match dir {
-        None => page(&command, &mut io::stdout().lock()).map_err(|source| ManError {
-            what: "writing to stdout".to_owned(),
-            source,
-        }),
+        None => to_stdout(|out| page(&command, out)),
         Some(dir) => write_pages(&command, dir),
+    }
+}
+
+/// Writes to stdout; a reader that stopped early (`| head`) is no error.
+fn to_stdout(write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<(), ManError> {
+    let mut out = io::stdout().lock();
+    match write(&mut out).and_then(|()| out.flush()) {
+        Err(err) if err.kind() != io::ErrorKind::BrokenPipe => Err(ManError {
+            what: "writing to stdout".to_owned(),
+            source: err,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -65,7 +74,10 @@ pub fn page(command: &clap::Command, out: &mut dyn Write) -> io::Result<()> {
 }
 
 /// Prints the completion script for `shell`.
-pub fn completions(shell: Shell, out: &mut dyn Write) {
+pub fn completions(shell: Shell) -> Result<(), ManError> {
     let mut command = cli::command();
-    clap_complete::generate(shell, &mut command, "actionfs", out);
+    // Rendered whole first: clap_complete panics on a failed write.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "actionfs", &mut script);
+    to_stdout(|out| out.write_all(&script))
 }
