@@ -3,10 +3,13 @@
 //! the options, and `-h`/`--help` works on the command and on each
 //! subcommand. Every flag of sandboxfs 0.2 is accepted, with its spelling.
 //!
-//! Help and version are ordinary flags checked after a successful parse,
-//! so an unknown flag next to them is still a usage error (exit 2), and
-//! help wins over version. The first line of `--version` is what Bazel
-//! parses to pick the protocol.
+//! Help and version are ordinary flags (help a global one) checked after a
+//! first parse that requires nothing, so an unknown flag next to them is
+//! still a usage error (exit 2), `-h` works after any subcommand or verb
+//! without its arguments, and help wins over version; a second parse
+//! checks what is required. The first line of `--version` is what Bazel
+//! parses to pick the protocol. [`command`] is the definition as shown by
+//! help, the man pages and the completions.
 
 use std::ffi::OsString;
 use std::path::PathBuf;

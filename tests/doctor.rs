@@ -102,7 +102,10 @@ fn a_dev_fuse_closed_to_the_user_fails_with_the_command_that_fixes_it() {
         "reflink",
     ] {
         assert_eq!(
-            lines.iter().filter(|l| l[6..].starts_with(title)).count(),
+            lines
+                .iter()
+                .filter(|l| l.get(6..).is_some_and(|rest| rest.starts_with(title)))
+                .count(),
             1,
             "{title}: {text}"
         );
