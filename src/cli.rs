@@ -3,10 +3,13 @@
 //! the options, and `-h`/`--help` works on the command and on each
 //! subcommand. Every flag of sandboxfs 0.2 is accepted, with its spelling.
 //!
-//! Help and version are ordinary flags checked after a successful parse,
-//! so an unknown flag next to them is still a usage error (exit 2), and
-//! help wins over version. The first line of `--version` is what Bazel
-//! parses to pick the protocol.
+//! Help and version are ordinary flags (help a global one) checked after a
+//! first parse that requires nothing, so an unknown flag next to them is
+//! still a usage error (exit 2), `-h` works after any subcommand or verb
+//! without its arguments, and help wins over version; a second parse
+//! checks what is required. The first line of `--version` is what Bazel
+//! parses to pick the protocol. [`command`] is the definition as shown by
+//! help, the man pages and the completions.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -41,6 +44,13 @@ pub enum Command {
     Calibrate(CalibrateArgs),
     Ctl(crate::ctl::CtlArgs),
     Replay(crate::replay::ReplayArgs),
+    Doctor(crate::doctor::DoctorArgs),
+    /// `actionfs man`: print the manual page, or write every page to a
+    /// directory.
+    Man {
+        dir: Option<PathBuf>,
+    },
+    Completions(clap_complete::Shell),
 }
 
 /// A usage error, rendered with the usage line; exit status 2.
@@ -76,7 +86,9 @@ until SIGTERM, SIGINT, SIGHUP or SIGQUIT, or an external unmount.",
     after_long_help = "exit status: 0 after a clean unmount (end of input or an external \
 unmount), 1 on a runtime error, 2 on a usage error; after a signal the daemon unmounts and \
 exits by that signal. Set RUST_LOG=debug for a log of every request on stderr.",
-    override_usage = "actionfs [OPTIONS] MOUNTPOINT\n       actionfs <materialize|rmtree|calibrate> [OPTIONS] ...",
+    override_usage = "actionfs [OPTIONS] MOUNTPOINT\n       actionfs <COMMAND> [OPTIONS] ...",
+    // Help is our own global flag (below), so that it works on every
+    // subcommand yet loses to an unknown flag. (clap's setting is global.)
     disable_help_flag = true,
     disable_help_subcommand = true,
     disable_version_flag = true,
@@ -89,7 +101,7 @@ struct Cli {
     #[command(flatten)]
     serve: ServeArgs,
     /// Print this help and exit
-    #[arg(short = 'h', long = "help", action = ArgAction::SetTrue)]
+    #[arg(short = 'h', long = "help", action = ArgAction::SetTrue, global = true)]
     help: bool,
     /// Print the version and exit (the first line is the sandboxfs version
     /// Bazel checks)
@@ -200,7 +212,6 @@ enum Sub {
     /// Build one sandbox as real files under DEST (missing or empty), from a
     /// spec holding one CreateSandbox request exactly as on the wire
     #[command(
-        disable_help_flag = true,
         override_usage = "actionfs materialize [OPTIONS] DEST",
         long_about = "Builds one sandbox as real files under DEST (missing or empty), from a \
 spec holding one CreateSandbox request exactly as on the wire ({\"C\":{...}}, prefixes \
@@ -221,74 +232,37 @@ included). On failure DEST is left as it was."
         /// on, else 1)
         #[arg(long, value_name = "N", value_parser = parse_positive)]
         threads: Option<usize>,
+        /// Where to build the sandbox
         #[arg(value_name = "DEST")]
-        dest: Option<PathBuf>,
-        /// Print this help and exit
-        #[arg(short = 'h', long = "help")]
-        help: bool,
+        dest: PathBuf,
     },
     /// Delete DIR like rm -rf, never following symlinks
-    #[command(disable_help_flag = true, override_usage = "actionfs rmtree [-v] DIR")]
+    #[command(override_usage = "actionfs rmtree [-v] DIR")]
     Rmtree {
         /// Print what was removed and how long it took
         #[arg(short = 'v', long = "verbose")]
         verbose: bool,
+        /// The tree to delete
         #[arg(value_name = "DIR")]
-        dir: Option<PathBuf>,
-        /// Print this help and exit
-        #[arg(short = 'h', long = "help")]
-        help: bool,
+        dir: PathBuf,
     },
     /// Time whole actions in FUSE and native sandboxes and recommend
     /// --native_below
     #[command(
-        disable_help_flag = true,
         override_usage = "actionfs calibrate [OPTIONS]",
         long_about = "Times whole actions (create a sandbox, stat every input, read 10% or \
 all of them, write an output, destroy) in FUSE and native sandboxes from 10 to 20,000 inputs \
 under --dir, prints the curve and the recommended --native_below, and with --write saves it \
-for --native_below=auto."
+for --native_below=auto. Shows its progress on stderr when that is a terminal."
     )]
-    /// Drive a running daemon through its control socket (--control)
-    #[command(override_usage = "actionfs ctl --control=PATH [--json] VERB [ARGS]")]
-    Ctl {
-        /// The daemon's control socket
-        #[arg(long, value_name = "PATH", required = true)]
-        control: PathBuf,
-        /// Print the daemon's JSON answer as it is
-        #[arg(long)]
-        json: bool,
-        #[command(subcommand)]
-        verb: CtlVerb,
-    },
-    /// Re-drive a request stream recorded with --record (or one of Bazel's
-    /// raw streams) against a fresh daemon and print latency percentiles
-    #[command(override_usage = "actionfs replay [OPTIONS] FILE MOUNTPOINT [-- DAEMON FLAGS]")]
-    Replay {
-        /// Send as fast as the daemon answers (at most --window requests
-        /// in flight) instead of at the recorded times
-        #[arg(long)]
-        flood: bool,
-        /// Requests in flight at most when flooding or for a raw stream
-        #[arg(long, value_name = "N", default_value = "8", value_parser = parse_positive)]
-        window: usize,
-        /// Point the placeholder roots of the traces in shared/traces
-        /// (/BAZEL_OUTPUT_BASE, /BAZEL_WORKSPACE) into DIR and create every
-        /// underlying path the stream names
-        #[arg(long, value_name = "DIR")]
-        populate: Option<PathBuf>,
-        #[arg(value_name = "FILE")]
-        file: PathBuf,
-        #[arg(value_name = "MOUNTPOINT")]
-        mount_point: PathBuf,
-        /// Flags for the daemon (after --)
-        #[arg(last = true, value_name = "DAEMON FLAGS")]
-        daemon_flags: Vec<String>,
-    },
     Calibrate {
         /// 10 to 5,000 inputs and fewer runs
         #[arg(long)]
         quick: bool,
+        /// Measure only these input counts (comma-separated, e.g.
+        /// 10,100,1000) instead of the default series
+        #[arg(long, value_name = "N,N,...", value_delimiter = ',', value_parser = parse_positive)]
+        sizes: Vec<usize>,
         /// Where sandboxes would live, e.g. Bazel's output base (default:
         /// the temporary directory)
         #[arg(long, value_name = "PATH")]
@@ -304,9 +278,83 @@ for --native_below=auto."
         /// Save the result where --native_below=auto finds it
         #[arg(long, value_name = "PATH")]
         write: Option<PathBuf>,
-        /// Print this help and exit
-        #[arg(short = 'h', long = "help")]
-        help: bool,
+    },
+    /// Drive a running daemon through its control socket (--control)
+    #[command(override_usage = "actionfs ctl --control=PATH [--json] VERB [ARGS]")]
+    Ctl {
+        /// The daemon's control socket (required; before or after VERB)
+        // Global, so it may follow the verb; clap cannot require a global
+        // flag, so `subcommand` does.
+        #[arg(long, value_name = "PATH", global = true)]
+        control: Option<PathBuf>,
+        /// Print the daemon's JSON answer as it is
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        verb: CtlVerb,
+    },
+    /// Re-drive a request stream recorded with --record (or one of Bazel's
+    /// raw streams) against a fresh daemon and print latency percentiles
+    #[command(
+        override_usage = "actionfs replay [OPTIONS] FILE MOUNTPOINT [-- DAEMON FLAGS]",
+        long_about = "Re-drives a request stream recorded with --record (or one of Bazel's \
+raw streams) against a fresh daemon and prints latency percentiles. Shows its progress on \
+stderr when that is a terminal."
+    )]
+    Replay {
+        /// Send as fast as the daemon answers (at most --window requests
+        /// in flight) instead of at the recorded times
+        #[arg(long)]
+        flood: bool,
+        /// Requests in flight at most when flooding or for a raw stream
+        #[arg(long, value_name = "N", default_value = "8", value_parser = parse_positive)]
+        window: usize,
+        /// Point the placeholder roots of the traces in shared/traces
+        /// (/BAZEL_OUTPUT_BASE, /BAZEL_WORKSPACE) into DIR and create every
+        /// underlying path the stream names
+        #[arg(long, value_name = "DIR")]
+        populate: Option<PathBuf>,
+        /// The recording or raw request stream
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Where the fresh daemon mounts
+        #[arg(value_name = "MOUNTPOINT")]
+        mount_point: PathBuf,
+        /// Flags for the daemon (after --)
+        #[arg(last = true, value_name = "DAEMON FLAGS")]
+        daemon_flags: Vec<String>,
+    },
+    /// Check whether this machine can mount and serve fast sandboxes, and
+    /// say what the daemon would choose here
+    #[command(
+        override_usage = "actionfs doctor [--json] [--sandbox-base DIR]",
+        long_about = "Checks, one line each (ok, warn or fail, with the command that fixes \
+it), what a mount needs on this machine, and says which transport, open mode and native \
+cutoff the daemon would choose here and why. Exits 1 when the daemon cannot mount."
+    )]
+    Doctor {
+        /// Print one JSON object instead of lines
+        #[arg(long)]
+        json: bool,
+        /// Where sandboxes would live (Bazel's --sandbox_base; default: the
+        /// temporary directory): its file system and whether it can clone
+        #[arg(long = "sandbox-base", alias = "sandbox_base", value_name = "DIR")]
+        sandbox_base: Option<PathBuf>,
+    },
+    /// Print the manual page, generated from this command line
+    #[command(override_usage = "actionfs man [--dir DIR]")]
+    Man {
+        /// Write actionfs.1 and a page per subcommand (actionfs-ctl.1, ...)
+        /// into DIR instead of printing actionfs.1
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Print shell completions (bash, zsh, fish, elvish or powershell)
+    #[command(override_usage = "actionfs completions SHELL")]
+    Completions {
+        /// The shell to complete for
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
     },
 }
 
@@ -314,6 +362,7 @@ for --native_below=auto."
 enum CtlVerb {
     /// Create sandbox ID from --map flags and/or a --spec file
     Create {
+        /// The new sandbox's id
         #[arg(value_name = "ID")]
         id: String,
         /// ro:/PATH:/UNDERLYING or rw:/PATH:/UNDERLYING (repeatable)
@@ -325,6 +374,7 @@ enum CtlVerb {
     },
     /// Destroy sandbox ID
     Destroy {
+        /// The sandbox's id
         #[arg(value_name = "ID")]
         id: String,
     },
@@ -335,6 +385,7 @@ enum CtlVerb {
     /// For each declared input of sandbox ID: read, looked up only, or
     /// never touched (needs --access_log on the daemon)
     Accessed {
+        /// The sandbox's id
         #[arg(value_name = "ID")]
         id: String,
     },
@@ -349,42 +400,78 @@ fn parse_ctl_map(text: &str) -> Result<(bool, String, String), String> {
     ))
 }
 
+/// The command line as documented: what `--help`, `actionfs man` and the
+/// completions show. The daemon's MOUNTPOINT is parsed as a list, so that
+/// a missing or second one gets our own words, but it is one required
+/// argument, and shown so.
+pub fn command() -> clap::Command {
+    let mut command = Cli::command().mut_arg("mount_point", |arg| {
+        arg.required(true).action(ArgAction::Set).num_args(1)
+    });
+    command.build();
+    command
+}
+
+/// `command` with nothing required, for a first pass that looks for `-h`:
+/// help must show even where a subcommand's arguments are missing.
+fn lenient(command: clap::Command) -> clap::Command {
+    command
+        .subcommand_required(false)
+        .arg_required_else_help(false)
+        .mut_args(|arg| arg.required(false))
+        .mut_subcommands(lenient)
+}
+
 /// Parses the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
-    let mut command = Cli::command();
-    let argv = std::iter::once(OsString::from("actionfs")).chain(args);
-    let matches = match command.try_get_matches_from_mut(argv) {
+    let argv: Vec<OsString> = std::iter::once(OsString::from("actionfs"))
+        .chain(args)
+        .collect();
+    // First pass: an unknown flag is an error even next to -h; then help
+    // (of the innermost subcommand named), then version.
+    let mut relaxed = lenient(Cli::command());
+    let matches = match relaxed.try_get_matches_from_mut(&argv) {
         Ok(matches) => matches,
-        // `ctl` and `replay` keep clap's own -h (their verbs need it).
-        Err(err) if err.kind() == ErrorKind::DisplayHelp => {
-            return Ok(Command::Help(err.render().to_string()))
+        Err(err) => {
+            // Told with the real requirements in its usage line.
+            let mut command = Cli::command();
+            let err = command.try_get_matches_from_mut(&argv).err().unwrap_or(err);
+            return Err(usage_error(&mut command, &err));
         }
-        Err(err) => return Err(usage_error(&mut command, &err)),
     };
-    let cli = Cli::from_arg_matches(&matches).map_err(|err| usage_error(&mut command, &err))?;
-    let sub_help = match &cli.subcommand {
-        Some(
-            Sub::Materialize { help, .. } | Sub::Rmtree { help, .. } | Sub::Calibrate { help, .. },
-        ) => *help,
-        Some(Sub::Ctl { .. } | Sub::Replay { .. }) | None => false,
-    };
-    if cli.help || sub_help {
-        let help = match matches.subcommand_name() {
-            Some(name) => command
-                .find_subcommand_mut(name)
-                .expect("a parsed subcommand exists")
-                .render_long_help(),
-            None => command.render_long_help(),
-        };
-        return Ok(Command::Help(help.to_string()));
+    let mut path = Vec::new();
+    let mut innermost = &matches;
+    while let Some((name, sub)) = innermost.subcommand() {
+        path.push(name.to_owned());
+        innermost = sub;
     }
-    if cli.version {
+    if innermost.get_flag("help") {
+        return Ok(Command::Help(help_of(&path)));
+    }
+    if matches.get_flag("version") {
         return Ok(Command::Version);
     }
+    let mut command = Cli::command();
+    let matches = command
+        .try_get_matches_from_mut(&argv)
+        .map_err(|err| usage_error(&mut command, &err))?;
+    let cli = Cli::from_arg_matches(&matches).map_err(|err| usage_error(&mut command, &err))?;
     match cli.subcommand {
         Some(sub) => subcommand(sub, &mut command),
         None => serve(cli.serve, &mut command),
     }
+}
+
+/// The long help of the (sub)command at `path` (`[]`: the daemon's).
+fn help_of(path: &[String]) -> String {
+    let mut command = command();
+    let mut target = &mut command;
+    for name in path {
+        target = target
+            .find_subcommand_mut(name)
+            .expect("a parsed subcommand exists");
+    }
+    target.render_long_help().to_string()
 }
 
 /// A clap error as the user sees it: the problem, then the usage line of
@@ -466,24 +553,21 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             method,
             threads,
             dest,
-            help: _,
         } => Command::Materialize(MaterializeArgs {
             spec: stream_path(spec),
             method,
             threads: threads.unwrap_or(0),
             verbose,
-            dest: dest.ok_or_else(|| missing(command, Some("materialize"), "missing DEST"))?,
+            dest,
         }),
-        Sub::Rmtree { verbose, dir, .. } => Command::Rmtree {
-            dir: dir.ok_or_else(|| missing(command, Some("rmtree"), "missing DIR"))?,
-            verbose,
-        },
+        Sub::Rmtree { verbose, dir } => Command::Rmtree { dir, verbose },
         Sub::Ctl {
             control,
             json,
             verb,
         } => Command::Ctl(crate::ctl::CtlArgs {
-            control,
+            control: control
+                .ok_or_else(|| missing(command, Some("ctl"), "missing --control=PATH"))?,
             json,
             verb: match verb {
                 CtlVerb::Create { id, maps, spec } => crate::ctl::Verb::Create { id, maps, spec },
@@ -510,18 +594,25 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
         }),
         Sub::Calibrate {
             quick,
+            sizes,
             dir,
             method,
             native_stashes,
             write,
-            help: _,
         } => Command::Calibrate(CalibrateArgs {
             dir: dir.unwrap_or_else(std::env::temp_dir),
             quick,
+            sizes,
             method,
             native_stashes,
             write,
         }),
+        Sub::Doctor { json, sandbox_base } => Command::Doctor(crate::doctor::DoctorArgs {
+            json,
+            sandbox_base: sandbox_base.unwrap_or_else(std::env::temp_dir),
+        }),
+        Sub::Man { dir } => Command::Man { dir },
+        Sub::Completions { shell } => Command::Completions(shell),
     })
 }
 

@@ -137,10 +137,7 @@ fn print_human(verb: &Verb, answer: &Value) {
                 );
             }
         }
-        Verb::Stats => println!(
-            "{}",
-            serde_json::to_string_pretty(&answer["stats"]).unwrap_or_default()
-        ),
+        Verb::Stats => print!("{}", stats_table(&answer["stats"])),
         Verb::Accessed(_) => {
             let inputs = answer["inputs"].as_array().cloned().unwrap_or_default();
             let count = |access: &str| inputs.iter().filter(|i| i["access"] == access).count();
@@ -160,5 +157,122 @@ fn print_human(verb: &Verb, answer: &Value) {
                 count("none")
             );
         }
+    }
+}
+
+/// `ctl stats` for people: sandboxes and memory, create and destroy
+/// latencies, and the FUSE requests per opcode that were sent (an opcode
+/// never sent gets no row).
+fn stats_table(stats: &Value) -> String {
+    use std::fmt::Write as _;
+    let live = &stats["live"];
+    let number = |v: &Value| v.as_u64().map_or_else(|| "?".to_owned(), |n| n.to_string());
+    let mut out = String::new();
+    let built: Vec<String> = stats["built"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, n)| n.as_u64().is_some_and(|n| n > 0))
+        .map(|(how, n)| format!("{how} {n}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "sandboxes  {} now{}",
+        number(&live["sandboxes"]),
+        if built.is_empty() {
+            String::new()
+        } else {
+            format!(" (built so far: {})", built.join(", "))
+        }
+    );
+    let rss = live["rss_kib"].as_u64().map_or_else(
+        || "?".to_owned(),
+        |kib| format!("{:.1} MiB", kib as f64 / 1024.0),
+    );
+    let _ = writeln!(
+        out,
+        "memory     RSS {rss}, {} open descriptors, CPU {} ms user + {} ms system",
+        number(&live["open_fds"]),
+        number(&live["cpu_user_ms"]),
+        number(&live["cpu_system_ms"])
+    );
+    let _ = writeln!(
+        out,
+        "\n{:<10} {:>8} {:>7} {:>10} {:>10} {:>10} {:>10}",
+        "request", "count", "failed", "p50 ms", "p90 ms", "p99 ms", "max ms"
+    );
+    for kind in ["create", "destroy"] {
+        let r = &stats["requests"][kind];
+        let ms = |key: &str| {
+            r[key]
+                .as_u64()
+                .map_or_else(|| "-".to_owned(), |us| format!("{:.3}", us as f64 / 1000.0))
+        };
+        let _ = writeln!(
+            out,
+            "{kind:<10} {:>8} {:>7} {:>10} {:>10} {:>10} {:>10}",
+            number(&r["count"]),
+            number(&r["failed"]),
+            ms("p50_us"),
+            ms("p90_us"),
+            ms("p99_us"),
+            ms("max_us")
+        );
+    }
+    let mut sent: Vec<(&String, u64)> = stats["fuse"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(op, n)| n.as_u64().filter(|&n| n > 0).map(|n| (op, n)))
+        .collect();
+    sent.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    let _ = writeln!(
+        out,
+        "\nFUSE requests: {} in all",
+        number(&stats["fuse_requests"])
+    );
+    for (op, n) in sent {
+        let _ = writeln!(out, "  {op:<12} {n:>10}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stats_table_has_a_row_per_opcode_sent_only() {
+        let stats = json!({
+            "fuse_requests": 12,
+            "fuse": {"lookup": 9, "getattr": 3, "write": 0, "mkdir": 0},
+            "requests": {
+                "create": {"count": 2, "failed": 0, "p50_us": 1500, "p90_us": 2500, "p99_us": 2500, "max_us": 2500},
+                "destroy": {"count": 0, "failed": 0, "p50_us": null, "p90_us": null, "p99_us": null, "max_us": null},
+            },
+            "built": {"fuse": 2, "native": 0},
+            "live": {"sandboxes": 2, "rss_kib": 20480, "open_fds": 11, "cpu_user_ms": 5, "cpu_system_ms": 7},
+        });
+        let table = stats_table(&stats);
+        assert!(
+            table.contains("sandboxes  2 now (built so far: fuse 2)"),
+            "{table}"
+        );
+        assert!(table.contains("RSS 20.0 MiB"), "{table}");
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("  ")).collect();
+        assert_eq!(rows.len(), 2, "{table}");
+        assert!(
+            rows[0].contains("lookup") && rows[0].ends_with(" 9"),
+            "{table}"
+        );
+        assert!(
+            !table.contains("write") && !table.contains("mkdir"),
+            "{table}"
+        );
+        let create = table.lines().find(|l| l.starts_with("create")).unwrap();
+        assert!(
+            create.contains("1.500") && create.contains("2.500"),
+            "{create}"
+        );
     }
 }

@@ -32,7 +32,10 @@
 //! - [`materialize`]: native sandboxes (symlink, hardlink, clone, copy) and
 //!   `rm -rf`-style teardown; [`tools`]: the `materialize` and `rmtree`
 //!   subcommands; [`calibrate`]: the `calibrate` subcommand and the action
-//!   workload it shares with the benchmarks.
+//!   workload it shares with the benchmarks; [`doctor`]: what this machine
+//!   offers a mount ([`transport_choice`]: which FUSE transport and why);
+//!   [`man`]: the manual pages and completions generated from [`cli`];
+//!   [`progress`]: a progress line on a terminal.
 //! - `sys`: the few calls whose form differs between Linux and macOS;
 //!   `sharded`: the sharded maps the core and shell keep state in;
 //!   [`file_kind`]: file types.
@@ -47,12 +50,15 @@ pub mod control;
 pub mod ctl;
 pub mod daemon;
 pub mod dirfd;
+pub mod doctor;
 pub mod file_kind;
 pub mod fuse;
 pub mod hybrid;
 pub mod layout;
+pub mod man;
 pub mod materialize;
 pub mod mount;
+pub mod progress;
 pub mod reconfig;
 pub mod record;
 pub mod replay;
@@ -60,4 +66,5 @@ mod sharded;
 pub mod stats;
 mod sys;
 pub mod tools;
+pub mod transport_choice;
 pub mod tree;

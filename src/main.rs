@@ -37,6 +37,9 @@ fn main() -> ExitCode {
         Ok(Command::Calibrate(args)) => exit(actionfs::calibrate::run(&args)),
         Ok(Command::Ctl(args)) => exit(actionfs::ctl::run(&args)),
         Ok(Command::Replay(args)) => exit(actionfs::replay::run(&args)),
+        Ok(Command::Doctor(args)) => exit(actionfs::doctor::run(&args)),
+        Ok(Command::Man { dir }) => exit(actionfs::man::run(dir.as_deref())),
+        Ok(Command::Completions(shell)) => exit(actionfs::man::completions(shell)),
     }
 }
 

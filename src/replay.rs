@@ -22,6 +22,8 @@ use actionfs_protocol::{Client, ClientError, Decoded, PrefixTable, Request, Requ
 use parking_lot::Mutex;
 use serde_json::Value;
 
+use crate::progress::Progress;
+
 #[derive(Debug)]
 pub struct ReplayArgs {
     pub file: PathBuf,
@@ -216,12 +218,13 @@ pub fn run(args: &ReplayArgs) -> Result<(), ReplayError> {
     );
     let workers = args.window.max(1);
     let results: Arc<Mutex<Vec<Timed>>> = Arc::default();
+    let progress = Arc::new(Mutex::new(Progress::new("replay", steps.len())));
     let mut queues = Vec::new();
     let mut handles = Vec::new();
     for _ in 0..workers {
         let (tx, rx) = channel::<Step>();
         queues.push(tx);
-        let (client, results) = (client.clone(), results.clone());
+        let (client, results, progress) = (client.clone(), results.clone(), progress.clone());
         handles.push(std::thread::spawn(move || {
             for step in rx {
                 let started = Instant::now();
@@ -236,6 +239,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), ReplayError> {
                     ok: outcome.is_ok(),
                     recorded_ok: step.recorded_ok,
                 });
+                progress.lock().step();
             }
         }));
     }
@@ -259,6 +263,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), ReplayError> {
         let _ = handle.join();
     }
     let elapsed = started.elapsed();
+    drop(progress);
     let client = Arc::try_unwrap(client)
         .map_err(|_| ReplayError("replay workers still hold the daemon".into()))?;
     let status = client

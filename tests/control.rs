@@ -176,6 +176,82 @@ fn every_ctl_verb_works_by_hand() {
     assert!(!socket(&fx).exists(), "the socket is removed at exit");
 }
 
+/// `--json` and `--control` go anywhere on the `ctl` line, and `ctl stats`
+/// prints a table for people: the opcodes sent, and no row for the others.
+#[test]
+fn ctl_flags_follow_the_verb_and_stats_is_a_table() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let d = start_with_control(&fx, &["--access_log=/dev/null"]);
+    let control = format!("--control={}", socket(&fx).display());
+    let run = |args: &[&str]| Command::new(bin()).arg("ctl").args(args).output().unwrap();
+    let maps = ten_inputs(&fx);
+    let mut args = create_args("late-flags", &maps);
+    args.push(control.clone());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(&args);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        fs::read_to_string(d.path("late-flags/ws/in3")).unwrap(),
+        "input 3"
+    );
+    for args in [
+        ["accessed", "late-flags", "--json", &control],
+        ["accessed", "--json", "late-flags", &control],
+        ["--json", "accessed", &control, "late-flags"],
+    ] {
+        let out = run(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let answer: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {out:?}"));
+        assert_eq!(answer["inputs"].as_array().unwrap().len(), 10, "{answer}");
+    }
+
+    let out = run(&["stats", &control]);
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8(out.stdout).unwrap();
+    // Counters only grow, so an opcode at zero afterwards was never sent.
+    let after = run(&["stats", "--json", &control]);
+    let stats: Value = serde_json::from_slice(&after.stdout).unwrap();
+    let stats = &stats["stats"];
+    assert!(
+        table.starts_with(&format!("sandboxes  {} now", stats["live"]["sandboxes"])),
+        "{table}"
+    );
+    assert!(table.contains("RSS "), "{table}");
+    let create = table.lines().find(|l| l.starts_with("create")).unwrap();
+    assert_eq!(create.split_whitespace().nth(1), Some("2"), "{table}");
+    let rows: Vec<(&str, u64)> = table
+        .lines()
+        .filter(|l| l.starts_with("  "))
+        .map(|l| {
+            let mut words = l.split_whitespace();
+            (
+                words.next().unwrap(),
+                words.next().unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
+    assert!(rows.iter().any(|(op, _)| *op == "lookup"), "{table}");
+    for (op, n) in &rows {
+        assert!(*n > 0, "{table}");
+        assert!(stats["fuse"][op].as_u64().unwrap() >= *n, "{op}: {stats}");
+    }
+    for (op, n) in stats["fuse"].as_object().unwrap() {
+        if n == 0 {
+            assert!(
+                !rows.iter().any(|(row, _)| row == op),
+                "{op} unsent: {table}"
+            );
+        }
+    }
+    assert_eq!(stats["fuse"]["write"], 0, "nothing was written: {stats}");
+    assert!(!table.contains("{"), "not JSON: {table}");
+    assert_eq!(d.terminate(), BY_SIGTERM);
+}
+
 /// The access log is exact: an action that reads 3 of 10 inputs and
 /// stats one more is reported as such, in both open modes.
 #[test]

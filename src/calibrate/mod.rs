@@ -21,6 +21,7 @@ use workload::Lab;
 
 use crate::hybrid::cutoff::ALWAYS_NATIVE;
 use crate::materialize::Method;
+use crate::progress::Progress;
 
 const FRACTIONS: [f64; 2] = [0.1, 1.0];
 
@@ -29,6 +30,8 @@ pub struct CalibrateArgs {
     /// Where sandboxes would live (the measurement's scratch goes there).
     pub dir: PathBuf,
     pub quick: bool,
+    /// Input counts to measure instead of the default series.
+    pub sizes: Vec<usize>,
     pub method: Method,
     /// Passed to the native daemon: 0 measures without reuse.
     pub native_stashes: usize,
@@ -79,19 +82,26 @@ fn during(step: impl Into<String>) -> impl FnOnce(std::io::Error) -> CalibrateEr
 }
 
 pub fn run(args: &CalibrateArgs) -> Result<(), CalibrateError> {
-    let sizes: &[usize] = if args.quick {
-        &[10, 100, 1_000, 5_000]
+    let mut sizes: Vec<usize> = if !args.sizes.is_empty() {
+        args.sizes.clone()
+    } else if args.quick {
+        vec![10, 100, 1_000, 5_000]
     } else {
-        &[10, 30, 100, 300, 1_000, 3_000, 10_000, 20_000]
+        vec![10, 30, 100, 300, 1_000, 3_000, 10_000, 20_000]
     };
+    sizes.sort_unstable();
+    sizes.dedup();
     let reps = if args.quick { 3 } else { 7 };
     let binary = std::env::current_exe().map_err(during("finding the actionfs binary"))?;
     let largest = *sizes.last().expect("sizes");
-    eprintln!(
+    // Every action, warm-ups included: sizes x fractions x runs x modes.
+    let actions = sizes.len() * FRACTIONS.len() * (reps + 1) * 2;
+    let mut progress = Progress::new("calibrate", actions);
+    progress.note(&format!(
         "calibrating in {:?}: {largest} input files, FUSE against native {}, {reps} runs each",
         args.dir,
         args.method.name()
-    );
+    ));
     let lab =
         Lab::new(&args.dir, largest).map_err(during(format!("making inputs in {:?}", args.dir)))?;
     let fuse = lab
@@ -110,7 +120,7 @@ pub fn run(args: &CalibrateArgs) -> Result<(), CalibrateError> {
     let mounts = [&fuse, &native];
 
     let mut points = Vec::new();
-    for &inputs in sizes {
+    for &inputs in &sizes {
         let mut medians = [[Duration::ZERO; 2]; 2];
         for (f, &fraction) in FRACTIONS.iter().enumerate() {
             let mut samples = [Vec::new(), Vec::new()];
@@ -120,6 +130,7 @@ pub fn run(args: &CalibrateArgs) -> Result<(), CalibrateError> {
                     let took = lab
                         .action(mounted, inputs, fraction)
                         .map_err(during(format!("an action with {inputs} inputs")))?;
+                    progress.step();
                     if rep > 0 {
                         samples[mode].push(took);
                     }
@@ -130,14 +141,14 @@ pub fn run(args: &CalibrateArgs) -> Result<(), CalibrateError> {
             }
         }
         let point = Point { inputs, medians };
-        eprintln!(
+        progress.note(&format!(
             "  {inputs:>6} inputs: FUSE {:>10.3} ms, native {:>10.3} ms (f=0.1 + f=1.0)",
             point.total(0).as_secs_f64() * 1e3,
             point.total(1).as_secs_f64() * 1e3
-        );
+        ));
         points.push(point);
     }
-    drop((fuse, native));
+    drop((fuse, native, progress));
 
     let (cutoff, why) = choose(&points);
     print_report(&points, cutoff, &why, &args.dir, args.method);
@@ -169,6 +180,15 @@ fn choose(points: &[Point]) -> (usize, String) {
 
 /// Fits time = a + b * inputs to each mode and finds where they cross.
 fn extrapolate(points: &[Point]) -> (usize, String) {
+    // A line needs two sizes (`--sizes` may name one).
+    if points.len() < 2 {
+        return (
+            ALWAYS_NATIVE,
+            "native was faster at the one size measured; measure more sizes to see where \
+             FUSE would win: build every sandbox natively"
+                .to_owned(),
+        );
+    }
     let fit = |mode: usize| {
         let n = points.len() as f64;
         let xs: Vec<f64> = points.iter().map(|p| p.inputs as f64).collect();
@@ -286,5 +306,7 @@ mod tests {
         // Native is cheaper per input too: never FUSE.
         let never = [point(10, 10, 1), point(1000, 30, 11), point(2000, 50, 21)];
         assert_eq!(choose(&never).0, ALWAYS_NATIVE);
+        // One size (`--sizes=10`): no line to fit.
+        assert_eq!(choose(&[point(10, 10, 1)]).0, ALWAYS_NATIVE);
     }
 }
