@@ -472,9 +472,11 @@ impl Filesystem for FuseShell {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let listed = self.dispatch.readdir(&ctx(req), ino.0, fh.0, offset, |next, entry| {
-            reply.add(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name)
-        });
+        let listed = self
+            .dispatch
+            .readdir(&ctx(req), ino.0, fh.0, offset, |next, entry| {
+                reply.add(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name)
+            });
         match listed {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(err)),
