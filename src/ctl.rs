@@ -125,18 +125,7 @@ fn print_human(verb: &Verb, answer: &Value) {
     match verb {
         Verb::Create { id, .. } => println!("created {id}"),
         Verb::Destroy(id) => println!("destroyed {id}"),
-        Verb::List => {
-            let sandboxes = answer["sandboxes"].as_array().cloned().unwrap_or_default();
-            println!("{:<24} {:<7} {:>9}", "ID", "KIND", "MAPPINGS");
-            for s in sandboxes {
-                println!(
-                    "{:<24} {:<7} {:>9}",
-                    s["id"].as_str().unwrap_or("?"),
-                    s["kind"].as_str().unwrap_or("?"),
-                    s["mappings"]
-                );
-            }
-        }
+        Verb::List => print!("{}", list_table(answer)),
         Verb::Stats => print!("{}", stats_table(&answer["stats"])),
         Verb::Accessed(_) => {
             let inputs = answer["inputs"].as_array().cloned().unwrap_or_default();
@@ -158,6 +147,23 @@ fn print_human(verb: &Verb, answer: &Value) {
             );
         }
     }
+}
+
+/// `ctl list` for people: one row per sandbox, in columns.
+fn list_table(answer: &Value) -> String {
+    let mut out = format!("{:<24} {:<7} {:>9}\n", "ID", "KIND", "MAPPINGS");
+    for s in answer["sandboxes"].as_array().into_iter().flatten() {
+        // A JSON number ignores width: format it as text.
+        let mappings = s["mappings"]
+            .as_u64()
+            .map_or_else(|| "?".to_owned(), |n| n.to_string());
+        out.push_str(&format!(
+            "{:<24} {:<7} {mappings:>9}\n",
+            s["id"].as_str().unwrap_or("?"),
+            s["kind"].as_str().unwrap_or("?"),
+        ));
+    }
+    out
 }
 
 /// `ctl stats` for people: sandboxes and memory, create and destroy
@@ -240,6 +246,21 @@ fn stats_table(stats: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_list_keeps_its_columns() {
+        let answer = json!({"sandboxes": [
+            {"id": "a", "kind": "fuse", "mappings": 1},
+            {"id": "bb", "kind": "native", "mappings": 12345},
+        ]});
+        let table = list_table(&answer);
+        let widths: Vec<usize> = table.lines().map(str::len).collect();
+        assert_eq!(widths, [42, 42, 42], "{table}");
+        assert!(
+            table.lines().nth(1).unwrap().ends_with("        1"),
+            "{table}"
+        );
+    }
 
     #[test]
     fn the_stats_table_has_a_row_per_opcode_sent_only() {

@@ -17,6 +17,12 @@ const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 /// (a shell snippet; `$SCRATCH` is a fresh tmpfs), as `uid` 65534 if
 /// `unprivileged`.
 fn doctor_in_namespace(setup: &str, unprivileged: bool, args: &[&str]) -> Output {
+    in_namespace(setup, unprivileged, "exec \"$BIN\" doctor \"$@\"", args)
+}
+
+/// Runs the shell snippet `then` (as uid 65534 if `unprivileged`) in a
+/// private mount namespace after `setup`.
+fn in_namespace(setup: &str, unprivileged: bool, then: &str, args: &[&str]) -> Output {
     let scratch = tempfile::tempdir().unwrap();
     let user = if unprivileged {
         "setpriv --reuid=65534 --regid=65534 --clear-groups"
@@ -25,7 +31,8 @@ fn doctor_in_namespace(setup: &str, unprivileged: bool, args: &[&str]) -> Output
     };
     let script = format!(
         "set -e; mount -t tmpfs actionfs-doctor-test \"$SCRATCH\"; {setup}; \
-         exec {user} \"$BIN\" doctor \"$@\""
+         exec {user} sh -c '{}' sh \"$@\"",
+        then.replace('\'', r"'\''")
     );
     Command::new("unshare")
         .args([
@@ -42,6 +49,33 @@ fn doctor_in_namespace(setup: &str, unprivileged: bool, args: &[&str]) -> Output
         .env("BIN", bin())
         .output()
         .unwrap()
+}
+
+/// Whether the daemon, started as uid 65534 after `setup`, gets its mount
+/// up (waiting at most 10 s), as `doctor` predicted.
+fn daemon_mounts(setup: &str) -> bool {
+    let attempt = r#"
+        mkdir "$SCRATCH/mnt"
+        "$BIN" "$SCRATCH/mnt" </dev/null >/dev/null 2>"$SCRATCH/err" &
+        pid=$!
+        for i in $(seq 100); do
+            if grep -q " $SCRATCH/mnt fuse" /proc/self/mounts; then
+                kill $pid; wait $pid || true; echo MOUNTED; exit 0
+            fi
+            if ! kill -0 $pid 2>/dev/null; then
+                echo FAILED; cat "$SCRATCH/err"; exit 0
+            fi
+            sleep 0.1
+        done
+        kill $pid; echo "NEITHER in 10 s"
+    "#;
+    let out = in_namespace(setup, true, attempt, &[]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    match said.lines().next() {
+        Some("MOUNTED") => true,
+        Some("FAILED") => false,
+        _ => panic!("the daemon neither mounted nor failed: {out:?}"),
+    }
 }
 
 fn json_of(out: &Output) -> Value {
@@ -114,6 +148,7 @@ fn a_dev_fuse_closed_to_the_user_fails_with_the_command_that_fixes_it() {
         text.ends_with("the daemon cannot mount here: /dev/fuse\n"),
         "{text}"
     );
+    assert!(!daemon_mounts(&closed), "doctor said it could not");
 
     // The same user with /dev/fuse open: only fusermount3 decides now.
     let out = doctor_in_namespace(&dev_fuse_of_mode("0666"), true, &["--json"]);
@@ -123,6 +158,11 @@ fn a_dev_fuse_closed_to_the_user_fails_with_the_command_that_fixes_it() {
     let can_mount = fusermount["state"] != "fail";
     assert_eq!(report["can_mount"], can_mount, "{report}");
     assert_eq!(out.status.success(), can_mount, "{out:?}");
+    assert_eq!(
+        daemon_mounts(&dev_fuse_of_mode("0666")),
+        can_mount,
+        "doctor said {report}"
+    );
     // Not root: passthrough lacks CAP_SYS_ADMIN.
     assert_eq!(check(&report, "passthrough")["state"], "warn", "{report}");
 }
