@@ -207,7 +207,10 @@ fn a_stale_mount_from_a_killed_daemon_is_cleared_at_start() {
     // On io_uring the kernel cuts the mount off once it has torn the dead
     // daemon's rings down; a request in that window fails ECONNABORTED.
     assert!(
-        matches!(stale.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)),
+        matches!(
+            stale.raw_os_error(),
+            Some(libc::ENOTCONN | libc::ECONNABORTED)
+        ),
         "the kill should leave a stale mount, not {stale}"
     );
     std::mem::forget(first); // its Drop would clear the mount we want to test with

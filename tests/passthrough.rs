@@ -70,11 +70,7 @@ fn with_passthrough_file_data_never_reaches_the_daemon() {
         requests_of(&fx, "open") >= 2,
         "opens are still the daemon's"
     );
-    assert_eq!(
-        requests_of(&fx, "read"),
-        0,
-        "reads went through the daemon"
-    );
+    assert_eq!(requests_of(&fx, "read"), 0, "reads went through the daemon");
     assert_eq!(
         requests_of(&fx, "write"),
         0,

@@ -241,6 +241,10 @@ pub fn serve(
                 return failed(libc::EIO);
             }
         };
+        // Counted as the dispatcher counts: served requests only.
+        if !matches!(request, Request::Unsupported(_)) {
+            dispatch.stats().ring_request();
+        }
         match call(dispatch, &ctx, head.nodeid, request) {
             Ok(reply) => reply,
             Err(errno) => return failed(errno.0),
