@@ -28,6 +28,13 @@
 //! ACTIONFS_BENCH_BASELINE=PATH adds the same mounts served by another
 //! build of the daemon (names ending in `-baseline`), so a change is
 //! measured against the binary before it in the same run.
+//!
+//! Each way of serving opens runs on both transports where the kernel
+//! offers FUSE-over-io_uring: classic `/dev/fuse` (`zero`, `open`, ...)
+//! and io_uring (`zero-uring`, `open-uring`, ...), side by side in one
+//! run. ACTIONFS_BENCH_TRANSPORTS=classic|io_uring|both (default both)
+//! narrows that; ACTIONFS_BENCH_UNPINNED=1 adds io_uring mounts whose
+//! queue threads are not pinned to their CPUs (`-uring-unpinned`).
 
 use std::ffi::CString;
 use std::fs::{self, File};
@@ -60,10 +67,15 @@ struct Mounted {
 }
 
 impl Mounted {
-    /// Starts `binary` with `args`, every sandbox a FUSE view.
-    fn start(name: String, binary: &str, args: &[&str]) -> Mounted {
+    /// Starts `binary` with `args`, every sandbox a FUSE view; `pinned`:
+    /// io_uring queue threads pinned to their CPUs (the default).
+    fn start(name: String, binary: &str, args: &[&str], pinned: bool) -> Mounted {
         let fixture = Fixture::new();
-        let daemon = fixture.start_command(fixture.command_of(binary, args));
+        let mut command = fixture.command_of(binary, args);
+        if !pinned {
+            command.env("ACTIONFS_URING_PIN", "0");
+        }
+        let daemon = fixture.start_command(command);
         Mounted {
             name,
             _fixture: fixture,
@@ -149,15 +161,20 @@ impl World {
             ));
         }
         let who = if root { "" } else { "@user" };
-        let mut mounts: Vec<Mounted> = modes
-            .iter()
-            .map(|(mode, args)| Mounted::start(format!("{mode}{who}"), bin(), args))
-            .collect();
+        let mut mounts: Vec<Mounted> = Vec::new();
+        for (suffix, transport, pinned) in transports() {
+            for (mode, args) in &modes {
+                let mut args = args.to_vec();
+                args.push(transport);
+                let name = format!("{mode}{suffix}{who}");
+                mounts.push(Mounted::start(name, bin(), &args, pinned));
+            }
+        }
         if let Some(baseline) = std::env::var_os("ACTIONFS_BENCH_BASELINE") {
             let baseline = baseline.to_str().expect("UTF-8 path");
             for (mode, args) in &modes {
                 let name = format!("{mode}-baseline{who}");
-                mounts.push(Mounted::start(name, baseline, args));
+                mounts.push(Mounted::start(name, baseline, args, true));
             }
         }
         let ids = mounts
@@ -210,6 +227,29 @@ impl World {
         }
         views
     }
+}
+
+/// The transports measured: name suffix, flag, and whether queue threads
+/// are pinned. io_uring only where the kernel offers it.
+fn transports() -> Vec<(&'static str, &'static str, bool)> {
+    let asked = std::env::var("ACTIONFS_BENCH_TRANSPORTS").unwrap_or_else(|_| "both".into());
+    let offered = fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| v.trim() == "Y");
+    let mut transports = Vec::new();
+    if asked != "io_uring" {
+        transports.push(("", "--transport=classic", true));
+    }
+    if asked != "classic" {
+        if offered {
+            transports.push(("-uring", "--transport=io_uring", true));
+            if std::env::var_os("ACTIONFS_BENCH_UNPINNED").is_some_and(|v| v == "1") {
+                transports.push(("-uring-unpinned", "--transport=io_uring", false));
+            }
+        } else {
+            eprintln!("fuse_io: enable_uring is not Y; measuring the classic transport only");
+        }
+    }
+    transports
 }
 
 fn is_root() -> bool {

@@ -283,6 +283,7 @@ fn help_lists_every_flag() {
         "--native_method",
         "--native_dir",
         "--calibration",
+        "--transport",
         "-h, --help",
         "--version",
         "MOUNTPOINT",

@@ -125,7 +125,8 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         device.ok(),
     )));
     log::info!("mounted at {mount_point:?}");
-    let transport = start_transport(&session, &ring, &dispatch, &options, &why);
+    // On error the session is dropped, which unmounts.
+    let transport = start_transport(&session, &ring, &dispatch, &options, &why)?;
 
     let (events, event) = channel();
     {
@@ -228,23 +229,31 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
 
 /// Starts the io_uring queues if that transport was chosen and the kernel
 /// granted it at INIT, and says in one log line which transport serves
-/// the mount and why.
+/// the mount and why. Where `--transport=io_uring` forced the ring, not
+/// getting it is an error; under auto the mount stays on `/dev/fuse`.
 fn start_transport<FS: fuser::Filesystem>(
     session: &fuser::Session<FS>,
     ring: &RingOffer,
     dispatch: &Arc<Dispatcher>,
     options: &DaemonConfig,
     why: &str,
-) -> Transport {
+) -> Result<Transport, DaemonError> {
+    let forced = options.transport == transport::Asked::IoUring;
+    let fall_back = |failure: String| {
+        if forced {
+            return Err(DaemonError::Transport(format!(
+                "--transport=io_uring, but {failure}"
+            )));
+        }
+        log::warn!("transport: classic /dev/fuse ({failure})");
+        Ok(Transport::Classic)
+    };
     if !ring.wanted() {
         log::info!("transport: classic /dev/fuse ({why})");
-        return Transport::Classic;
+        return Ok(Transport::Classic);
     }
     if !ring.granted() {
-        log::warn!(
-            "transport: classic /dev/fuse (the kernel did not grant FUSE-over-io_uring at INIT)"
-        );
-        return Transport::Classic;
+        return fall_back("the kernel did not grant FUSE-over-io_uring at INIT".to_owned());
     }
     #[cfg(target_os = "linux")]
     {
@@ -266,18 +275,15 @@ fn start_transport<FS: fuser::Filesystem>(
                         ", threads not pinned"
                     }
                 );
-                Transport::IoUring
+                Ok(Transport::IoUring)
             }
-            Err(err) => {
-                log::warn!("transport: classic /dev/fuse (io_uring queues could not start: {err})");
-                Transport::Classic
-            }
+            Err(err) => fall_back(format!("the io_uring queues could not start: {err}")),
         }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (session, dispatch, options);
-        Transport::Classic
+        let _ = (session, dispatch);
+        fall_back("FUSE-over-io_uring is Linux only".to_owned())
     }
 }
 

@@ -287,7 +287,6 @@ fn answer(slot: &Slot, dispatch: &Dispatcher, acl: &Acl, qid: u16) -> u64 {
     let payload_in = header.ring_ent_in_out.payload_sz as usize;
     let served = match serve::in_header(header) {
         Some(head) => {
-            dispatch.stats().ring_request();
             let op_in = header.op_in;
             // A bug in serving one request must not stop the queue: the
             // kernel would wait for its answer forever.

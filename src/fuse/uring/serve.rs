@@ -253,6 +253,10 @@ pub fn serve(
                 return failed(libc::EIO);
             }
         };
+        // Counted as the dispatcher counts: served requests only.
+        if !matches!(request, Request::Unsupported(_)) {
+            dispatch.stats().ring_request();
+        }
         match call(dispatch, &ctx, head.nodeid, request) {
             Ok(reply) => reply,
             Err(errno) => return failed(errno.0),
@@ -288,4 +292,34 @@ pub fn out_header(unique: u64, served: &Served) -> fuse_out_header {
 /// The request header at the start of an entry's header buffer.
 pub fn in_header(header: &fuse_uring_req_header) -> Option<fuse_in_header> {
     abi::read(&header.in_out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allow_root_refuses_strangers_but_not_what_the_kernel_sends_for_them() {
+        let acl = Acl {
+            allow: Allow::RootAndOwner,
+            owner: 1000,
+        };
+        assert!(!acl.refuses(1000, FUSE_LOOKUP));
+        assert!(!acl.refuses(0, FUSE_LOOKUP));
+        assert!(acl.refuses(1001, FUSE_LOOKUP));
+        assert!(acl.refuses(1001, FUSE_OPEN));
+        // Page reads and releases may carry whoever's uid.
+        assert!(!acl.refuses(1001, FUSE_READ));
+        assert!(!acl.refuses(1001, FUSE_RELEASE));
+        let everyone = Acl {
+            allow: Allow::Everyone,
+            owner: 1000,
+        };
+        assert!(!everyone.refuses(1001, FUSE_LOOKUP));
+        let own = Acl {
+            allow: Allow::OwnerOnly,
+            owner: 1000,
+        };
+        assert!(own.refuses(0, FUSE_GETATTR));
+    }
 }
