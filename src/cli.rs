@@ -143,10 +143,11 @@ struct ServeArgs {
     /// file for the handle (passthrough where available); auto: the same
     /// as off; on: opt-in fast mode that changes semantics: the kernel
     /// opens files without asking (no OPEN or RELEASE round trip, no
-    /// passthrough), read-only files show no write permission, and an
-    /// open file removed or replaced underneath before its first read,
-    /// or rewritten in place, is not served as on the underlying files
-    /// (see the man page)
+    /// passthrough), read-only files show no write permission, a file
+    /// removed or replaced underneath between its open and its first read
+    /// is not read as it was, an in-place rewrite shows only after --ttl,
+    /// and a deleted output's space is held until the kernel forgets its
+    /// inode (see the man page)
     #[arg(long = "zero_message_opens", value_name = "off|auto|on", default_value = "off", value_parser = parse_zero_message_opens)]
     zero_message_opens: ZeroMessageOpens,
     /// How FUSE requests travel: io_uring (one queue per CPU, Linux 6.14+

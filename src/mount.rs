@@ -74,8 +74,8 @@ pub fn unmount(path: &Path) -> io::Result<()> {
 }
 
 /// Detaches the mount at `path` even if files in it are open (they keep
-/// working while the daemon serves them). Uses umount2(MNT_DETACH) directly when privileged, and
-/// the setuid `fusermount3 -u -z` otherwise.
+/// working while the daemon serves them). Uses umount2(MNT_DETACH)
+/// directly when privileged, and the setuid `fusermount3 -u -z` otherwise.
 pub fn unmount_lazily(path: &Path) -> io::Result<()> {
     unmount_with(path, true)
 }

@@ -252,11 +252,18 @@ fn a_replaced_input_is_read_as_the_new_file_at_its_next_open() {
     if !require(&[Need::Mount]) {
         return;
     }
-    for (ttl, wait) in [("--ttl=0s", 0), ("--ttl=1s", 2)] {
+    // Right in the opt-in zero-message mode too: the replaced file is a new
+    // inode, whose descriptor is opened afresh.
+    for (ttl, wait, mode) in [
+        ("--ttl=0s", 0, "--zero_message_opens=off"),
+        ("--ttl=1s", 2, "--zero_message_opens=off"),
+        ("--ttl=0s", 0, "--zero_message_opens=on"),
+        ("--ttl=1s", 2, "--zero_message_opens=on"),
+    ] {
         let fx = Fixture::new();
         let file = fx.write("src/f", "first version\n");
         fx.write("src/d/f", "first version\n");
-        let d = fx.start(&[ttl]);
+        let d = fx.start(&[ttl, mode]);
         d.create(sandbox(
             "s",
             vec![ro("/f", &file), ro("/d", &fx.path("src/d"))],
@@ -288,11 +295,15 @@ fn a_replaced_input_is_read_as_the_new_file_at_its_next_open() {
                 let mut opened = File::open(&view).unwrap();
                 let mut read = String::new();
                 opened.read_to_string(&mut read).unwrap();
-                assert_eq!(read, text, "{view:?} {how} {ttl}");
+                assert_eq!(read, text, "{view:?} {how} {ttl} {mode}");
                 let st = opened.metadata().unwrap();
-                assert_eq!(st.nlink(), 1, "{view:?} {how} {ttl}: the old inode");
+                assert_eq!(st.nlink(), 1, "{view:?} {how} {ttl} {mode}: the old inode");
                 assert_eq!(st.len(), text.len() as u64);
-                assert_ne!(st.ino(), shown, "{view:?} {how} {ttl}: the old inode");
+                assert_ne!(
+                    st.ino(),
+                    shown,
+                    "{view:?} {how} {ttl} {mode}: the old inode"
+                );
                 assert_eq!(fs::metadata(&view).unwrap().ino(), st.ino());
                 shown = st.ino();
                 drop(keep_old);

@@ -373,4 +373,23 @@ mod tests {
         let own = table.remember(&file_node());
         assert_eq!(table.reopened_same(own, 1), None);
     }
+
+    #[test]
+    fn what_the_kernel_was_shown_tells_a_stale_cache_and_a_replaced_object() {
+        let root = Arc::new(Node::new(FileKind::Directory, false, Origin::Virtual));
+        let table = InodeTable::new(root);
+        let node = file_node();
+        let own = table.remember(&node);
+        assert!(table.shown_stale(own, 5), "nothing recorded: may be stale");
+        assert!(!table.shown_stale(own, 5), "as shown at the last open");
+        table.shown_object(own, 6, (1, 7));
+        assert!(table.shown_stale(own, 7), "changed since the lookup");
+        assert!(table.same_object(&node, (1, 7)));
+        assert!(!table.same_object(&node, (1, 8)), "replaced underneath");
+        let shared = table.remember_shared(&file_node(), (1, 9), 3);
+        assert!(!table.shown_stale(shared, 3), "as the lookup showed it");
+        table.shown(shared, 4);
+        assert!(table.shown_stale(shared, 5));
+        assert!(!table.reported(shared, 5), "the open recorded it");
+    }
 }

@@ -21,7 +21,7 @@ use nix::unistd::{Gid, Uid, UnlinkatFlags};
 use super::attr::{Attr, FileKind};
 use super::error::{Errno, FsError, FsResult};
 use super::held::HeldFd;
-use super::io::Opened;
+use super::io::{file_id, fingerprint, Opened};
 use super::name::Name;
 use super::namespace::{backing_dir, require_object};
 use super::node::{Node, Origin};
@@ -80,6 +80,7 @@ impl SandboxFs {
                 .insert(name.to_owned(), node.clone());
         }
         let ino = self.inodes.remember(&node);
+        self.inodes.shown_object(ino, fingerprint(st), file_id(st));
         Attr::from_stat(ino, st)
     }
 
@@ -273,6 +274,7 @@ impl SandboxFs {
                 set_through_handle(&held, change)?;
                 let fd = held.fd().expect("checked");
                 let st = nix::sys::stat::fstat(fd).map_err(|e| FsError::call("fstat", e))?;
+                self.inodes.shown(ino, fingerprint(&st));
                 Ok(Attr::from_stat(ino, &st))
             }
             _ => {
