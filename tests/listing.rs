@@ -32,7 +32,10 @@ fn listed(dir: &Path) -> HashMap<String, usize> {
 fn assert_lists_exactly(dir: &Path, expected: &BTreeSet<String>) {
     let counts = listed(dir);
     let twice: Vec<_> = counts.iter().filter(|(_, &n)| n > 1).collect();
-    assert!(twice.is_empty(), "{dir:?}: names listed more than once: {twice:?}");
+    assert!(
+        twice.is_empty(),
+        "{dir:?}: names listed more than once: {twice:?}"
+    );
     let got: BTreeSet<String> = counts.into_keys().collect();
     let missing: Vec<_> = expected.difference(&got).take(5).collect();
     let extra: Vec<_> = got.difference(expected).take(5).collect();
@@ -104,7 +107,10 @@ fn names_added_and_removed_during_a_listing_are_listed_at_most_once_and_the_rest
     // A writable mapped directory with a nested mapping: merged.
     d.create(sandbox(
         "s",
-        vec![rw("/w", &scratch), ro(&format!("/w/{}", long_name("m", 0)), &good)],
+        vec![
+            rw("/w", &scratch),
+            ro(&format!("/w/{}", long_name("m", 0)), &good),
+        ],
     ));
     let dir = d.path("s/w");
     // Removed from the middle and the end (through the mount) and added
@@ -124,13 +130,19 @@ fn names_added_and_removed_during_a_listing_are_listed_at_most_once_and_the_rest
     let mut entries = fs::read_dir(&dir).unwrap();
     for _ in 0..200 {
         let name = entries.next().unwrap().unwrap().file_name();
-        *counts.entry(name.to_string_lossy().into_owned()).or_insert(0) += 1;
+        *counts
+            .entry(name.to_string_lossy().into_owned())
+            .or_insert(0) += 1;
     }
     for name in &removed {
         fs::remove_file(dir.join(name)).unwrap();
     }
     for (i, name) in added.iter().enumerate() {
-        let at = if i % 2 == 0 { dir.join(name) } else { scratch.join(name) };
+        let at = if i % 2 == 0 {
+            dir.join(name)
+        } else {
+            scratch.join(name)
+        };
         fs::write(at, "").unwrap();
     }
     for entry in entries {
@@ -141,7 +153,10 @@ fn names_added_and_removed_during_a_listing_are_listed_at_most_once_and_the_rest
     let twice: Vec<_> = counts.iter().filter(|(_, &n)| n > 1).collect();
     assert!(twice.is_empty(), "names listed more than once: {twice:?}");
     let missing: Vec<_> = steady.iter().filter(|n| !counts.contains_key(*n)).collect();
-    assert!(missing.is_empty(), "names present throughout but not listed: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "names present throughout but not listed: {missing:?}"
+    );
     let made_up: Vec<_> = counts
         .keys()
         .filter(|n| !steady.contains(*n) && !removed.contains(*n) && !added.contains(*n))

@@ -227,7 +227,11 @@ fn a_broken_request_is_answered_at_once_and_the_next_request_is_served() {
     // line is answered before anything follows it.
     let answers = d
         .client()
-        .call_raw_within(&["syn"], b"{\"C\":{\"i\":\"syn\",\"m\":[}\n", ANSWER_DEADLINE)
+        .call_raw_within(
+            &["syn"],
+            b"{\"C\":{\"i\":\"syn\",\"m\":[}\n",
+            ANSWER_DEADLINE,
+        )
         .expect("the broken request is answered");
     let message = answers[0].error.as_deref().expect("an error");
     // Line 1 began with the client's start-up probe (26 bytes).
@@ -248,7 +252,11 @@ fn a_broken_request_is_answered_at_once_and_the_next_request_is_served() {
         .client()
         .call_raw_within(&["b1", "b2"], stream.as_bytes(), ANSWER_DEADLINE)
         .expect("both are answered");
-    assert!(answers[0].error.as_deref().unwrap().contains("malformed request"));
+    assert!(answers[0]
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("malformed request"));
     assert_eq!(answers[1].error, None);
     assert_eq!(fs::read_to_string(d.path("b2/g")).unwrap(), "good");
     // Nothing of the broken ones was created.

@@ -28,10 +28,7 @@ pub enum Decoded {
     /// shape. `id` is the sandbox it names, if it names one before going
     /// wrong. The caller answers `id` (null if none) with `message` and
     /// keeps reading.
-    Invalid {
-        id: Option<String>,
-        message: String,
-    },
+    Invalid { id: Option<String>, message: String },
 }
 
 /// An error after which no further request can be read.
@@ -347,7 +344,10 @@ mod tests {
         assert_eq!(items.len(), 2, "{items:?}");
         let (id, message) = invalid(&items[0]);
         assert_eq!(id, Some("b"));
-        assert!(message.contains("column 30: expected ',' or ']'"), "{message}");
+        assert!(
+            message.contains("column 30: expected ',' or ']'"),
+            "{message}"
+        );
         assert_eq!(items[1], Ok(Decoded::Request(Request::Destroy("c".into()))));
     }
 
@@ -373,7 +373,10 @@ mod tests {
             assert!(items.len() >= 2, "{bad}: {items:?}");
             for item in &items[..items.len() - 1] {
                 let (_, message) = invalid(item);
-                assert!(message.starts_with("malformed request at line 1"), "{bad}: {message}");
+                assert!(
+                    message.starts_with("malformed request at line 1"),
+                    "{bad}: {message}"
+                );
             }
             assert_eq!(
                 items.last().unwrap(),

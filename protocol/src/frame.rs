@@ -57,7 +57,11 @@ pub struct Broken {
 
 impl std::fmt::Display for Broken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "line {}, column {}: {}", self.line, self.column, self.what)
+        write!(
+            f,
+            "line {}, column {}: {}",
+            self.line, self.column, self.what
+        )
     }
 }
 
@@ -210,9 +214,7 @@ impl<R: Read> Framer<R> {
                     return Ok(Some(&self.buf[value]));
                 }
                 Ok(None) => {}
-                Err(what) => {
-                    return Err(FrameError::Broken(self.broken(self.scan.scanned, what)))
-                }
+                Err(what) => return Err(FrameError::Broken(self.broken(self.scan.scanned, what))),
             }
             if (self.buf.len() - self.start) as u64 > self.limit {
                 return Err(FrameError::TooLarge { limit: self.limit });
@@ -697,7 +699,12 @@ mod tests {
 
     #[test]
     fn nesting_deeper_than_the_limit_is_broken_not_a_crash() {
-        let deep = [b"{\"D\":".to_vec(), vec![b'['; 100_000], b"\n{\"D\":\"x\"}".to_vec()].concat();
+        let deep = [
+            b"{\"D\":".to_vec(),
+            vec![b'['; 100_000],
+            b"\n{\"D\":\"x\"}".to_vec(),
+        ]
+        .concat();
         assert_eq!(
             resumed(&deep, false),
             ["broken at 1:133 (None)", r#"{"D":"x"}"#]

@@ -16,6 +16,7 @@ use fuser::{Config, MountOption, SessionACL};
 use signal_hook::consts::SIGUSR1;
 use signal_hook::iterator::Signals;
 
+mod checks;
 mod error;
 pub mod stop;
 
@@ -44,17 +45,12 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     raise_fd_limit();
     one_malloc_arena();
 
-    let mount_point = prepare_mount_point(&options.mount_point)?;
-    if !mount::allow_permitted(options.allow) {
-        return Err(DaemonError::AllowOtherRefused);
-    }
-    let input = open_input(&options)?;
-    let output = open_output(&options)?;
-
+    // Every argument is checked before anything is changed, mappings and
+    // stream paths first: the first mistake is the one reported.
     let fs = Arc::new(
         SandboxFs::new(
             FsConfig {
-                mount_point: mount_point.clone(),
+                mount_point: checks::absolute_mount_point(&options.mount_point),
                 xattrs: options.xattrs,
                 track_access: options.access_log.is_some(),
             },
@@ -62,31 +58,79 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         )
         .map_err(DaemonError::Mapping)?,
     );
-    let native = open_native(&options, &mount_point)?;
+    let input = open_input(&options)?;
+    if let Some(path) = &options.output {
+        checks::creatable(path).map_err(|source| DaemonError::Output {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    if let Some(path) = &options.access_log {
+        checks::creatable(path).map_err(|source| DaemonError::AccessLog {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    if let Some(path) = &options.record {
+        checks::creatable(path).map_err(|source| DaemonError::Record {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    if let Some(path) = &options.control {
+        checks::creatable(path).map_err(|err| {
+            DaemonError::Control(io::Error::new(
+                err.kind(),
+                format!("control socket {path:?}: {err}"),
+            ))
+        })?;
+    }
+    let (policy, policy_source) =
+        cutoff::resolve(&options.native_below, options.calibration.as_deref())
+            .map_err(DaemonError::Calibration)?;
+    if !mount::allow_permitted(options.allow) {
+        return Err(DaemonError::AllowOtherRefused);
+    }
+    let checked = checks::mount_point(&options.mount_point)?;
+    let mount_point = checked.path;
+
+    // From here on, what is made is removed again if the start fails.
+    let mut created = checks::Created::default();
+    if checked.stale {
+        mount::clear_stale(&options.mount_point).map_err(|source| DaemonError::MountPoint {
+            path: options.mount_point.clone(),
+            source,
+        })?;
+    }
+    let output = open_output(&options, &mut created)?;
+    let native = open_native(&options, &mount_point, policy, &policy_source, &mut created)?;
     let access_log = match &options.access_log {
         Some(path) => Some(
-            AccessLog::open(path).map_err(|source| DaemonError::AccessLog {
-                path: path.clone(),
-                source,
-            })?,
+            created
+                .make(path, || AccessLog::open(path))
+                .map_err(|source| DaemonError::AccessLog {
+                    path: path.clone(),
+                    source,
+                })?,
         ),
         None => None,
     };
     // Bound before mounting, so that a socket in use fails the start
-    // with nothing mounted.
+    // with nothing mounted. It removes itself when dropped.
     let mut control_socket = match &options.control {
         Some(path) => Some(ControlSocket::bind(path).map_err(DaemonError::Control)?),
         None => None,
     };
-    let recording = match &options.record {
-        Some(path) => Some(
-            Recording::create(path).map_err(|source| DaemonError::Record {
-                path: path.clone(),
-                source,
-            })?,
-        ),
-        None => None,
-    };
+    let recording =
+        match &options.record {
+            Some(path) => Some(created.make(path, || Recording::create(path)).map_err(
+                |source| DaemonError::Record {
+                    path: path.clone(),
+                    source,
+                },
+            )?),
+            None => None,
+        };
     let stats = Arc::new(Stats::default());
     let mut signals =
         Signals::new(stop::STOP_SIGNALS.iter().chain([&SIGUSR1])).map_err(DaemonError::Signals)?;
@@ -106,6 +150,7 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         path: mount_point.clone(),
         source,
     })?;
+    created.keep();
     let device = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned();
     if let Err(err) = &device {
         log::warn!("cannot duplicate the /dev/fuse descriptor ({err}); destroy will invalidate whole subtrees");
@@ -224,6 +269,9 @@ fn live_figures(fs: &SandboxFs) -> serde_json::Value {
 fn open_native(
     options: &DaemonConfig,
     mount_point: &Path,
+    policy: cutoff::Policy,
+    source: &str,
+    created: &mut checks::Created,
 ) -> Result<Option<Arc<NativeSandboxes>>, DaemonError> {
     let dir = match &options.native_dir {
         Some(dir) => dir.clone(),
@@ -233,8 +281,6 @@ fn open_native(
             std::path::PathBuf::from(name)
         }
     };
-    let (policy, source) = cutoff::resolve(&options.native_below, options.calibration.as_deref())
-        .map_err(DaemonError::Calibration)?;
     let method = options.native_method;
     let native = NativeSandboxes::new(&dir, policy.clone(), method, options.native_stashes);
     match policy {
@@ -245,7 +291,9 @@ fn open_native(
             return Ok(None);
         }
         cutoff::Policy::Below(below) => {
-            native.open_now().map_err(DaemonError::NativeDir)?;
+            created
+                .make(&dir, || native.open_now())
+                .map_err(DaemonError::NativeDir)?;
             log::info!(
                 "hybrid: sandboxes of fewer than {below} mappings (from {source}) are built in \
                  {dir:?} by {}",
@@ -293,21 +341,6 @@ fn one_malloc_arena() {
     }
 }
 
-/// Checks the mount point, clearing a stale mount left by a killed daemon,
-/// and returns its absolute path.
-fn prepare_mount_point(path: &Path) -> Result<std::path::PathBuf, DaemonError> {
-    let unusable = |source| DaemonError::MountPoint {
-        path: path.to_owned(),
-        source,
-    };
-    mount::clear_stale(path).map_err(unusable)?;
-    let absolute = std::fs::canonicalize(path).map_err(unusable)?;
-    if !absolute.is_dir() {
-        return Err(DaemonError::NotADirectory(path.to_owned()));
-    }
-    Ok(absolute)
-}
-
 fn open_input(options: &DaemonConfig) -> Result<Box<dyn Read + Send>, DaemonError> {
     match &options.input {
         None => Ok(Box::new(io::stdin())),
@@ -320,10 +353,14 @@ fn open_input(options: &DaemonConfig) -> Result<Box<dyn Read + Send>, DaemonErro
     }
 }
 
-fn open_output(options: &DaemonConfig) -> Result<Box<dyn Write + Send>, DaemonError> {
+fn open_output(
+    options: &DaemonConfig,
+    created: &mut checks::Created,
+) -> Result<Box<dyn Write + Send>, DaemonError> {
     match &options.output {
         None => Ok(Box::new(io::stdout())),
-        Some(path) => File::create(path)
+        Some(path) => created
+            .make(path, || File::create(path))
             .map(|f| Box::new(f) as Box<dyn Write + Send>)
             .map_err(|source| DaemonError::Output {
                 path: path.clone(),
