@@ -8,6 +8,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::mem::ManuallyDrop;
 use std::path::Path;
 use std::sync::mpsc::channel;
 use std::sync::Arc;
@@ -151,6 +152,7 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         source,
     })?;
     created.keep();
+    let mounted = stop::Mounted::new(&mount_point);
     let device = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned();
     if let Err(err) = &device {
         log::warn!("cannot duplicate the /dev/fuse descriptor ({err}); destroy will invalidate whole subtrees");
@@ -163,14 +165,29 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
 
     let (events, event) = channel();
     {
+        // The session would unmount again when its mount handle is dropped
+        // (after ours succeeded: "Failed to umount filesystem: Invalid
+        // argument", or a newer mount at the same path gone). The daemon
+        // unmounts by itself (`stop`), so that handle is never dropped.
+        let background =
+            ManuallyDrop::new(session.spawn().map_err(|source| DaemonError::Thread {
+                name: "FUSE session",
+                source,
+            })?);
+        // SAFETY: `background` is never dropped nor used again, so the
+        // join handle read out of it has exactly one owner.
+        let session_thread = unsafe { std::ptr::read(&background.guard) };
         let events = events.clone();
         std::thread::Builder::new()
             .name("fuse-session".into())
             .spawn(move || {
-                let _ = events.send(Event::SessionEnded(session.run()));
+                let ended = session_thread
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("the FUSE session panicked")));
+                let _ = events.send(Event::SessionEnded(ended));
             })
             .map_err(|source| DaemonError::Thread {
-                name: "FUSE session",
+                name: "FUSE session watcher",
                 source,
             })?;
     }
@@ -229,7 +246,7 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
             .name("requests".into())
             .spawn(
                 move || match reconfig::serve(input, backend, sink, threads, stats) {
-                    Ok(()) => log::info!("request input ended; still serving the mount"),
+                    Ok(()) => stop::input_ended(),
                     Err(err) => log::error!(
                         "cannot start reconfiguration workers: {err}; no requests are read"
                     ),
@@ -242,7 +259,7 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     }
     drop(events);
 
-    let outcome = stop::wait_and_unmount(&event, &mount_point);
+    let outcome = stop::wait_and_unmount(&event, mounted, &mount_point);
     log::info!("stats at exit: {}", report());
     // Native sandboxes outlive the mount unless removed: an undestroyed
     // FUSE sandbox vanishes with the unmount, and so must they.
