@@ -64,6 +64,20 @@ fn the_first_bad_argument_is_reported_and_nothing_is_created_or_mounted() {
             ],
             "--mapping: mapping #1".into(),
         ),
+        // The mount's root must be a directory, mapped first if at all.
+        (
+            vec![format!("--mapping=ro:/:{}", good.display()), arg("", &mnt)],
+            "mapping #0 (\"/\"".to_owned()
+                + &format!(" -> {good:?}): the root can only be mapped to a directory"),
+        ),
+        (
+            vec![
+                good_mapping.clone(),
+                format!("--mapping=ro:/:{}", fx.path("src").display()),
+                arg("", &mnt),
+            ],
+            "mapping #1 (\"/\"".to_owned(),
+        ),
         (
             vec![
                 arg("--input", &missing),
