@@ -7,9 +7,11 @@ use actionfs::cli::{self, Command, BAZEL_VERSION_LINE};
 use actionfs::daemon::{stop, Stopped};
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,fuser=error"))
-        .format_target(false)
-        .init();
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("warn,fuser=error,actionfs::lifecycle=info"),
+    )
+    .format_target(false)
+    .init();
     match cli::parse(std::env::args_os().skip(1)) {
         Err(err) => {
             eprintln!("{err}");

@@ -99,6 +99,95 @@ fn a_busy_mount_keeps_serving_until_it_is_free_then_unmounts() {
     assert!(!is_mounted(&fx.mnt()));
     let retries = fx.log().matches("busy").count();
     assert!(retries >= 1, "one log line per retry:\n{}", fx.log());
+    // In sandboxfs 0.2.0's words, which its users' scripts grep for.
+    let log = fx.log();
+    let retry = messages(&log)
+        .into_iter()
+        .find(|m| m.starts_with("Unmounting file system failed with "))
+        .unwrap_or_else(|| panic!("no retry line:\n{log}"));
+    assert!(
+        retry.contains("(os error 16)'; will retry in ") && retry.contains("is busy"),
+        "{retry}"
+    );
+    assert_eq!(second_unmount(&log), None, "{log}");
+}
+
+/// The messages of a log, without their timestamps and levels.
+fn messages(log: &str) -> Vec<&str> {
+    log.lines()
+        .map(|line| line.split_once("] ").map_or(line, |(_, message)| message))
+        .collect()
+}
+
+/// What fuser logs when it unmounts a mount the daemon already unmounted.
+fn second_unmount(log: &str) -> Option<&str> {
+    messages(log).into_iter().find(|m| {
+        m.contains("Failed to umount")
+            || m.contains("Unmount failed")
+            || m.starts_with("Unmounting /")
+    })
+}
+
+#[test]
+fn a_stop_logs_one_line_in_sandboxfs_words_and_nothing_unmounts_twice() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for level in [None, Some("info"), Some("debug")] {
+        let fx = Fixture::new();
+        let input = fx.write("src/in", "data");
+        let mut command = fx.command(&[]);
+        match level {
+            Some(level) => command.env("RUST_LOG", level),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let mut d = fx.start_command(command);
+        d.create(sandbox("s", vec![ro("/in", &input)]));
+        let mut client = d.client.take().unwrap();
+        client.close_input();
+        let ended = "Reached end of reconfiguration input; no more requests are read, the mount \
+                     stays up until a signal or an unmount";
+        assert!(
+            wait_for(Duration::from_secs(10), || fx.log().contains(ended)),
+            "{level:?}: end of input not logged:\n{}",
+            fx.log()
+        );
+        assert_eq!(fs::read_to_string(d.path("s/in")).unwrap(), "data");
+        client.signal(libc::SIGTERM).unwrap();
+        let status = client
+            .wait_timeout(Duration::from_secs(10))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{level:?}: still running\n{}", fx.log()));
+        assert_eq!(signal_of(status), Some(libc::SIGTERM));
+        assert!(!is_mounted(&fx.mnt()));
+        let log = fx.log();
+        let caught = format!("Caught signal 15; unmounting {}", fx.mnt().display());
+        assert_eq!(
+            messages(&log).iter().filter(|m| **m == caught).count(),
+            1,
+            "{level:?}: one {caught:?} line:\n{log}"
+        );
+        assert_eq!(second_unmount(&log), None, "{level:?}:\n{log}");
+        if level.is_none() {
+            // At the default level, the stop is all there is to read.
+            assert_eq!(messages(&log), [ended, caught.as_str()], "{log}");
+        }
+    }
+    // Unmounted from outside: one line, and no unmount after it.
+    let fx = Fixture::new();
+    let mut d = fx.start_logged(&[], "info");
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(fx.mnt())
+        .status()
+        .unwrap()
+        .success());
+    let mut client = d.client.take().unwrap();
+    assert_eq!(client.wait().unwrap().code(), Some(0), "{}", fx.log());
+    let log = fx.log();
+    let outside = format!("{} was unmounted from outside; exiting", fx.mnt().display());
+    assert!(messages(&log).contains(&outside.as_str()), "{log}");
+    assert_eq!(second_unmount(&log), None, "{log}");
 }
 
 #[test]

@@ -206,6 +206,92 @@ fn malformed_values_with_an_id_are_answered_and_reading_goes_on() {
     assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
+#[test]
+fn only_the_first_mapping_may_map_the_root() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let good = fx.write("src/good", "good");
+    let dir = fx.path("src");
+    let d = fx.start(&[]);
+    for (id, mappings, bad) in [
+        (
+            "twice",
+            vec![ro("/", &dir), ro("/", &fx.path("scratch"))],
+            1,
+        ),
+        ("after", vec![ro("/a", &good), ro("/", &dir)], 1),
+        (
+            "third",
+            vec![rw("/", &fx.path("scratch")), ro("/g", &good), ro("/", &dir)],
+            2,
+        ),
+    ] {
+        let message = d.create_err(sandbox(id, mappings));
+        assert!(
+            message.contains(&format!("sandbox {id:?}"))
+                && message.contains(&format!("mapping #{bad} (\"/\""))
+                && message.contains("the root can be mapped only once, and only by the first"),
+            "{id}: {message}"
+        );
+        assert_no_trace(&d, id, &good);
+    }
+    // First, it is the sandbox's directory, and the others go inside.
+    d.create(sandbox(
+        "first",
+        vec![rw("/", &fx.path("scratch")), ro("/g", &good)],
+    ));
+    fs::write(d.path("first/made"), "out").unwrap();
+    assert_eq!(fs::read_to_string(fx.path("scratch/made")).unwrap(), "out");
+    assert_eq!(fs::read_to_string(d.path("first/g")).unwrap(), "good");
+    assert_eq!(d.terminate(), BY_SIGTERM);
+}
+
+#[test]
+fn a_sandbox_whose_root_is_mapped_to_a_file_is_that_file() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let good = fx.write("src/good", "good");
+    let out = fx.write("scratch/out", "old");
+    let bad_below = fx.write("src/other", "other");
+    // As FUSE, and where small sandboxes would be built natively.
+    for args in [&[][..], &["--native_below=100"][..]] {
+        let d = fx.start(args);
+        d.create(sandbox("ro", vec![ro("/", &good)]));
+        let shown = fs::symlink_metadata(d.path("ro")).unwrap();
+        assert!(shown.is_file(), "{args:?}: {shown:?}");
+        assert_eq!(shown.len(), 4);
+        assert_eq!(fs::read_to_string(d.path("ro")).unwrap(), "good");
+        let written = fs::OpenOptions::new()
+            .append(true)
+            .open(d.path("ro"))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"more"));
+        assert!(
+            written.is_err(),
+            "{args:?}: a read-only root file was written"
+        );
+        assert_eq!(fs::read_to_string(&good).unwrap(), "good");
+        d.create(sandbox("rw", vec![rw("/", &out)]));
+        fs::write(d.path("rw"), "new").unwrap();
+        assert_eq!(fs::read_to_string(&out).unwrap(), "new");
+        // Nothing can be mapped below a file.
+        let message = d.create_err(sandbox("below", vec![ro("/", &good), ro("/x", &bad_below)]));
+        assert!(
+            message.contains("mapping #1")
+                && message.contains("\"/\" is mapped to a non-directory"),
+            "{message}"
+        );
+        d.destroy("ro");
+        d.destroy("rw");
+        assert!(!d.path("ro").exists() && !d.path("rw").exists());
+        assert_eq!(d.terminate(), BY_SIGTERM);
+        fs::write(&out, "old").unwrap();
+    }
+}
+
 /// How long a test waits for an answer before calling the daemon hung.
 const ANSWER_DEADLINE: Duration = Duration::from_secs(20);
 

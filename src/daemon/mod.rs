@@ -8,6 +8,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::mem::ManuallyDrop;
 use std::path::Path;
 use std::sync::mpsc::channel;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use fuser::{Config, MountOption, SessionACL};
 use signal_hook::consts::SIGUSR1;
 use signal_hook::iterator::Signals;
 
+mod checks;
 mod error;
 pub mod stop;
 
@@ -45,18 +47,12 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     raise_fd_limit();
     one_malloc_arena();
 
-    let mount_point = prepare_mount_point(&options.mount_point)?;
-    if !mount::allow_permitted(options.allow) {
-        return Err(DaemonError::AllowOtherRefused);
-    }
-    let (transport, why) = transport::choose(options.transport).map_err(DaemonError::Transport)?;
-    let input = open_input(&options)?;
-    let output = open_output(&options)?;
-
+    // Every argument is checked before anything is changed, mappings and
+    // stream paths first: the first mistake is the one reported.
     let fs = Arc::new(
         SandboxFs::new(
             FsConfig {
-                mount_point: mount_point.clone(),
+                mount_point: checks::absolute_mount_point(&options.mount_point),
                 xattrs: options.xattrs,
                 track_access: options.access_log.is_some(),
             },
@@ -64,31 +60,80 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         )
         .map_err(DaemonError::Mapping)?,
     );
-    let native = open_native(&options, &mount_point)?;
+    let input = open_input(&options)?;
+    if let Some(path) = &options.output {
+        checks::creatable(path).map_err(|source| DaemonError::Output {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    if let Some(path) = &options.access_log {
+        checks::creatable(path).map_err(|source| DaemonError::AccessLog {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    if let Some(path) = &options.record {
+        checks::creatable(path).map_err(|source| DaemonError::Record {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    if let Some(path) = &options.control {
+        checks::creatable(path).map_err(|err| {
+            DaemonError::Control(io::Error::new(
+                err.kind(),
+                format!("control socket {path:?}: {err}"),
+            ))
+        })?;
+    }
+    let (policy, policy_source) =
+        cutoff::resolve(&options.native_below, options.calibration.as_deref())
+            .map_err(DaemonError::Calibration)?;
+    if !mount::allow_permitted(options.allow) {
+        return Err(DaemonError::AllowOtherRefused);
+    }
+    let (transport, why) = transport::choose(options.transport).map_err(DaemonError::Transport)?;
+    let checked = checks::mount_point(&options.mount_point)?;
+    let mount_point = checked.path;
+
+    // From here on, what is made is removed again if the start fails.
+    let mut created = checks::Created::default();
+    if checked.stale {
+        mount::clear_stale(&options.mount_point).map_err(|source| DaemonError::MountPoint {
+            path: options.mount_point.clone(),
+            source,
+        })?;
+    }
+    let output = open_output(&options, &mut created)?;
+    let native = open_native(&options, &mount_point, policy, &policy_source, &mut created)?;
     let access_log = match &options.access_log {
         Some(path) => Some(
-            AccessLog::open(path).map_err(|source| DaemonError::AccessLog {
-                path: path.clone(),
-                source,
-            })?,
+            created
+                .make(path, || AccessLog::open(path))
+                .map_err(|source| DaemonError::AccessLog {
+                    path: path.clone(),
+                    source,
+                })?,
         ),
         None => None,
     };
     // Bound before mounting, so that a socket in use fails the start
-    // with nothing mounted.
+    // with nothing mounted. It removes itself when dropped.
     let mut control_socket = match &options.control {
         Some(path) => Some(ControlSocket::bind(path).map_err(DaemonError::Control)?),
         None => None,
     };
-    let recording = match &options.record {
-        Some(path) => Some(
-            Recording::create(path).map_err(|source| DaemonError::Record {
-                path: path.clone(),
-                source,
-            })?,
-        ),
-        None => None,
-    };
+    let recording =
+        match &options.record {
+            Some(path) => Some(created.make(path, || Recording::create(path)).map_err(
+                |source| DaemonError::Record {
+                    path: path.clone(),
+                    source,
+                },
+            )?),
+            None => None,
+        };
     let stats = Arc::new(Stats::default());
     let mut signals =
         Signals::new(stop::STOP_SIGNALS.iter().chain([&SIGUSR1])).map_err(DaemonError::Signals)?;
@@ -110,6 +155,8 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         path: mount_point.clone(),
         source,
     })?;
+    created.keep();
+    let mounted = stop::Mounted::new(&mount_point);
     let device = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned();
     if let Err(err) = &device {
         log::warn!("cannot duplicate the /dev/fuse descriptor ({err}); destroy will invalidate whole subtrees");
@@ -130,14 +177,29 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
 
     let (events, event) = channel();
     {
+        // The session would unmount again when its mount handle is dropped
+        // (after ours succeeded: "Failed to umount filesystem: Invalid
+        // argument", or a newer mount at the same path gone). The daemon
+        // unmounts by itself (`stop`), so that handle is never dropped.
+        let background =
+            ManuallyDrop::new(session.spawn().map_err(|source| DaemonError::Thread {
+                name: "FUSE session",
+                source,
+            })?);
+        // SAFETY: `background` is never dropped nor used again, so the
+        // join handle read out of it has exactly one owner.
+        let session_thread = unsafe { std::ptr::read(&background.guard) };
         let events = events.clone();
         std::thread::Builder::new()
             .name("fuse-session".into())
             .spawn(move || {
-                let _ = events.send(Event::SessionEnded(session.run()));
+                let ended = session_thread
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("the FUSE session panicked")));
+                let _ = events.send(Event::SessionEnded(ended));
             })
             .map_err(|source| DaemonError::Thread {
-                name: "FUSE session",
+                name: "FUSE session watcher",
                 source,
             })?;
     }
@@ -204,7 +266,7 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
             .name("requests".into())
             .spawn(
                 move || match reconfig::serve(input, backend, sink, threads, stats) {
-                    Ok(()) => log::info!("request input ended; still serving the mount"),
+                    Ok(()) => stop::input_ended(),
                     Err(err) => log::error!(
                         "cannot start reconfiguration workers: {err}; no requests are read"
                     ),
@@ -217,7 +279,7 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     }
     drop(events);
 
-    let outcome = stop::wait_and_unmount(&event, &mount_point);
+    let outcome = stop::wait_and_unmount(&event, mounted, &mount_point);
     log::info!("stats at exit: {}", report());
     // Native sandboxes outlive the mount unless removed: an undestroyed
     // FUSE sandbox vanishes with the unmount, and so must they.
@@ -304,6 +366,9 @@ fn live_figures(fs: &SandboxFs) -> serde_json::Value {
 fn open_native(
     options: &DaemonConfig,
     mount_point: &Path,
+    policy: cutoff::Policy,
+    source: &str,
+    created: &mut checks::Created,
 ) -> Result<Option<Arc<NativeSandboxes>>, DaemonError> {
     let dir = match &options.native_dir {
         Some(dir) => dir.clone(),
@@ -313,8 +378,6 @@ fn open_native(
             std::path::PathBuf::from(name)
         }
     };
-    let (policy, source) = cutoff::resolve(&options.native_below, options.calibration.as_deref())
-        .map_err(DaemonError::Calibration)?;
     let method = options.native_method;
     let native = NativeSandboxes::new(&dir, policy.clone(), method, options.native_stashes);
     match policy {
@@ -325,7 +388,9 @@ fn open_native(
             return Ok(None);
         }
         cutoff::Policy::Below(below) => {
-            native.open_now().map_err(DaemonError::NativeDir)?;
+            created
+                .make(&dir, || native.open_now())
+                .map_err(DaemonError::NativeDir)?;
             log::info!(
                 "hybrid: sandboxes of fewer than {below} mappings (from {source}) are built in \
                  {dir:?} by {}",
@@ -373,21 +438,6 @@ fn one_malloc_arena() {
     }
 }
 
-/// Checks the mount point, clearing a stale mount left by a killed daemon,
-/// and returns its absolute path.
-fn prepare_mount_point(path: &Path) -> Result<std::path::PathBuf, DaemonError> {
-    let unusable = |source| DaemonError::MountPoint {
-        path: path.to_owned(),
-        source,
-    };
-    mount::clear_stale(path).map_err(unusable)?;
-    let absolute = std::fs::canonicalize(path).map_err(unusable)?;
-    if !absolute.is_dir() {
-        return Err(DaemonError::NotADirectory(path.to_owned()));
-    }
-    Ok(absolute)
-}
-
 fn open_input(options: &DaemonConfig) -> Result<Box<dyn Read + Send>, DaemonError> {
     match &options.input {
         None => Ok(Box::new(io::stdin())),
@@ -400,10 +450,14 @@ fn open_input(options: &DaemonConfig) -> Result<Box<dyn Read + Send>, DaemonErro
     }
 }
 
-fn open_output(options: &DaemonConfig) -> Result<Box<dyn Write + Send>, DaemonError> {
+fn open_output(
+    options: &DaemonConfig,
+    created: &mut checks::Created,
+) -> Result<Box<dyn Write + Send>, DaemonError> {
     match &options.output {
         None => Ok(Box::new(io::stdout())),
-        Some(path) => File::create(path)
+        Some(path) => created
+            .make(path, || File::create(path))
             .map(|f| Box::new(f) as Box<dyn Write + Send>)
             .map_err(|source| DaemonError::Output {
                 path: path.clone(),

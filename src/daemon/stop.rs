@@ -20,9 +20,18 @@
 //!
 //! End of input does not stop the daemon (Bazel closes stdin before it
 //! sends SIGTERM, and the mount must keep serving until then).
+//!
+//! Each stop is logged in one line, in sandboxfs 0.2.0's words where it had
+//! a line for the same event (scripts written for it grep for them), under
+//! the target [`LOG`], which is shown at the default log level: `Caught
+//! signal 15; unmounting /mnt`; on a busy mount, one `Unmounting file
+//! system failed with '...'; will retry in ...` line per attempt; at end
+//! of input, `Reached end of reconfiguration input; ...`. The daemon
+//! unmounts by itself; the FUSE session's own unmount-on-drop is never run
+//! (see `daemon::run`), so nothing unmounts a second time.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
@@ -45,6 +54,47 @@ pub const MAX_RETRY_INTERVAL: Duration = Duration::from_secs(2);
 /// How long to wait for the FUSE session to notice an unmount.
 const SESSION_END_WAIT: Duration = Duration::from_secs(5);
 
+/// The log target of the lines that say how the daemon stops.
+pub const LOG: &str = "actionfs::lifecycle";
+
+/// Logs that the request input ended (the daemon goes on serving).
+pub fn input_ended() {
+    log::info!(
+        target: LOG,
+        "Reached end of reconfiguration input; no more requests are read, the mount stays up \
+         until a signal or an unmount"
+    );
+}
+
+/// The mount, detached if the daemon stops without unmounting it (an
+/// error after mounting, or a failed FUSE session).
+pub struct Mounted {
+    path: Option<PathBuf>,
+}
+
+impl Mounted {
+    pub fn new(path: &Path) -> Mounted {
+        Mounted {
+            path: Some(path.to_owned()),
+        }
+    }
+
+    /// The mount is gone; nothing to do on drop.
+    fn gone(&mut self) {
+        self.path = None;
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take() {
+            if let Err(err) = mount::unmount_lazily(&path) {
+                log::warn!(target: LOG, "cannot detach {} on the way out: {err}", path.display());
+            }
+        }
+    }
+}
+
 /// What the main thread hears from the others.
 pub enum Event {
     Signal(i32),
@@ -64,30 +114,38 @@ pub enum Stopped {
 /// then forcibly on a second signal).
 pub fn wait_and_unmount(
     events: &Receiver<Event>,
+    mut mounted: Mounted,
     mount_point: &Path,
 ) -> Result<Stopped, DaemonError> {
+    let shown = mount_point.display();
     let signal = match events.recv() {
         Ok(Event::Signal(signal)) => signal,
         Ok(Event::SessionEnded(Ok(()))) => {
-            log::info!("{mount_point:?} was unmounted");
+            mounted.gone();
+            log::info!(target: LOG, "{shown} was unmounted from outside; exiting");
             return Ok(Stopped::Unmounted);
         }
         Ok(Event::SessionEnded(Err(err))) => return Err(DaemonError::Session(err)),
         Err(_) => return Err(DaemonError::ThreadsEnded),
     };
-    log::info!("signal {signal}: unmounting {mount_point:?}");
+    log::info!(target: LOG, "Caught signal {signal}; unmounting {shown}");
     let mut interval = FIRST_RETRY_INTERVAL;
     loop {
         match mount::unmount(mount_point) {
             Ok(()) => break,
             Err(err) if err.raw_os_error() == Some(libc::EBUSY) => {
                 log::warn!(
-                    "{mount_point:?} is busy (a file open or a process inside): still serving, \\
-                     trying again in {interval:?}; a second signal detaches it at once"
+                    target: LOG,
+                    "Unmounting file system failed with '{err}'; will retry in {interval:?} \
+                     ({shown} is busy: a file is open or a process is inside, and it is still \
+                     served; a second signal detaches it at once)"
                 );
             }
             Err(err) => {
-                log::warn!("cannot unmount {mount_point:?} ({err}); detaching it");
+                log::warn!(
+                    target: LOG,
+                    "Unmounting file system failed with '{err}'; detaching {shown} instead"
+                );
                 detach(mount_point)?;
                 serve_until_closed(events, mount_point);
                 return Ok(Stopped::BySignal(signal));
@@ -95,19 +153,21 @@ pub fn wait_and_unmount(
         }
         match events.recv_timeout(interval) {
             Ok(Event::Signal(again)) => {
-                log::warn!("signal {again} again: detaching {mount_point:?}");
+                log::warn!(target: LOG, "Caught signal {again} again; detaching {shown}");
                 detach(mount_point)?;
                 serve_until_closed(events, mount_point);
                 return Ok(Stopped::BySignal(signal));
             }
             Ok(Event::SessionEnded(_)) => {
-                log::info!("{mount_point:?} was unmounted meanwhile");
+                mounted.gone();
+                log::info!(target: LOG, "{shown} was unmounted from outside meanwhile");
                 return Ok(Stopped::BySignal(signal));
             }
             Err(RecvTimeoutError::Timeout) => interval = (interval * 2).min(MAX_RETRY_INTERVAL),
             Err(RecvTimeoutError::Disconnected) => return Err(DaemonError::ThreadsEnded),
         }
     }
+    mounted.gone();
     // The session notices the unmount when its next read fails.
     loop {
         match events.recv_timeout(SESSION_END_WAIT) {

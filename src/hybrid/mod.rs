@@ -334,6 +334,16 @@ impl NativeSandboxes {
         if self.policy.never_native() {
             return false;
         }
+        // A sandbox whose root is mapped to a file is that file: served by
+        // FUSE, where a read-only one stays read-only.
+        if plan
+            .mapped
+            .as_ref()
+            .is_some_and(|m| m.kind != FileKind::Directory)
+        {
+            log::debug!("sandbox {id:?}: its root is a file: FUSE");
+            return false;
+        }
         let made_in = made_in(plan).unwrap_or(&self.trees);
         let native = self.policy.wants_native(mappings, made_in);
         log::debug!(

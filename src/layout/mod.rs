@@ -56,7 +56,12 @@ pub enum Problem {
     MappedTwice,
     /// A non-directory where nested mappings need a directory.
     NotADirectoryForNested,
+    /// The mount's root (`--mapping`), or a materialized tree's, mapped to
+    /// a non-directory; a sandbox's root may be one.
     RootNotADirectory,
+    /// `/` mapped by a mapping other than the first: twice, or after
+    /// other mappings.
+    RootNotFirst,
 }
 
 impl fmt::Display for PlanError {
@@ -78,13 +83,18 @@ impl fmt::Display for Problem {
             Problem::Unusable(err) => write!(f, "cannot use underlying path: lstat: {err}"),
             Problem::BelowNonDirectory(walked) => write!(
                 f,
-                "{walked:?} is mapped to a non-directory, so nothing can be mapped below it"
+                "{:?} is mapped to a non-directory, so nothing can be mapped below it",
+                if walked.is_empty() { "/" } else { walked }
             ),
             Problem::MappedTwice => f.write_str("the path is mapped twice"),
             Problem::NotADirectoryForNested => f.write_str(
                 "a non-directory cannot be mapped where nested mappings need a directory",
             ),
             Problem::RootNotADirectory => f.write_str("the root can only be mapped to a directory"),
+            Problem::RootNotFirst => f.write_str(
+                "the root can be mapped only once, and only by the first mapping (a mapping of \
+                 \"/\" replaces the directory the others are made in)",
+            ),
         }
     }
 }
@@ -114,7 +124,10 @@ impl Entry {
 /// Applies `mappings` in order and returns the root entry (`/`).
 /// Underlying paths inside `forbidden` are refused: serving them from the
 /// mount would make the daemon wait on itself. `sandbox` names the sandbox
-/// in later messages about its files.
+/// in later messages about its files; a sandbox's root may be mapped to a
+/// file (it is then that file, as in sandboxfs 0.2.0), a mount's or a
+/// materialized tree's (`None`) must be a directory. As in sandboxfs
+/// 0.2.0, only the first mapping may map the root.
 pub fn plan(
     mappings: &[ResolvedMapping],
     forbidden: &Path,
@@ -137,8 +150,14 @@ pub fn plan(
     let kinds = inside
         .iter()
         .map(|&inside| (!inside).then(|| outside_kinds.next().expect("one kind per path outside")));
+    let root_may_be_file = sandbox.is_some();
     for (index, (mapping, kind)) in mappings.iter().zip(kinds).enumerate() {
-        apply(&mut root, mapping, kind, forbidden).map_err(|problem| PlanError {
+        let applied = if index > 0 && is_root(mapping) {
+            Err(Problem::RootNotFirst)
+        } else {
+            apply(&mut root, mapping, kind, forbidden, root_may_be_file)
+        };
+        applied.map_err(|problem| PlanError {
             index,
             path: mapping.path.clone(),
             underlying: mapping.underlying.clone(),
@@ -146,6 +165,10 @@ pub fn plan(
         })?;
     }
     Ok(root)
+}
+
+fn is_root(mapping: &ResolvedMapping) -> bool {
+    mapping.components().next().is_none()
 }
 
 /// `path.starts_with(base)`, component-wise, without walking components
@@ -171,6 +194,7 @@ fn apply(
     mapping: &ResolvedMapping,
     found: Option<kinds::Found>,
     forbidden: &Path,
+    root_may_be_file: bool,
 ) -> Result<(), Problem> {
     let Some(found) = found else {
         return Err(Problem::InsideMount(forbidden.to_owned()));
@@ -195,7 +219,7 @@ fn apply(
     if kind != FileKind::Directory && !entry.children.is_empty() {
         return Err(Problem::NotADirectoryForNested);
     }
-    if mapping.path == "/" && kind != FileKind::Directory {
+    if is_root(mapping) && kind != FileKind::Directory && !root_may_be_file {
         return Err(Problem::RootNotADirectory);
     }
     entry.mapped = Some(Mapped {
