@@ -174,6 +174,7 @@ fn is_dead_connection(errno: i32) -> bool {
 /// checks that it serves `rel` (a path in sandbox `s`) with `expected`.
 fn restart_serves(
     fx: &Fixture,
+    args: &[&str],
     mappings: Vec<actionfs_protocol::Mapping>,
     rel: &str,
     expected: &[u8],
@@ -183,7 +184,7 @@ fn restart_serves(
         libc::ENOTCONN,
         "the kill should leave a stale mount"
     );
-    let second = fx.start(&[]);
+    let second = fx.start(args);
     second.create(sandbox("s", mappings));
     let got = fs::read(second.path(rel)).unwrap();
     assert!(
@@ -201,13 +202,23 @@ fn restart_serves(
 
 #[test]
 fn kill_9_mid_write_loses_no_fsynced_byte_and_a_restart_recovers_the_mount() {
+    kill_9_mid_write(&[]);
+}
+
+/// With an OPEN per open, and passthrough where the kernel has it (root).
+#[test]
+fn kill_9_mid_write_with_open_messages() {
+    kill_9_mid_write(&["--zero_message_opens=off"]);
+}
+
+fn kill_9_mid_write(args: &[&str]) {
     if !require(&[Need::Mount]) {
         return;
     }
     let fx = Fixture::new();
     let _unmount = UnmountOnDrop(fx.mnt());
     let mappings = vec![rw("/ws", &fx.path("scratch"))];
-    let d = fx.start(&[]);
+    let d = fx.start(args);
     d.create(sandbox("s", mappings.clone()));
     let target = d.path("s/ws/out");
     let writer = Helper::python(FSYNCING_WRITER, &[target.to_str().unwrap()]);
@@ -233,6 +244,10 @@ fn kill_9_mid_write_loses_no_fsynced_byte_and_a_restart_recovers_the_mount() {
         "the writer should see the connection end, not errno {errno}"
     );
     let underlying = fs::read(fx.path("scratch/out")).unwrap();
+    eprintln!(
+        "{args:?}: {acknowledged} chunks fsynced, then errno {errno}; {} bytes underneath",
+        underlying.len()
+    );
     assert!(
         underlying.len() as u64 >= acknowledged * CHUNK,
         "{} bytes underneath, {acknowledged} chunks of {CHUNK} were fsynced",
@@ -245,11 +260,20 @@ fn kill_9_mid_write_loses_no_fsynced_byte_and_a_restart_recovers_the_mount() {
             "fsynced chunk {n} of {acknowledged} is not intact underneath"
         );
     }
-    restart_serves(&fx, mappings, "s/ws/out", &underlying);
+    restart_serves(&fx, args, mappings, "s/ws/out", &underlying);
 }
 
 #[test]
 fn kill_9_mid_read_ends_the_reader_with_an_error_and_a_restart_recovers_the_mount() {
+    kill_9_mid_read(&[]);
+}
+
+#[test]
+fn kill_9_mid_read_with_open_messages() {
+    kill_9_mid_read(&["--zero_message_opens=off"]);
+}
+
+fn kill_9_mid_read(args: &[&str]) {
     if !require(&[Need::Mount]) {
         return;
     }
@@ -259,7 +283,7 @@ fn kill_9_mid_read_ends_the_reader_with_an_error_and_a_restart_recovers_the_moun
     let content: Vec<u8> = (0..256).flat_map(chunk).collect(); // 4 MiB
     fs::write(&input, &content).unwrap();
     let mappings = vec![ro("/big", &input)];
-    let d = fx.start(&[]);
+    let d = fx.start(args);
     d.create(sandbox("s", mappings.clone()));
     let reader = Helper::python(
         REREADER,
@@ -279,11 +303,12 @@ fn kill_9_mid_read_ends_the_reader_with_an_error_and_a_restart_recovers_the_moun
         }
     };
     let errno = error_of(&failure).unwrap_or_else(|| panic!("reader: {failure}"));
+    eprintln!("{args:?}: the reader saw errno {errno} after {passes}+ whole passes");
     assert!(
         is_dead_connection(errno),
         "the reader should see the connection end, not errno {errno}"
     );
-    restart_serves(&fx, mappings, "s/big", &content);
+    restart_serves(&fx, args, mappings, "s/big", &content);
 }
 
 /// Mounts a tmpfs of `size` at `path`; unmounted on drop.
