@@ -1,7 +1,8 @@
 //! Fault suite: a FUSE-view sandbox (`--native_below=0`, default open
-//! mode) under real processes while the daemon is killed, its writable
-//! file system fills up, it is signalled with a file held open, its input
-//! ends mid-request, and it is loaded with many large sandboxes.
+//! mode unless a test says otherwise) under real processes while the daemon
+//! is killed, its writable file system fills up, it is signalled with a
+//! file held open, its input ends mid-request, it runs out of descriptors,
+//! and it is loaded with many large sandboxes.
 //!
 //! Every wait is a bounded poll with a generous deadline, never a timing
 //! assertion. Each test owns its daemons and helper processes through
@@ -700,4 +701,102 @@ fn read_sandbox(root: &Path) {
     }
     let missing = seen.iter().filter(|s| !**s).count();
     assert_eq!(missing, 0, "{root:?}: {missing} inputs not read");
+}
+
+/// Opens argv[2..] (as many as it can, keeping them open), reads each one
+/// it opened, and prints one JSON line: how many opened, the errno of each
+/// failed open, and the paths whose bytes were not `file N\n`.
+const OPEN_ALL: &str = r#"
+import json, os, sys
+fds, errors, wrong = [], [], []
+for n in range(int(sys.argv[2])):
+    try:
+        fds.append((n, os.open("%s/f%d" % (sys.argv[1], n), os.O_RDONLY)))
+    except OSError as e:
+        errors.append(e.errno)
+for n, fd in fds:
+    try:
+        if os.pread(fd, 100, 0) != b"file %d\n" % n:
+            wrong.append(n)
+    except OSError as e:
+        errors.append(e.errno)
+print(json.dumps({"opened": len(fds), "errors": errors, "wrong": wrong}), flush=True)
+"#;
+
+#[test]
+fn a_daemon_out_of_descriptors_fails_opens_and_serves_again_once_they_close() {
+    out_of_descriptors(&[]);
+}
+
+#[test]
+fn a_daemon_out_of_descriptors_with_open_messages() {
+    out_of_descriptors(&["--zero_message_opens=off"]);
+}
+
+/// The daemon with a hard limit of 64 descriptors, and a process that
+/// holds 200 files of its sandbox open at once.
+fn out_of_descriptors(args: &[&str]) {
+    use std::os::unix::process::CommandExt;
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    const FILES: usize = 200;
+    let fx = Fixture::new();
+    let _unmount = UnmountOnDrop(fx.mnt());
+    let mut mappings = Vec::new();
+    for n in 0..FILES {
+        let input = fx.write(&format!("src/f{n}"), &format!("file {n}\n"));
+        mappings.push(ro(&format!("/d/f{n}"), &input));
+    }
+    let mut command = fx.command(args);
+    // SAFETY: setrlimit is async-signal-safe and touches no memory of the
+    // parent; a hard limit, so the daemon cannot raise it.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let d = fx.start_command(command);
+    d.create(sandbox("s", mappings.clone()));
+    let dir = d.path("s/d");
+    let opener = Helper::python(OPEN_ALL, &[dir.to_str().unwrap(), &FILES.to_string()]);
+    let report: serde_json::Value = serde_json::from_str(&opener.line()).unwrap();
+    drop(opener);
+    eprintln!(
+        "{args:?}: {} of {FILES} opened, {} opens failed",
+        report["opened"],
+        report["errors"].as_array().unwrap().len()
+    );
+    assert_eq!(
+        report["wrong"],
+        serde_json::json!([]),
+        "wrong bytes: {report}"
+    );
+    for errno in report["errors"].as_array().unwrap() {
+        assert!(
+            [libc::EMFILE, libc::ENFILE].contains(&(errno.as_i64().unwrap() as i32)),
+            "an open or read failed other than for want of descriptors: {report}\n{}",
+            fx.log()
+        );
+    }
+    // Once they are closed, everything is served again.
+    for n in 0..FILES {
+        assert_eq!(
+            fs::read_to_string(dir.join(format!("f{n}"))).unwrap(),
+            format!("file {n}\n")
+        );
+    }
+    d.create(sandbox("again", mappings));
+    assert_eq!(
+        fs::read_to_string(d.path("again/d/f7")).unwrap(),
+        "file 7\n"
+    );
+    assert_eq!(d.terminate(), BY_SIGTERM, "{}", fx.log());
 }
