@@ -16,7 +16,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
-use actionfs_testkit::tier::{require, Need};
+use actionfs_testkit::tier::{self, require, Need};
 use actionfs_testkit::*;
 
 const PYTHON: &str = "/usr/bin/python3";
@@ -798,5 +798,51 @@ fn out_of_descriptors(args: &[&str]) {
         fs::read_to_string(d.path("again/d/f7")).unwrap(),
         "file 7\n"
     );
+    assert_eq!(d.terminate(), BY_SIGTERM, "{}", fx.log());
+}
+
+#[test]
+fn an_underlying_file_system_that_fails_gives_eio_and_the_rest_keeps_serving() {
+    use std::os::unix::fs::FileExt;
+    if !require(&[Need::Mount, Need::LoopDevice]) {
+        return;
+    }
+    let xfs = match LoopXfs::new() {
+        Ok(xfs) => xfs,
+        Err(why) => {
+            tier::skip(&format!("no loop-mounted xfs: {why}"));
+            return;
+        }
+    };
+    let ws = xfs.path().join("ws");
+    fs::create_dir(&ws).unwrap();
+    let fx = Fixture::new();
+    let _unmount = UnmountOnDrop(fx.mnt());
+    let other = fx.write("src/other", "elsewhere");
+    let d = fx.start(&[]);
+    d.create(sandbox("s", vec![rw("/ws", &ws), ro("/o", &other)]));
+    let out = fs::File::create(d.path("s/ws/out")).unwrap();
+    out.write_all_at(b"before", 0).unwrap();
+    out.sync_all().unwrap();
+    // The file system under the writable mapping dies (as on a disk
+    // error): every operation on it fails with EIO from now on.
+    let status = Command::new("xfs_io")
+        .args(["-x", "-c", "shutdown"])
+        .arg(xfs.path())
+        .status()
+        .unwrap();
+    assert!(status.success(), "xfs_io shutdown");
+    assert_eq!(errno(out.write_all_at(b"after", 6)), libc::EIO);
+    assert_eq!(errno(out.sync_all()), libc::EIO);
+    assert_eq!(errno(fs::write(d.path("s/ws/new"), "x")), libc::EIO);
+    assert_eq!(errno(fs::read_dir(d.path("s/ws"))), libc::EIO);
+    drop(out);
+    // Everything else is served: the sandbox's other mapping, new
+    // sandboxes, and the destroy of the one on the dead file system.
+    assert_eq!(fs::read_to_string(d.path("s/o")).unwrap(), "elsewhere");
+    d.create(sandbox("t", vec![ro("/o", &other)]));
+    assert_eq!(fs::read_to_string(d.path("t/o")).unwrap(), "elsewhere");
+    d.destroy("s");
+    assert!(!d.path("s").exists());
     assert_eq!(d.terminate(), BY_SIGTERM, "{}", fx.log());
 }
