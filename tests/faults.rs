@@ -846,3 +846,66 @@ fn an_underlying_file_system_that_fails_gives_eio_and_the_rest_keeps_serving() {
     assert!(!d.path("s").exists());
     assert_eq!(d.terminate(), BY_SIGTERM, "{}", fx.log());
 }
+
+/// The `.actionfs-stashes-PID` pools in a native directory.
+fn stash_pools(native_dir: &Path) -> Vec<String> {
+    let mut pools: Vec<String> = fs::read_dir(native_dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(".actionfs-stashes-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    pools.sort();
+    pools
+}
+
+#[test]
+fn kill_9_in_hybrid_mode_and_a_restart_clears_what_the_killed_daemon_left_in_the_native_dir() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let _unmount = UnmountOnDrop(fx.mnt());
+    let input = fx.write("src/in", "data");
+    let native_dir = fx.path("mnt.native");
+    let hybrid = ["--native_below=100"];
+    let action = |d: &Daemon, id: &str| {
+        let ws = fx.path(&format!("scratch/{id}"));
+        fs::create_dir_all(&ws).unwrap();
+        d.create(sandbox(id, vec![rw("/ws", &ws), ro("/ws/in/a", &input)]));
+        assert_eq!(
+            fs::read_to_string(d.path(&format!("{id}/ws/in/a"))).unwrap(),
+            "data"
+        );
+        fs::write(d.path(&format!("{id}/ws/out")), id).unwrap();
+    };
+    let d = fx.start(&hybrid);
+    let first_pid = d.client().pid();
+    for n in 0..4 {
+        action(&d, &format!("n{n}"));
+    }
+    for n in 0..3 {
+        d.destroy(&format!("n{n}"));
+    }
+    let killed_pool = format!(".actionfs-stashes-{first_pid}");
+    assert_eq!(
+        stash_pools(&native_dir),
+        std::slice::from_ref(&killed_pool),
+        "destroyed native sandboxes should be stashed in the native directory"
+    );
+    kill_9(d);
+
+    let second = fx.start(&hybrid);
+    action(&second, "n3");
+    assert!(
+        wait_for(PATIENCE, || !stash_pools(&native_dir)
+            .contains(&killed_pool)),
+        "the killed daemon's stashes are still in {native_dir:?}: {:?}",
+        stash_pools(&native_dir)
+    );
+    assert_eq!(second.terminate(), BY_SIGTERM, "{}", fx.log());
+    assert_eq!(stash_pools(&native_dir), Vec::<String>::new());
+}
