@@ -82,6 +82,16 @@ impl Drop for Helper {
     }
 }
 
+/// A process killed and reaped on drop.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Unmounts whatever is still mounted at a path (a stale mount of a killed
 /// daemon included) on drop.
 struct UnmountOnDrop(PathBuf);
@@ -908,4 +918,67 @@ fn kill_9_in_hybrid_mode_and_a_restart_clears_what_the_killed_daemon_left_in_the
     );
     assert_eq!(second.terminate(), BY_SIGTERM, "{}", fx.log());
     assert_eq!(stash_pools(&native_dir), Vec::<String>::new());
+}
+
+#[test]
+fn answers_nobody_reads_hold_up_requests_but_not_the_mount() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    const REQUESTS: usize = 5_000;
+    let fx = Fixture::new();
+    let _unmount = UnmountOnDrop(fx.mnt());
+    let input = fx.write("src/in", "data");
+    let mut child = fx
+        .command(&[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let pid = child.id();
+    let mut child = Reaped(child);
+    let writer = std::thread::spawn(move || {
+        for n in 0..REQUESTS {
+            let request = format!(
+                r#"{{"C":{{"i":"a-sandbox-with-a-long-name-{n:05}","m":[{{"p":"/in","u":"{}"}}]}}}}"#,
+                input.display()
+            );
+            if writeln!(stdin, "{request}").is_err() {
+                break;
+            }
+        }
+    });
+    // Answers pile up unread (a pipe holds about 1,200 of them), so the
+    // daemon stops taking requests; the mount keeps serving meanwhile.
+    let visible = || fs::read_dir(fx.mnt()).map(|d| d.count()).unwrap_or(0);
+    assert!(
+        wait_for(PATIENCE, || visible() > 1_000),
+        "only {} sandboxes\n{}",
+        visible(),
+        fx.log()
+    );
+    for entry in fs::read_dir(fx.mnt()).unwrap().take(100) {
+        assert_eq!(
+            fs::read_to_string(entry.unwrap().path().join("in")).unwrap(),
+            "data"
+        );
+    }
+    assert!(is_mounted(&fx.mnt()));
+    // Once read, every request is answered.
+    let mut answered = 0;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        assert!(line.ends_with(r#","error":null}"#), "{line}");
+        answered += 1;
+        if answered == REQUESTS {
+            break;
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(visible(), REQUESTS);
+    // SAFETY: kill(2) with our own child's pid and a plain signal.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(shell_status(child.0.wait().unwrap()), BY_SIGTERM);
 }
