@@ -326,3 +326,19 @@ impl Pool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_another_daemons_pool_is_stale() {
+        let ours = format!("{POOL_PREFIX}{}", std::process::id());
+        let other = format!("{POOL_PREFIX}{}", std::process::id() + 1);
+        assert!(is_stale_pool(other.as_ref()));
+        assert!(!is_stale_pool(ours.as_ref()));
+        for name in ["trees", "links", "trash", ".actionfs-stash"] {
+            assert!(!is_stale_pool(name.as_ref()), "{name}");
+        }
+    }
+}
