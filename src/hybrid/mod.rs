@@ -279,6 +279,15 @@ impl NativeDir {
                 trash.discard(&entry.path())?;
             }
         }
+        // A daemon that was killed left its stash pool here too (one that
+        // stopped deleted its own).
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| materialize::Error::new("opendir", dir, e))?;
+        for entry in entries.flatten() {
+            if stash::is_stale_pool(&entry.file_name()) {
+                trash.discard(&entry.path())?;
+            }
+        }
         let links =
             Anchor::open(&links, None).map_err(|e| materialize::Error::new("open", &links, e))?;
         Ok(NativeDir {

@@ -112,7 +112,7 @@ impl Stashes {
     }
 
     fn open_pool(&self, writable: &Path, dev: u64) -> Result<Pool, String> {
-        let name = format!(".actionfs-stashes-{}", std::process::id());
+        let name = format!("{POOL_PREFIX}{}", std::process::id());
         let parent = if device_of_path(&self.native_dir) == Some(dev) {
             self.native_dir.clone()
         } else {
@@ -150,6 +150,17 @@ impl Stashes {
             pool.remove();
         }
     }
+}
+
+/// A pool's name is this and the daemon's pid.
+const POOL_PREFIX: &str = ".actionfs-stashes-";
+
+/// Whether `name` (an entry of the native directory) is the stash pool of
+/// another daemon, which can only be one that ended without deleting it.
+pub fn is_stale_pool(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .and_then(|name| name.strip_prefix(POOL_PREFIX))
+        .is_some_and(|pid| pid != std::process::id().to_string())
 }
 
 /// Checks that `dir` is a directory on device `dev` that we own and that
@@ -312,6 +323,22 @@ impl Pool {
         self.trash.wait_idle();
         if let Err(err) = materialize::remove_tree(&self.path) {
             log::warn!("cannot remove the stashes in {:?}: {err}", self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_another_daemons_pool_is_stale() {
+        let ours = format!("{POOL_PREFIX}{}", std::process::id());
+        let other = format!("{POOL_PREFIX}{}", std::process::id() + 1);
+        assert!(is_stale_pool(other.as_ref()));
+        assert!(!is_stale_pool(ours.as_ref()));
+        for name in ["trees", "links", "trash", ".actionfs-stash"] {
+            assert!(!is_stale_pool(name.as_ref()), "{name}");
         }
     }
 }

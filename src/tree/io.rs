@@ -79,6 +79,27 @@ pub(super) fn file_id(st: &FileStat) -> (u64, u64) {
     (st.st_dev as u64, st.st_ino as u64)
 }
 
+/// Writes `data` at `offset` and returns how much was written. A write that
+/// fails after some bytes went in (ENOSPC, EFBIG, EDQUOT part way) answers
+/// that short count, as write(2) does, instead of an error for bytes that
+/// are in the file: the caller's next write then gets the error.
+fn write_some_at(file: &File, data: &[u8], offset: u64) -> std::io::Result<u32> {
+    let mut done = 0;
+    while done < data.len() {
+        match file.write_at(&data[done..], offset + done as u64) {
+            // pwrite(2) makes no progress only on a full device it did not
+            // report: say so rather than answer a write of nothing.
+            Ok(0) if done == 0 => return Err(std::io::Error::from_raw_os_error(libc::ENOSPC)),
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) if done == 0 => return Err(err),
+            Err(_) => break,
+        }
+    }
+    Ok(u32::try_from(done).expect("a FUSE write is at most max_write bytes"))
+}
+
 fn fstat(file: &File) -> FsResult<FileStat> {
     nix::sys::stat::fstat(file).map_err(|e| FsError::call("fstat", e))
 }
@@ -229,10 +250,7 @@ impl SandboxFs {
 
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
         let open = self.io_file(ino, fh, true)?;
-        open.file()
-            .write_all_at(data, offset)
-            .map_err(|e| FsError::call("pwrite", e))?;
-        Ok(data.len() as u32)
+        write_some_at(open.file(), data, offset).map_err(|e| FsError::call("pwrite", e))
     }
 
     pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> FsResult<()> {
