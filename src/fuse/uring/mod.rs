@@ -25,9 +25,16 @@ use crate::fuse::Dispatcher;
 /// 1 MiB is also the kernel's default page limit per request.
 pub const MAX_WRITE: u32 = 1 << 20;
 
-/// Entries per queue. A queue's thread serves one request at a time; the
-/// others wait in the kernel's buffers instead of its request list.
-const DEPTH: u32 = 4;
+/// Threads per queue, all pinned to the queue's CPU, each with its own
+/// ring and entries: a request that blocks (an fsync, a slow underlying
+/// disk) leaves the CPU's other requests a thread. The kernel hands a
+/// request to the entry freed last, so the thread that just answered takes
+/// the next one and the other sleeps unless needed.
+const THREADS_PER_QUEUE: usize = 2;
+
+/// Entries per thread: while the thread serves one, the next requests wait
+/// in the kernel's buffers instead of its request list.
+const DEPTH: u32 = 2;
 
 /// How many queues the kernel expects: one per possible CPU (its
 /// num_possible_cpus()), whether online or not.
@@ -75,20 +82,22 @@ pub fn start(
     let qids = u16::try_from(queues).map_err(|_| io::Error::other("too many CPUs"))?;
     let (ready, reports) = channel();
     for qid in 0..qids {
-        let setup = queue::QueueSetup {
-            qid,
-            depth: DEPTH,
-            payload_size: payload_size(),
-            pin,
-        };
-        let device = device.as_fd().try_clone_to_owned()?;
-        let (dispatch, ready) = (dispatch.clone(), ready.clone());
-        std::thread::Builder::new()
-            .name(format!("fuse-ring-{qid}"))
-            .spawn(move || queue::run(setup, device, dispatch, acl, ready))?;
+        for thread in 0..THREADS_PER_QUEUE {
+            let setup = queue::QueueSetup {
+                qid,
+                depth: DEPTH,
+                payload_size: payload_size(),
+                pin,
+            };
+            let device = device.as_fd().try_clone_to_owned()?;
+            let (dispatch, ready) = (dispatch.clone(), ready.clone());
+            std::thread::Builder::new()
+                .name(format!("fuse-ring-{qid}.{thread}"))
+                .spawn(move || queue::run(setup, device, dispatch, acl, ready))?;
+        }
     }
     drop(ready);
-    for qid in 0..queues {
+    for _ in 0..queues * THREADS_PER_QUEUE {
         match reports.recv() {
             Ok(Ok(())) => {}
             Ok(Err(err)) => {
@@ -97,7 +106,7 @@ pub fn start(
                     format!("ring queue setup: {err}"),
                 ))
             }
-            Err(_) => return Err(io::Error::other(format!("ring queue {qid} ended unready"))),
+            Err(_) => return Err(io::Error::other("a ring queue thread ended unready")),
         }
     }
     Ok(queues)
