@@ -23,7 +23,11 @@ const NOBODY: u32 = 65534;
 /// Reads a whole file through read(2) alone: no fstat that would refresh
 /// the kernel's cached attributes first (as `fs::read` does).
 fn read_plain(path: &Path) -> std::io::Result<String> {
-    let mut file = File::open(path)?;
+    read_rest(&mut File::open(path)?)
+}
+
+/// What is left to read of `file`, through read(2) alone.
+fn read_rest(file: &mut File) -> std::io::Result<String> {
     let mut bytes = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -191,6 +195,15 @@ fn an_input_rewritten_in_place_reads_back_whole_with_its_new_size() {
             for text in ["new contents, longer than before\n", "short\n", "SHORT\n"] {
                 fs::write(&under, text).unwrap();
                 assert_eq!(fs::metadata(&under).unwrap().ino(), ino, "in place");
+                // The next open shows the new size at once (fstat before
+                // any read, which would refresh it by itself)...
+                let mut opened = File::open(&view).unwrap();
+                let size = opened.metadata().unwrap().len();
+                assert_eq!(size, text.len() as u64, "{view:?} {flags:?}");
+                // ...and reads the new bytes, all of them.
+                let read = read_rest(&mut opened).unwrap();
+                assert_eq!(read, text, "{view:?} {flags:?}");
+                drop(opened);
                 assert_eq!(read_plain(&view).unwrap(), text, "{view:?} {flags:?}");
                 assert_eq!(
                     fs::metadata(&view).unwrap().len(),
