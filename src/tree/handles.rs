@@ -1,8 +1,9 @@
 //! Open file and directory handles.
 
-use std::ffi::OsString;
+use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -58,19 +59,62 @@ pub struct OpenFile {
     pub ino: u64,
 }
 
-/// One entry of a directory listing.
-#[derive(Clone, Debug)]
-pub struct DirEntry {
-    pub name: OsString,
+/// One entry of a directory listing, as handed out.
+#[derive(Clone, Copy, Debug)]
+pub struct DirEntry<'a> {
+    pub name: &'a OsStr,
     pub ino: u64,
     pub kind: FileKind,
+}
+
+/// A directory's entries, names back to back in one buffer: a listing of
+/// a million names is a few allocations, not a million.
+#[derive(Default)]
+pub struct Listing {
+    names: Vec<u8>,
+    entries: Vec<Listed>,
+}
+
+struct Listed {
+    /// Where the name ends in `names` (it starts where the previous ends).
+    end: usize,
+    ino: u64,
+    kind: FileKind,
+}
+
+impl Listing {
+    pub fn push(&mut self, name: &OsStr, ino: u64, kind: FileKind) {
+        self.names.extend_from_slice(name.as_bytes());
+        self.entries.push(Listed {
+            end: self.names.len(),
+            ino,
+            kind,
+        });
+    }
+
+    /// The entries from index `start` on.
+    pub fn from(&self, start: usize) -> impl Iterator<Item = DirEntry<'_>> {
+        let mut name_start = match start.checked_sub(1) {
+            Some(before) => self.entries.get(before).map_or(self.names.len(), |e| e.end),
+            None => 0,
+        };
+        self.entries.iter().skip(start).map(move |listed| {
+            let name = OsStr::from_bytes(&self.names[name_start..listed.end]);
+            name_start = listed.end;
+            DirEntry {
+                name,
+                ino: listed.ino,
+                kind: listed.kind,
+            }
+        })
+    }
 }
 
 /// A directory listing taken when the directory was opened, so that
 /// offsets stay meaningful while entries change, and the directory itself
 /// (none for a virtual one), kept open as long as the handle.
 pub struct OpenDir {
-    pub entries: Vec<DirEntry>,
+    pub entries: Listing,
     pub fd: Option<OwnedFd>,
     pub ino: u64,
 }

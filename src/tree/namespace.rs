@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::attr::{Attr, FileKind};
 use super::error::{Errno, FsError, FsResult};
-use super::handles::{DirEntry, OpenDir};
+use super::handles::{DirEntry, Listing, OpenDir};
 use super::held::HeldFd;
 use super::inodes::ROOT_INO;
 use super::io::{file_id, fingerprint};
@@ -240,23 +240,11 @@ impl SandboxFs {
         let explicit = dir.explicit_entries();
         // Names of the same snapshot, for shadowing in one hash lookup each.
         let shadowing: HashSet<&OsStr> = explicit.iter().map(|(n, _)| n.as_os_str()).collect();
-        let mut entries = Vec::with_capacity(explicit.len() + 2);
-        entries.push(DirEntry {
-            name: ".".into(),
-            ino,
-            kind: FileKind::Directory,
-        });
-        entries.push(DirEntry {
-            name: "..".into(),
-            ino: ROOT_INO,
-            kind: FileKind::Directory,
-        });
+        let mut entries = Listing::default();
+        entries.push(OsStr::new("."), ino, FileKind::Directory);
+        entries.push(OsStr::new(".."), ROOT_INO, FileKind::Directory);
         for (name, child) in &explicit {
-            entries.push(DirEntry {
-                name: name.clone(),
-                ino: self.inodes.ino_of(child),
-                kind: child.kind(),
-            });
+            entries.push(name, self.inodes.ino_of(child), child.kind());
         }
         let mut kept = None;
         if let Some(backing) = backing_dir(&node)? {
@@ -265,28 +253,30 @@ impl SandboxFs {
                 .entries()
                 .map_err(|e| FsError::call("fdopendir", e))?;
             let discovered = dir.discovered().lock();
+            // Most listed directories have neither: skip the lookups.
+            let (shadows, known) = (!shadowing.is_empty(), !discovered.is_empty());
             for item in listing.iter() {
                 let (name, kind, d_ino) = item.map_err(|e| FsError::call("readdir", e))?;
                 let name = OsStr::from_bytes(name.to_bytes());
-                if shadowing.contains(name) {
+                if shadows && shadowing.contains(name) {
                     continue;
                 }
                 // Inode numbers of names the kernel has not looked up are
                 // informational only; the underlying one is as good as any.
-                let ino = discovered
-                    .get(name)
-                    .map(|n| n.ino())
-                    .filter(|&ino| ino != 0)
-                    .unwrap_or(d_ino);
+                let ino = if known {
+                    discovered
+                        .get(name)
+                        .map(|n| n.ino())
+                        .filter(|&ino| ino != 0)
+                        .unwrap_or(d_ino)
+                } else {
+                    d_ino
+                };
                 let kind = match kind {
                     Some(kind) => kind,
                     None => kind_of(&backing.stat_entry(name)?),
                 };
-                entries.push(DirEntry {
-                    name: name.to_owned(),
-                    ino,
-                    kind,
-                });
+                entries.push(name, ino, kind);
             }
             // Kept while the handle is open: what is done to the directory
             // by descriptor is done to it even after it is removed.
@@ -311,12 +301,14 @@ impl SandboxFs {
         &self,
         fh: u64,
         offset: u64,
-        mut add: impl FnMut(u64, &DirEntry) -> bool,
+        mut add: impl FnMut(u64, DirEntry<'_>) -> bool,
     ) -> FsResult<()> {
         let dir = self.dirs.get(fh).ok_or(FsError::refused(Errno::EBADF))?;
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (index, entry) in dir.entries.iter().enumerate().skip(start) {
-            if add(index as u64 + 1, entry) {
+        // Entries first: a position past the end yields none, and no
+        // position is counted past u64::MAX.
+        for (entry, next) in dir.entries.from(start).zip(offset.saturating_add(1)..) {
+            if add(next, entry) {
                 break;
             }
         }
@@ -371,8 +363,8 @@ impl SandboxFs {
         let fh = self.opendir(ino)?;
         let mut names = Vec::new();
         let listed = self.readdir(fh, 0, |_, entry| {
-            if entry.name != "." && entry.name != ".." {
-                names.push(entry.name.clone());
+            if entry.name != OsStr::new(".") && entry.name != OsStr::new("..") {
+                names.push(entry.name.to_owned());
             }
             false
         });
