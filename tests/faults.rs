@@ -232,6 +232,15 @@ fn kill_9_mid_write(args: &[&str]) {
     let d = fx.start(args);
     d.create(sandbox("s", mappings.clone()));
     let target = d.path("s/ws/out");
+    // A process inside (as an action still running when the daemon dies)
+    // keeps the stale mount busy; the restart must get past that too.
+    let _inside = Reaped(
+        Command::new("sleep")
+            .arg("600")
+            .current_dir(d.path("s/ws"))
+            .spawn()
+            .unwrap(),
+    );
     let writer = Helper::python(FSYNCING_WRITER, &[target.to_str().unwrap()]);
     // Mid-write: the writer goes on writing until the connection dies.
     let mut acknowledged = 0;
