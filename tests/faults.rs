@@ -1,8 +1,9 @@
 //! Fault suite: a FUSE-view sandbox (`--native_below=0`, default open
 //! mode unless a test says otherwise) under real processes while the daemon
-//! is killed, its writable file system fills up, it is signalled with a
-//! file held open, its input ends mid-request, it runs out of descriptors,
-//! and it is loaded with many large sandboxes.
+//! is killed (and restarted on its stale mount), the file system under a
+//! writable mapping fills up or fails, the daemon is signalled with a file
+//! held open, its input ends mid-request, nobody reads its answers, it runs
+//! out of descriptors, and it is loaded with many large sandboxes.
 //!
 //! Every wait is a bounded poll with a generous deadline, never a timing
 //! assertion. Each test owns its daemons and helper processes through
