@@ -1,8 +1,9 @@
 //! Fault suite: a FUSE-view sandbox (`--native_below=0`, default open
 //! mode unless a test says otherwise) under real processes while the daemon
-//! is killed, its writable file system fills up, it is signalled with a
-//! file held open, its input ends mid-request, it runs out of descriptors,
-//! and it is loaded with many large sandboxes.
+//! is killed (and restarted on its stale mount), the file system under a
+//! writable mapping fills up or fails, the daemon is signalled with a file
+//! held open, its input ends mid-request, nobody reads its answers, it runs
+//! out of descriptors, and it is loaded with many large sandboxes.
 //!
 //! Every wait is a bounded poll with a generous deadline, never a timing
 //! assertion. Each test owns its daemons and helper processes through
@@ -232,6 +233,15 @@ fn kill_9_mid_write(args: &[&str]) {
     let d = fx.start(args);
     d.create(sandbox("s", mappings.clone()));
     let target = d.path("s/ws/out");
+    // A process inside (as an action still running when the daemon dies)
+    // keeps the stale mount busy; the restart must get past that too.
+    let _inside = Reaped(
+        Command::new("sleep")
+            .arg("600")
+            .current_dir(d.path("s/ws"))
+            .spawn()
+            .unwrap(),
+    );
     let writer = Helper::python(FSYNCING_WRITER, &[target.to_str().unwrap()]);
     // Mid-write: the writer goes on writing until the connection dies.
     let mut acknowledged = 0;
