@@ -20,11 +20,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use actionfs_protocol::{
-    Decoded, PrefixTable, Request, RequestReader, ResolvedMapping, Response, ResponseWriter,
-};
+use actionfs_protocol::{Decoded, PrefixTable, Request, RequestReader, Response, ResponseWriter};
 use parking_lot::Mutex;
 
+use crate::layout::Draft;
 use crate::record::Recording;
 use crate::stats::{RequestKind, Stats};
 
@@ -33,8 +32,9 @@ pub type Refusal = Box<dyn std::error::Error + Send + Sync>;
 
 /// What the request loop drives.
 pub trait Backend: Send + Sync {
-    /// Creates sandbox `id`; on success says how it was made (for the log).
-    fn create(&self, id: &str, mappings: &[ResolvedMapping]) -> Result<&'static str, Refusal>;
+    /// Creates sandbox `id` from its drafted layout; on success says how
+    /// it was made (for the log).
+    fn create(&self, id: &str, draft: Draft) -> Result<&'static str, Refusal>;
     fn destroy(&self, id: &str) -> Result<(), Refusal>;
 }
 
@@ -80,15 +80,11 @@ impl ResponseSink {
     }
 }
 
-/// A request ready to apply: prefixes resolved, paths validated.
+/// A request ready to apply: prefixes resolved, paths validated, the
+/// layout drafted.
 pub(crate) enum Job {
-    Create {
-        id: String,
-        mappings: Vec<ResolvedMapping>,
-    },
-    Destroy {
-        id: String,
-    },
+    Create { id: String, draft: Draft },
+    Destroy { id: String },
 }
 
 impl Job {
@@ -173,8 +169,8 @@ pub(crate) fn prepare(
         // client considers them sent and will use them again.
         Request::Create(create) => match prefixes.resolve_create(&create) {
             Ok(mappings) => Ok(Job::Create {
+                draft: Draft::of(&mappings, Some(&create.id)),
                 id: create.id,
-                mappings,
             }),
             Err(err) => {
                 let message = format!("sandbox {:?}: {err}", create.id);
@@ -227,11 +223,14 @@ pub(crate) fn apply(backend: &dyn Backend, job: Job, stats: &Stats) -> Response 
         Job::Create { .. } => RequestKind::Create,
         Job::Destroy { .. } => RequestKind::Destroy,
     };
-    let outcome = catch_unwind(AssertUnwindSafe(|| match &job {
-        Job::Create { id, mappings } => backend
-            .create(id, mappings)
-            .map(|how| format!("{how} create with {} mappings", mappings.len())),
-        Job::Destroy { id } => backend.destroy(id).map(|()| "destroy".to_owned()),
+    let outcome = catch_unwind(AssertUnwindSafe(move || match job {
+        Job::Create { id, draft } => {
+            let count = draft.mapping_count();
+            backend
+                .create(&id, draft)
+                .map(|how| format!("{how} create with {count} mappings"))
+        }
+        Job::Destroy { id } => backend.destroy(&id).map(|()| "destroy".to_owned()),
     }));
     stats.request(kind, started.elapsed(), matches!(outcome, Ok(Ok(_))));
     match outcome {
@@ -295,7 +294,7 @@ mod tests {
     }
 
     impl Backend for Recorder {
-        fn create(&self, id: &str, mappings: &[ResolvedMapping]) -> Result<&'static str, Refusal> {
+        fn create(&self, id: &str, draft: Draft) -> Result<&'static str, Refusal> {
             self.creates.fetch_add(1, Ordering::SeqCst);
             if self.hold.lock().as_deref() == Some(id) {
                 let mut released = self.released.0.lock().unwrap();
@@ -303,9 +302,10 @@ mod tests {
                     released = self.released.1.wait(released).unwrap();
                 }
             }
-            let paths = mappings
-                .iter()
-                .map(|m| format!("{}={}", m.path, m.underlying.display()))
+            let paths = draft
+                .describe()
+                .into_iter()
+                .map(|(path, underlying, _)| format!("{path}={}", underlying.display()))
                 .collect();
             self.note("create", id, paths);
             match id {
