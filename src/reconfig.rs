@@ -20,7 +20,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use actionfs_protocol::{Decoded, PrefixTable, Request, RequestReader, Response, ResponseWriter};
+use actionfs_protocol::{
+    decode_in_place, decode_value, Decoded, FatalError, InPlace, PrefixTable, Request,
+    RequestReader, Response, ResponseWriter,
+};
 use parking_lot::Mutex;
 
 use crate::layout::Draft;
@@ -107,20 +110,11 @@ pub fn serve<R: Read>(
 ) -> io::Result<()> {
     let (queues, handles) = start_workers(workers.max(1), &backend, &sink, &stats)?;
     let mut prefixes = PrefixTable::new();
-    for item in RequestReader::new(input) {
+    let mut reader = RequestReader::new(input);
+    while let Some(item) = reader.next_with(|bytes| read_request(bytes, &sink, &mut prefixes)) {
         let job = match item {
-            Ok(Decoded::Request(request)) => {
-                match record_then_prepare(&sink, &mut prefixes, request) {
-                    Ok(job) => job,
-                    Err((id, message)) => {
-                        log::warn!("{message}");
-                        sink.send(&Response::error(id, message));
-                        continue;
-                    }
-                }
-            }
-            Ok(Decoded::Invalid { id, message }) => {
-                let message = format!("sandbox {id:?}: {message}");
+            Ok(Incoming::Job(job)) => job,
+            Ok(Incoming::Refused { id, message }) => {
                 log::warn!("{message}");
                 sink.send(&Response::error(id, message));
                 continue;
@@ -147,15 +141,53 @@ pub fn serve<R: Read>(
     Ok(())
 }
 
-fn record_then_prepare(
+/// What one request read from the stream comes to.
+enum Incoming {
+    Job(Job),
+    /// Answered with `message` without reaching the backend.
+    Refused {
+        id: String,
+        message: String,
+    },
+}
+
+/// Decodes one request's bytes: in place (the create drafted as its
+/// mappings are read), else, and when recording (which writes requests
+/// as decoded), by the reference decoder.
+fn read_request(
+    bytes: &[u8],
     sink: &ResponseSink,
     prefixes: &mut PrefixTable,
-    request: Request,
-) -> Result<Job, (String, String)> {
-    if let Some(recording) = &sink.recording {
-        recording.request(&request);
+) -> Result<Incoming, FatalError> {
+    if sink.recording.is_none() {
+        match decode_in_place(bytes, prefixes, |id| Draft::new(Some(id))) {
+            InPlace::Create { id, sink: draft } => {
+                let id = id.into_owned();
+                return Ok(Incoming::Job(Job::Create { id, draft }));
+            }
+            InPlace::Destroy(id) => {
+                let id = id.into_owned();
+                return Ok(Incoming::Job(Job::Destroy { id }));
+            }
+            InPlace::Refused { id, message } => return Ok(Incoming::Refused { id, message }),
+            InPlace::Fallback => {}
+        }
     }
-    prepare(prefixes, request)
+    match decode_value(bytes)? {
+        Decoded::Request(request) => {
+            if let Some(recording) = &sink.recording {
+                recording.request(&request);
+            }
+            Ok(match prepare(prefixes, request) {
+                Ok(job) => Incoming::Job(job),
+                Err((id, message)) => Incoming::Refused { id, message },
+            })
+        }
+        Decoded::Invalid { id, message } => Ok(Incoming::Refused {
+            message: format!("sandbox {id:?}: {message}"),
+            id,
+        }),
+    }
 }
 
 /// Registers the request's prefixes and resolves its mappings.

@@ -70,16 +70,19 @@ impl<R: Read> RequestReader<R> {
     }
 }
 
-impl<R: Read> Iterator for RequestReader<R> {
-    type Item = Result<Decoded, FatalError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+impl<R: Read> RequestReader<R> {
+    /// The next value as `decode` makes it from its bytes (see
+    /// [`crate::inplace`]), framing errors fatal as for `next`.
+    pub fn next_with<T>(
+        &mut self,
+        decode: impl FnOnce(&[u8]) -> Result<T, FatalError>,
+    ) -> Option<Result<T, FatalError>> {
         if self.finished {
             return None;
         }
         let item = match self.framer.next_value() {
             Ok(None) => return None,
-            Ok(Some(value)) => decode_value(value),
+            Ok(Some(value)) => decode(value),
             Err(err) => Err(FatalError {
                 message: match err {
                     FrameError::Truncated => format!("truncated request: {err}"),
@@ -94,6 +97,14 @@ impl<R: Read> Iterator for RequestReader<R> {
             self.finished = true;
         }
         Some(item)
+    }
+}
+
+impl<R: Read> Iterator for RequestReader<R> {
+    type Item = Result<Decoded, FatalError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_with(decode_value)
     }
 }
 

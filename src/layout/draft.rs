@@ -720,6 +720,13 @@ impl Draft {
     }
 }
 
+/// The decoder hands each mapping straight to the draft.
+impl actionfs_protocol::MappingSink for Draft {
+    fn mapping(&mut self, index: usize, path: &str, underlying: &str, writable: bool) {
+        self.add(index, path, underlying.as_bytes(), writable);
+    }
+}
+
 fn name_of(names: &[u8], name: NameRef) -> &[u8] {
     &names[name.at as usize..(name.at + name.len) as usize]
 }
