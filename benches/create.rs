@@ -10,8 +10,11 @@
 //! timed from the first byte written to the answer read; the sandbox is
 //! destroyed (untimed) before the next. Shapes:
 //!
-//! - `tree/N`: the first N files of a 1,000,000-file tree, 20 files per
-//!   directory in directories 3 to 7 levels deep (`SyntheticTree`);
+//! - `tree/N`: the first N files of a 1,000,000-file tree, 200 files per
+//!   directory (`p0/d0/f0.c` ... `p49/d4999/f999999.c`). With fewer
+//!   files per directory the daemon before this work cannot make the
+//!   largest sandbox at all: it pins every input's directory at create,
+//!   a descriptor each, and this machine's hard limit is 20,000;
 //! - `one_dir/5000`: 5,000 files of one directory mapped one by one.
 //!
 //! With ACTIONFS_BENCH_BASELINE=PATH another build of the daemon runs the
@@ -33,12 +36,12 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use actionfs::calibrate::synthetic::SyntheticTree;
 use actionfs_testkit::bench::{bench_dir, sizes};
 use actionfs_testkit::{bin, Daemon, Fixture};
 
 const LARGEST: usize = 1_000_000;
 const ONE_DIR: usize = 5_000;
+const PER_DIR: usize = 200;
 
 /// One daemon binary under test.
 struct Contender {
@@ -171,7 +174,18 @@ fn main() {
     let sizes = sizes(&[1_000, 10_000, 100_000, LARGEST]);
     let largest = sizes.iter().copied().max().unwrap_or(0).max(ONE_DIR);
     eprintln!("making {largest} input files in {:?}", base.path());
-    let tree = SyntheticTree::create(&base.path().join("tree"), largest, 0).unwrap();
+    let tree_root = base.path().join("tree");
+    let tree: Vec<PathBuf> = (0..largest)
+        .map(|i| {
+            let dir = PathBuf::from(format!("p{}/d{}", i / PER_DIR / 100, i / PER_DIR));
+            if i % PER_DIR == 0 {
+                std::fs::create_dir_all(tree_root.join(&dir)).unwrap();
+            }
+            let rel = dir.join(format!("f{i}.c"));
+            std::fs::File::create(tree_root.join(&rel)).unwrap();
+            rel
+        })
+        .collect();
     let flat_root = base.path().join("flat");
     std::fs::create_dir(&flat_root).unwrap();
     let flat: Vec<PathBuf> = (0..ONE_DIR)
@@ -199,7 +213,7 @@ fn main() {
     let mut shapes: Vec<(String, Encoded)> = sizes
         .iter()
         .map(|&n| {
-            let request = encode("bench", &tree.root, &scratch, &tree.files[..n]);
+            let request = encode("bench", &tree_root, &scratch, &tree[..n]);
             (format!("tree/{n}"), request)
         })
         .collect();

@@ -147,6 +147,7 @@ fn create<'a, S: MappingSink>(
         let mut resolver = Resolver {
             table: prefixes,
             pending: &lookup,
+            last: [None, None],
             path: String::new(),
             underlying: String::new(),
         };
@@ -180,8 +181,29 @@ fn registration_failed(prefixes: &PrefixTable, new: &[(PrefixId, &str)]) -> bool
 struct Resolver<'t> {
     table: &'t PrefixTable,
     pending: &'t HashMap<PrefixId, &'t str>,
+    /// The prefix last looked up for each side: consecutive mappings
+    /// mostly share theirs.
+    last: [Option<(PrefixId, &'t str)>; 2],
     path: String,
     underlying: String,
+}
+
+impl<'t> Resolver<'t> {
+    /// The path of prefix `id`, for side `side` (0: sandbox, 1: underlying).
+    fn base(&mut self, side: usize, id: PrefixId) -> Option<&'t str> {
+        if id == 0 {
+            return None;
+        }
+        if let Some((last, base)) = self.last[side] {
+            if last == id {
+                return Some(base);
+            }
+        }
+        let (pending, table) = (self.pending, self.table);
+        let base = pending.get(&id).copied().or_else(|| table.get(id))?;
+        self.last[side] = Some((id, base));
+        Some(base)
+    }
 }
 
 /// `m`: each mapping typed, then (until one fails) resolved and given to
@@ -223,12 +245,12 @@ fn mapping_list<S: MappingSink>(
 }
 
 fn resolve(r: &mut Resolver<'_>, m: &Mapping<'_>) -> Result<(), ResolveError> {
-    let (pending, table) = (r.pending, r.table);
-    let base = |id| pending.get(&id).copied().or_else(|| table.get(id));
-    resolve_path_into(&mut r.path, base, m.path_prefix, &m.path)?;
+    let base = r.base(0, m.path_prefix);
+    resolve_path_into(&mut r.path, |_| base, m.path_prefix, &m.path)?;
+    let base = r.base(1, m.underlying_prefix);
     join_into(
         &mut r.underlying,
-        base,
+        |_| base,
         m.underlying_prefix,
         &m.underlying,
         "underlying path",
@@ -365,10 +387,9 @@ impl<'a> Parser<'a> {
         self.eat(b'"')?;
         let start = self.at;
         let rest = &self.bytes[start..];
-        let end = rest
-            .iter()
-            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-            .ok_or(Bail)?;
+        let end = memchr::memchr2(b'"', b'\\', rest).ok_or(Bail)?;
+        // A control character before it ends the plain part there.
+        let end = rest[..end].iter().position(|&b| b < 0x20).unwrap_or(end);
         if rest[end] == b'"' {
             self.at = start + end + 1;
             return std::str::from_utf8(&rest[..end])
@@ -482,10 +503,7 @@ impl<'a> Parser<'a> {
                     // To the closing quote, over escapes.
                     loop {
                         let rest = &self.bytes[self.at..];
-                        let at = rest
-                            .iter()
-                            .position(|&b| b == b'"' || b == b'\\')
-                            .ok_or(Bail)?;
+                        let at = memchr::memchr2(b'"', b'\\', rest).ok_or(Bail)?;
                         self.at += at + 1;
                         if rest[at] == b'"' {
                             break;

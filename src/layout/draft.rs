@@ -152,12 +152,13 @@ impl Draft {
         }
         let (parent, name) = path.rsplit_once('/').expect("an absolute path");
         let dir = self.dir_at(parent);
-        if let Some(sub) = self.subdir(dir, name.as_bytes()) {
-            self.map_dir(sub, index, path, underlying, writable);
-            return;
+        if !self.dirs[dir as usize].subdirs.is_empty() {
+            if let Some(sub) = self.subdir(dir, name.as_bytes()) {
+                self.map_dir(sub, index, path, underlying, writable);
+                return;
+            }
         }
-        let under = Path::new(OsStr::from_bytes(underlying));
-        let (Some(under_parent), Some(under_name)) = (under.parent(), under.file_name()) else {
+        let Some((under_parent, under_name)) = split_last(underlying) else {
             // `/` or a path ending in `..`: a directory, pinned by finish.
             if self.find_leaf(dir, name.as_bytes()).is_some() {
                 self.found(index, path, underlying, Problem::MappedTwice);
@@ -167,12 +168,12 @@ impl Draft {
             self.map_dir(sub, index, path, underlying, writable);
             return;
         };
-        let anchor = self.anchor_for(under_parent.as_os_str().as_bytes());
+        let anchor = self.anchor_for(under_parent);
         let name = self.intern(name.as_bytes());
-        let underlying_name = if under_name.as_bytes() == self.name(name) {
+        let underlying_name = if under_name == self.name(name) {
             name
         } else {
-            self.intern(under_name.as_bytes())
+            self.intern(under_name)
         };
         let leaf = Leaf {
             name,
@@ -720,6 +721,30 @@ impl Draft {
     }
 }
 
+/// The directory and last name of an underlying path, as `Path::parent`
+/// and `Path::file_name` give them; `None` where it has no last name (`/`,
+/// or ending in `..`). A plain absolute path (no empty, `.` or `..`
+/// component) is split at its last `/` without parsing components.
+fn split_last(path: &[u8]) -> Option<(&[u8], &[u8])> {
+    let plain = path.len() > 1
+        && path[0] == b'/'
+        && !path[1..]
+            .split(|&b| b == b'/')
+            .any(|c| c.is_empty() || c == b"." || c == b"..");
+    if plain {
+        let at = memrchr_slash(path)?;
+        let parent = if at == 0 { &path[..1] } else { &path[..at] };
+        return Some((parent, &path[at + 1..]));
+    }
+    let path = Path::new(OsStr::from_bytes(path));
+    let parent = path.parent()?.as_os_str().as_bytes();
+    Some((parent, path.file_name()?.as_bytes()))
+}
+
+fn memrchr_slash(path: &[u8]) -> Option<usize> {
+    path.iter().rposition(|&b| b == b'/')
+}
+
 /// The decoder hands each mapping straight to the draft.
 impl actionfs_protocol::MappingSink for Draft {
     fn mapping(&mut self, index: usize, path: &str, underlying: &str, writable: bool) {
@@ -840,6 +865,21 @@ mod tests {
                     .collect();
                 assert_eq!(described, given, "{case:?}");
             }
+        }
+    }
+
+    #[test]
+    fn underlying_paths_split_as_path_splits_them() {
+        for path in [
+            "/a/b", "/a", "/", "/a/b/", "/a//b", "/a/./b", "/a/b/.", "/a/..", "//a", "/a.b/c.d",
+            "/.a/b", "/a/.b", "/a/b/..", "/a/...", "/..", "/.", "/.x/.y", "/a/../b", "a/b", "",
+        ] {
+            let std = Path::new(path);
+            let expected = std
+                .parent()
+                .zip(std.file_name())
+                .map(|(p, n)| (p.as_os_str().as_bytes(), n.as_bytes()));
+            assert_eq!(split_last(path.as_bytes()), expected, "{path}");
         }
     }
 

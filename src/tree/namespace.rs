@@ -423,16 +423,13 @@ pub(super) fn is_shareable(node: &Node) -> bool {
             node.typed_kind(),
             Some(FileKind::RegularFile | FileKind::Symlink)
         )
-        && matches!(node.origin(), Origin::Mapped(_))
+        && node.is_mapped()
 }
 
 /// [`is_shareable`], or may be once typed: a read-only mapped input the
 /// kernel has not looked up.
 pub(super) fn may_be_shareable(node: &Node) -> bool {
-    is_shareable(node)
-        || (node.typed_kind().is_none()
-            && !node.is_writable()
-            && matches!(node.origin(), Origin::Mapped(_)))
+    is_shareable(node) || (node.typed_kind().is_none() && !node.is_writable() && node.is_mapped())
 }
 
 /// Types `node`, an untyped mapped input, from an `lstat` of its object,

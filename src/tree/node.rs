@@ -354,6 +354,11 @@ impl Node {
         self.origin.lock().clone()
     }
 
+    /// Whether the origin is a mapping (without copying it).
+    pub fn is_mapped(&self) -> bool {
+        matches!(*self.origin.lock(), Origin::Mapped(_))
+    }
+
     pub(super) fn set_origin(&self, origin: Origin) {
         *self.origin.lock() = origin;
     }
