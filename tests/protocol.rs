@@ -42,7 +42,16 @@ fn every_bad_create_is_answered_with_a_precise_error_and_leaves_nothing() {
         ("b", sandbox("b", vec![ro("/x/../y", &good)]), "/x/../y"),
         (
             "c",
-            sandbox("c", vec![ro("/ok", &good), ro("/gone", &missing)]),
+            // A missing input is no error (it is absent from the sandbox),
+            // but a mapped directory with nested mappings is checked.
+            sandbox(
+                "c",
+                vec![
+                    ro("/ok", &good),
+                    ro("/gone", &missing),
+                    ro("/gone/x", &good),
+                ],
+            ),
             "missing",
         ),
         (
