@@ -101,16 +101,43 @@ fn encode(id: &str, root: &Path, scratch: &Path, files: &[PathBuf]) -> Encoded {
     }
 }
 
-/// Sends `request` and waits for a successful answer; returns the time.
-fn create(daemon: &Daemon, request: &Encoded) -> Duration {
+/// Sends `request` and waits for a successful answer; returns the time,
+/// and the CPU time the daemon's request threads spent meanwhile.
+fn create(daemon: &Daemon, request: &Encoded) -> (Duration, Duration) {
+    let pid = daemon.client().pid();
+    let cpu = request_threads_cpu(pid);
     let start = Instant::now();
     let answer = daemon
         .client()
         .call_raw(&request.id, &request.bytes)
         .expect("daemon answers");
     let elapsed = start.elapsed();
+    let cpu = request_threads_cpu(pid) - cpu;
     assert_eq!(answer.error, None, "create {} failed", request.id);
-    elapsed
+    (elapsed, cpu)
+}
+
+/// CPU time so far of the daemon's threads that read and apply requests
+/// (`requests`, `reconfig-N`; not the reaper, which frees destroyed
+/// sandboxes meanwhile), from /proc/PID/task/TID/schedstat (ns). Less
+/// disturbed than wall time by other work on a shared machine.
+fn request_threads_cpu(pid: u32) -> Duration {
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        let comm = comm.trim();
+        if comm != "requests" && !comm.starts_with("reconfig") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.join("schedstat")).unwrap_or_default();
+        total += stat
+            .split_whitespace()
+            .next()
+            .and_then(|ns| ns.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Duration::from_nanos(total)
 }
 
 fn median(mut values: Vec<Duration>) -> Duration {
@@ -223,9 +250,9 @@ fn main() {
     ));
 
     println!(
-        "| shape | mappings | request bytes | daemon | median create (ms) | per mapping (µs) |"
+        "| shape | mappings | request bytes | daemon | median create (ms) | per mapping (µs) | median CPU (ms) | CPU per mapping (µs) |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for (shape, request) in &shapes {
         let running: Vec<(Fixture, Daemon)> = contenders
             .iter()
@@ -237,25 +264,30 @@ fn main() {
             .collect();
         let reps = reps_for(request.mappings);
         let mut times: Vec<Vec<Duration>> = vec![Vec::new(); contenders.len()];
+        let mut cpus: Vec<Vec<Duration>> = vec![Vec::new(); contenders.len()];
         // One untimed round first: page cache, prefixes, pinned directories.
         for round in 0..=reps {
             for (at, (_, daemon)) in running.iter().enumerate() {
-                let took = create(daemon, request);
+                let (took, cpu) = create(daemon, request);
                 daemon.destroy(&request.id);
                 if round > 0 {
                     times[at].push(took);
+                    cpus[at].push(cpu);
                 }
             }
         }
-        for (contender, times) in contenders.iter().zip(times) {
-            let median = median(times);
+        for ((contender, times), cpus) in contenders.iter().zip(times).zip(cpus) {
+            let (median, cpu) = (median(times), median(cpus));
+            let per = |d: Duration| d.as_secs_f64() * 1e6 / request.mappings as f64;
             println!(
-                "| {shape} | {} | {} | {} | {:.3} | {:.3} |",
+                "| {shape} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
                 request.mappings,
                 request.bytes.len(),
                 contender.name,
                 median.as_secs_f64() * 1e3,
-                median.as_secs_f64() * 1e6 / request.mappings as f64
+                per(median),
+                cpu.as_secs_f64() * 1e3,
+                per(cpu)
             );
         }
     }

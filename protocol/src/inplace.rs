@@ -351,6 +351,38 @@ fn decimal(digits: &[u8]) -> Parsed<u64> {
     })
 }
 
+/// Where the first byte that ends a string's plain part is: a quote, a
+/// backslash or a control character. Eight bytes at a time: paths are
+/// short, too short for a vectorized search to pay its setup.
+fn special_at(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // A byte of `v` is zero: its high bit set in the result.
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut at = 0;
+    for chunk in &mut chunks {
+        let v = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        // Bytes below 0x20, or equal to '"' or '\\' (may flag bytes of
+        // 0x80 and above falsely, which the exact scan below sorts out).
+        let flagged = v.wrapping_sub(ONES * 0x20) & !v & HIGH
+            | zero(v ^ (ONES * u64::from(b'"')))
+            | zero(v ^ (ONES * u64::from(b'\\')));
+        if flagged != 0 {
+            if let Some(found) = chunk.iter().position(|&b| is_special(b)) {
+                return Some(at + found);
+            }
+        }
+        at += 8;
+    }
+    let rest = chunks.remainder();
+    rest.iter().position(|&b| is_special(b)).map(|found| at + found)
+}
+
+fn is_special(byte: u8) -> bool {
+    byte == b'"' || byte == b'\\' || byte < 0x20
+}
+
 /// A cursor over a JSON value.
 struct Parser<'a> {
     bytes: &'a [u8],
@@ -387,9 +419,7 @@ impl<'a> Parser<'a> {
         self.eat(b'"')?;
         let start = self.at;
         let rest = &self.bytes[start..];
-        let end = memchr::memchr2(b'"', b'\\', rest).ok_or(Bail)?;
-        // A control character before it ends the plain part there.
-        let end = rest[..end].iter().position(|&b| b < 0x20).unwrap_or(end);
+        let end = special_at(rest).ok_or(Bail)?;
         if rest[end] == b'"' {
             self.at = start + end + 1;
             return std::str::from_utf8(&rest[..end])
@@ -426,10 +456,7 @@ impl<'a> Parser<'a> {
                 _ => {
                     // A run of plain bytes up to the next quote or escape.
                     let from = self.at - 1;
-                    let len = self.bytes[from..]
-                        .iter()
-                        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-                        .ok_or(Bail)?;
+                    let len = special_at(&self.bytes[from..]).ok_or(Bail)?;
                     let run =
                         std::str::from_utf8(&self.bytes[from..from + len]).map_err(|_| Bail)?;
                     owned.push_str(run);
@@ -503,12 +530,17 @@ impl<'a> Parser<'a> {
                     // To the closing quote, over escapes.
                     loop {
                         let rest = &self.bytes[self.at..];
-                        let at = memchr::memchr2(b'"', b'\\', rest).ok_or(Bail)?;
+                        let at = special_at(rest).ok_or(Bail)?;
                         self.at += at + 1;
-                        if rest[at] == b'"' {
-                            break;
+                        match rest[at] {
+                            b'"' => break,
+                            b'\\' => {
+                                self.next()?;
+                            }
+                            // A control character: the second reading
+                            // refuses it.
+                            _ => {}
                         }
-                        self.next()?;
                     }
                 }
                 b'[' | b'{' => depth += 1,
@@ -651,6 +683,26 @@ mod tests {
         }
         agree(b"{\"C\":{\"i\":\"a\",\"m\":[{\"p\":\"/a\xff\",\"u\":\"/b\"}]}}");
         agree(b"{\"C\":{\"i\":\"a\",\"m\":[{\"p\":\"/a\x01\",\"u\":\"/b\"}]}}");
+    }
+
+    #[test]
+    fn the_word_scan_finds_what_a_byte_scan_finds() {
+        let mut bytes: Vec<u8> = (0..=255u8).collect();
+        bytes.extend_from_slice(b"plain/path/of/some/length.c");
+        for start in 0..bytes.len() {
+            for end in start..bytes.len().min(start + 40) {
+                let slice = &bytes[start..end];
+                assert_eq!(
+                    special_at(slice),
+                    slice.iter().position(|&b| is_special(b)),
+                    "{slice:?}"
+                );
+            }
+        }
+        let all_plain: Vec<u8> = (0x20..=0xffu8).filter(|&b| !is_special(b)).collect();
+        for window in all_plain.windows(9) {
+            assert_eq!(special_at(window), None);
+        }
     }
 
     #[test]
