@@ -376,7 +376,9 @@ fn special_at(bytes: &[u8]) -> Option<usize> {
         at += 8;
     }
     let rest = chunks.remainder();
-    rest.iter().position(|&b| is_special(b)).map(|found| at + found)
+    rest.iter()
+        .position(|&b| is_special(b))
+        .map(|found| at + found)
 }
 
 fn is_special(byte: u8) -> bool {
