@@ -86,7 +86,7 @@ impl ResponseSink {
 /// A request ready to apply: prefixes resolved, paths validated, the
 /// layout drafted.
 pub(crate) enum Job {
-    Create { id: String, draft: Draft },
+    Create { id: String, draft: Box<Draft> },
     Destroy { id: String },
 }
 
@@ -163,6 +163,7 @@ fn read_request(
         match decode_in_place(bytes, prefixes, |id| Draft::new(Some(id))) {
             InPlace::Create { id, sink: draft } => {
                 let id = id.into_owned();
+                let draft = Box::new(draft);
                 return Ok(Incoming::Job(Job::Create { id, draft }));
             }
             InPlace::Destroy(id) => {
@@ -201,7 +202,7 @@ pub(crate) fn prepare(
         // client considers them sent and will use them again.
         Request::Create(create) => match prefixes.resolve_create(&create) {
             Ok(mappings) => Ok(Job::Create {
-                draft: Draft::of(&mappings, Some(&create.id)),
+                draft: Box::new(Draft::of(&mappings, Some(&create.id))),
                 id: create.id,
             }),
             Err(err) => {
@@ -259,7 +260,7 @@ pub(crate) fn apply(backend: &dyn Backend, job: Job, stats: &Stats) -> Response 
         Job::Create { id, draft } => {
             let count = draft.mapping_count();
             backend
-                .create(&id, draft)
+                .create(&id, *draft)
                 .map(|how| format!("{how} create with {count} mappings"))
         }
         Job::Destroy { id } => backend.destroy(&id).map(|()| "destroy".to_owned()),
