@@ -513,13 +513,14 @@ impl Draft {
                 }
             }
             if !dir.subdirs.is_empty() {
+                let mut subdirs: Vec<&[u8]> = dir
+                    .subdirs
+                    .iter()
+                    .map(|(sub, _)| name_of(names, *sub))
+                    .collect();
+                subdirs.sort_unstable();
                 for leaf in &dir.leaves {
-                    let name = name_of(names, leaf.name);
-                    if dir
-                        .subdirs
-                        .iter()
-                        .any(|(sub, _)| name_of(names, *sub) == name)
-                    {
+                    if subdirs.binary_search(&name_of(names, leaf.name)).is_ok() {
                         found.push((at as u32, *leaf));
                     }
                 }
