@@ -272,7 +272,7 @@ fn mapping<'a>(p: &mut Parser<'a>) -> Parsed<Mapping<'a>> {
     p.ws();
     if p.peek() != Some(b'}') {
         loop {
-            let key = p.string()?;
+            let key = p.key()?;
             p.ws();
             p.eat(b':')?;
             p.ws();
@@ -414,6 +414,20 @@ impl<'a> Parser<'a> {
         while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
             self.at += 1;
         }
+    }
+
+    /// An object key: [`Parser::string`], with one-letter keys (every
+    /// mapping has four or five) read without scanning.
+    fn key(&mut self) -> Parsed<Cow<'a, str>> {
+        if let [b'"', letter, b'"', ..] = self.bytes[self.at..] {
+            if letter.is_ascii_lowercase() {
+                self.at += 3;
+                let at = self.at - 2;
+                let letter = std::str::from_utf8(&self.bytes[at..at + 1]).map_err(|_| Bail)?;
+                return Ok(Cow::Borrowed(letter));
+            }
+        }
+        self.string()
     }
 
     /// A string, borrowed unless it has escapes.
