@@ -21,10 +21,12 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use actionfs_protocol::{
-    Decoded, PrefixTable, Request, RequestReader, ResolvedMapping, Response, ResponseWriter,
+    decode_in_place, Decoded, InPlace, PrefixTable, Request, RequestReader, Response,
+    ResponseWriter, Typed,
 };
 use parking_lot::Mutex;
 
+use crate::layout::Draft;
 use crate::record::Recording;
 use crate::stats::{RequestKind, Stats};
 
@@ -33,8 +35,9 @@ pub type Refusal = Box<dyn std::error::Error + Send + Sync>;
 
 /// What the request loop drives.
 pub trait Backend: Send + Sync {
-    /// Creates sandbox `id`; on success says how it was made (for the log).
-    fn create(&self, id: &str, mappings: &[ResolvedMapping]) -> Result<&'static str, Refusal>;
+    /// Creates sandbox `id` from its drafted layout; on success says how
+    /// it was made (for the log).
+    fn create(&self, id: &str, draft: Draft) -> Result<&'static str, Refusal>;
     fn destroy(&self, id: &str) -> Result<(), Refusal>;
 }
 
@@ -80,15 +83,11 @@ impl ResponseSink {
     }
 }
 
-/// A request ready to apply: prefixes resolved, paths validated.
+/// A request ready to apply: prefixes resolved, paths validated, the
+/// layout drafted.
 pub(crate) enum Job {
-    Create {
-        id: String,
-        mappings: Vec<ResolvedMapping>,
-    },
-    Destroy {
-        id: String,
-    },
+    Create { id: String, draft: Box<Draft> },
+    Destroy { id: String },
 }
 
 impl Job {
@@ -112,34 +111,23 @@ pub fn serve<R: Read>(
 ) -> io::Result<()> {
     let (queues, handles) = start_workers(workers.max(1), &backend, &sink, &stats)?;
     let mut prefixes = PrefixTable::new();
-    for item in RequestReader::new(input) {
-        let job = match item {
-            Ok(Decoded::Request(request)) => {
-                match record_then_prepare(&sink, &mut prefixes, request) {
-                    Ok(job) => job,
-                    Err((id, message)) => {
-                        log::warn!("{message}");
-                        sink.send(&Response::error(id, message));
-                        continue;
-                    }
-                }
-            }
-            Ok(Decoded::Invalid { id, message }) => {
-                let response = match id {
-                    Some(id) => {
-                        let message = format!("sandbox {id:?}: {message}");
-                        Response::error(id, message)
-                    }
-                    None => Response::unnamed(message),
-                };
-                log::warn!("{}", response.error.as_deref().unwrap_or_default());
-                sink.send(&response);
-                continue;
-            }
+    let mut reader = RequestReader::new(input);
+    while let Some(item) = reader.next_with(|bytes| read_in_place(bytes, &sink, &mut prefixes)) {
+        let incoming = match item {
+            Ok(Typed::Fast(incoming)) => incoming,
+            Ok(Typed::Reference(decoded)) => read_decoded(decoded, &sink, &mut prefixes),
             Err(fatal) => {
                 log::error!("{fatal}; no more requests will be read, the mount stays up");
                 sink.send(&Response::fatal(fatal.message));
                 break;
+            }
+        };
+        let job = match incoming {
+            Incoming::Job(job) => job,
+            Incoming::Refused(response) => {
+                log::warn!("{}", response.error.as_deref().unwrap_or_default());
+                sink.send(&response);
+                continue;
             }
         };
         let queue = &queues[worker_for(job.id(), queues.len())];
@@ -158,15 +146,59 @@ pub fn serve<R: Read>(
     Ok(())
 }
 
-fn record_then_prepare(
+/// What one request read from the stream comes to.
+enum Incoming {
+    Job(Job),
+    /// Answered at once, without reaching the backend.
+    Refused(Response),
+}
+
+/// Decodes one request's bytes in place (a create drafted as its mappings
+/// are read); `None` leaves it to the reference decoder: what this path
+/// does not take, and every request while recording (which writes
+/// requests as decoded).
+fn read_in_place(
+    bytes: &[u8],
     sink: &ResponseSink,
     prefixes: &mut PrefixTable,
-    request: Request,
-) -> Result<Job, (String, String)> {
-    if let Some(recording) = &sink.recording {
-        recording.request(&request);
+) -> Option<Incoming> {
+    if sink.recording.is_some() {
+        return None;
     }
-    prepare(prefixes, request)
+    match decode_in_place(bytes, prefixes, |id| Draft::new(Some(id))) {
+        InPlace::Create { id, sink: draft } => Some(Incoming::Job(Job::Create {
+            id: id.into_owned(),
+            draft: Box::new(draft),
+        })),
+        InPlace::Destroy(id) => Some(Incoming::Job(Job::Destroy {
+            id: id.into_owned(),
+        })),
+        InPlace::Refused { id, message } => Some(Incoming::Refused(Response::error(id, message))),
+        InPlace::Fallback => None,
+    }
+}
+
+/// A request as the reference decoder typed it.
+fn read_decoded(decoded: Decoded, sink: &ResponseSink, prefixes: &mut PrefixTable) -> Incoming {
+    match decoded {
+        Decoded::Request(request) => {
+            if let Some(recording) = &sink.recording {
+                recording.request(&request);
+            }
+            match prepare(prefixes, request) {
+                Ok(job) => Incoming::Job(job),
+                Err((id, message)) => Incoming::Refused(Response::error(id, message)),
+            }
+        }
+        Decoded::Invalid {
+            id: Some(id),
+            message,
+        } => {
+            let message = format!("sandbox {id:?}: {message}");
+            Incoming::Refused(Response::error(id, message))
+        }
+        Decoded::Invalid { id: None, message } => Incoming::Refused(Response::unnamed(message)),
+    }
 }
 
 /// Registers the request's prefixes and resolves its mappings.
@@ -180,8 +212,8 @@ pub(crate) fn prepare(
         // client considers them sent and will use them again.
         Request::Create(create) => match prefixes.resolve_create(&create) {
             Ok(mappings) => Ok(Job::Create {
+                draft: Box::new(Draft::of(&mappings, Some(&create.id))),
                 id: create.id,
-                mappings,
             }),
             Err(err) => {
                 let message = format!("sandbox {:?}: {err}", create.id);
@@ -234,11 +266,14 @@ pub(crate) fn apply(backend: &dyn Backend, job: Job, stats: &Stats) -> Response 
         Job::Create { .. } => RequestKind::Create,
         Job::Destroy { .. } => RequestKind::Destroy,
     };
-    let outcome = catch_unwind(AssertUnwindSafe(|| match &job {
-        Job::Create { id, mappings } => backend
-            .create(id, mappings)
-            .map(|how| format!("{how} create with {} mappings", mappings.len())),
-        Job::Destroy { id } => backend.destroy(id).map(|()| "destroy".to_owned()),
+    let outcome = catch_unwind(AssertUnwindSafe(move || match job {
+        Job::Create { id, draft } => {
+            let count = draft.mapping_count();
+            backend
+                .create(&id, *draft)
+                .map(|how| format!("{how} create with {count} mappings"))
+        }
+        Job::Destroy { id } => backend.destroy(&id).map(|()| "destroy".to_owned()),
     }));
     stats.request(kind, started.elapsed(), matches!(outcome, Ok(Ok(_))));
     match outcome {
@@ -302,7 +337,7 @@ mod tests {
     }
 
     impl Backend for Recorder {
-        fn create(&self, id: &str, mappings: &[ResolvedMapping]) -> Result<&'static str, Refusal> {
+        fn create(&self, id: &str, draft: Draft) -> Result<&'static str, Refusal> {
             self.creates.fetch_add(1, Ordering::SeqCst);
             if self.hold.lock().as_deref() == Some(id) {
                 let mut released = self.released.0.lock().unwrap();
@@ -310,9 +345,10 @@ mod tests {
                     released = self.released.1.wait(released).unwrap();
                 }
             }
-            let paths = mappings
-                .iter()
-                .map(|m| format!("{}={}", m.path, m.underlying.display()))
+            let paths = draft
+                .describe()
+                .into_iter()
+                .map(|(path, underlying, _)| format!("{path}={}", underlying.display()))
                 .collect();
             self.note("create", id, paths);
             match id {

@@ -113,7 +113,13 @@ fn bad_requests_get_the_fuse_answer_and_leave_nothing_behind() {
     let fx = Fixture::new();
     let input = fx.write("src/in", "x");
     let missing = fx.path("src/missing");
-    let bad = || sandbox("bad", vec![ro("/a", &input), ro("/b", &missing)]);
+    // A mapped directory with nested mappings must exist.
+    let bad = || {
+        sandbox(
+            "bad",
+            vec![ro("/a", &input), ro("/b", &missing), ro("/b/c", &input)],
+        )
+    };
     let fuse = fx.start(&[]);
     let fuse_answer = fuse.create_err(bad());
     drop(fuse);

@@ -42,7 +42,16 @@ fn every_bad_create_is_answered_with_a_precise_error_and_leaves_nothing() {
         ("b", sandbox("b", vec![ro("/x/../y", &good)]), "/x/../y"),
         (
             "c",
-            sandbox("c", vec![ro("/ok", &good), ro("/gone", &missing)]),
+            // A missing input is no error (it is absent from the sandbox),
+            // but a mapped directory with nested mappings is checked.
+            sandbox(
+                "c",
+                vec![
+                    ro("/ok", &good),
+                    ro("/gone", &missing),
+                    ro("/gone/x", &good),
+                ],
+            ),
             "missing",
         ),
         (
@@ -147,18 +156,19 @@ fn prefixes_persist_across_requests_even_after_a_failed_create() {
                 underlying_path: "good".into(),
                 ..Mapping::default()
             },
+            // Fails: nothing can be mapped below a file.
             Mapping {
                 path_prefix: 1,
-                path: "ws/bad".into(),
+                path: "ws/good/bad".into(),
                 underlying_path_prefix: 2,
-                underlying_path: "no-such-file".into(),
+                underlying_path: "good".into(),
                 ..Mapping::default()
             },
         ],
         prefixes: [(1, "/".to_string()), (2, src.to_str().unwrap().to_string())].into(),
     };
     let message = d.create_err(failing);
-    assert!(message.contains("no-such-file"), "{message}");
+    assert!(message.contains("non-directory"), "{message}");
     // Request 2 relies on prefixes 1 and 2 from the failed request.
     d.create(CreateSandbox {
         id: "2".into(),

@@ -73,44 +73,52 @@ impl<R: Read> RequestReader<R> {
     }
 }
 
-impl<R: Read> Iterator for RequestReader<R> {
-    type Item = Result<Decoded, FatalError>;
+/// One value of the stream, for [`RequestReader::next_with`]: taken by the
+/// caller's fast path, or typed by the reference decoder.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Typed<T> {
+    Fast(T),
+    Reference(Decoded),
+}
 
-    fn next(&mut self) -> Option<Self::Item> {
+impl<R: Read> RequestReader<R> {
+    /// The next value: what `fast` makes of its bytes (see
+    /// [`crate::inplace`]), or, where `fast` gives `None`, what the
+    /// reference decoder makes of it, exactly as `next` does. Framing
+    /// errors are answered or fatal as for `next`.
+    pub fn next_with<T>(
+        &mut self,
+        fast: impl FnOnce(&[u8]) -> Option<T>,
+    ) -> Option<Result<Typed<T>, FatalError>> {
         if self.finished {
             return None;
         }
         let item = match self.framer.next_value() {
             Ok(None) => return None,
-            Ok(Some(value)) => match decode_value(value) {
-                Ok(Decoded::Invalid { id, message }) if message.starts_with(MALFORMED) => {
-                    // serde_json places a syntax error within the value;
-                    // say where it is in the input.
-                    let syntax = serde_json::from_slice::<serde::de::IgnoredAny>(value).err();
-                    let len = value.len();
-                    let (line, column) = self.framer.position_of_last(len);
-                    let message = match syntax {
-                        Some(err) => {
-                            let column = if err.line() <= 1 {
-                                column + err.column() as u64 - 1
-                            } else {
-                                err.column() as u64
-                            };
-                            let line = line + err.line().max(1) as u64 - 1;
-                            let text = err.to_string();
-                            let text = text.split(" at line ").next().unwrap_or(&text);
-                            format!("{MALFORMED} at line {line}, column {column}: {text}")
+            Ok(Some(value)) => match fast(value) {
+                Some(done) => Ok(Typed::Fast(done)),
+                None => {
+                    let decoded = decode_value(value);
+                    let syntax = match &decoded {
+                        Ok(Decoded::Invalid { message, .. }) if message.starts_with(MALFORMED) => {
+                            serde_json::from_slice::<serde::de::IgnoredAny>(value).err()
                         }
-                        None => message,
+                        _ => None,
                     };
-                    Ok(Decoded::Invalid { id, message })
+                    let len = value.len();
+                    match syntax {
+                        Some(err) => {
+                            let place = self.framer.position_of_last(len);
+                            located(decoded, err, place).map(Typed::Reference)
+                        }
+                        None => decoded.map(Typed::Reference),
+                    }
                 }
-                other => other,
             },
-            Err(FrameError::Broken(broken)) => Ok(Decoded::Invalid {
+            Err(FrameError::Broken(broken)) => Ok(Typed::Reference(Decoded::Invalid {
                 id: broken.id.clone(),
                 message: format!("{MALFORMED} at {broken}; skipped to the next request"),
-            }),
+            })),
             Err(err) => Err(FatalError {
                 message: match err {
                     FrameError::Truncated => format!("truncated request: {err}"),
@@ -125,6 +133,45 @@ impl<R: Read> Iterator for RequestReader<R> {
             self.finished = true;
         }
         Some(item)
+    }
+}
+
+/// A reference decoding whose syntax error (`err`, placed by serde_json
+/// within the value) is placed in the stream instead: the value's last
+/// byte is at `(line, column)` of the input.
+fn located(
+    decoded: Result<Decoded, FatalError>,
+    err: serde_json::Error,
+    (line, column): (u64, u64),
+) -> Result<Decoded, FatalError> {
+    match decoded {
+        Ok(Decoded::Invalid { id, .. }) => {
+            let column = if err.line() <= 1 {
+                column + err.column() as u64 - 1
+            } else {
+                err.column() as u64
+            };
+            let line = line + err.line().max(1) as u64 - 1;
+            let text = err.to_string();
+            let text = text.split(" at line ").next().unwrap_or(&text);
+            Ok(Decoded::Invalid {
+                id,
+                message: format!("{MALFORMED} at line {line}, column {column}: {text}"),
+            })
+        }
+        other => other,
+    }
+}
+
+impl<R: Read> Iterator for RequestReader<R> {
+    type Item = Result<Decoded, FatalError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let item = self.next_with(|_| None::<std::convert::Infallible>)?;
+        Some(item.map(|typed| match typed {
+            Typed::Reference(decoded) => decoded,
+            Typed::Fast(never) => match never {},
+        }))
     }
 }
 

@@ -9,6 +9,7 @@
 //! - [`types`]: the messages, field by field;
 //! - [`frame`]: how a byte stream is cut into JSON values;
 //! - [`codec`]: how those values become requests, and responses bytes;
+//! - [`inplace`]: the same, for creates, without building the request;
 //! - [`resolve`]: how prefixes and mapping paths become absolute paths;
 //! - [`client`]: driving a daemon from Rust.
 
@@ -17,14 +18,16 @@
 pub mod client;
 pub mod codec;
 pub mod frame;
+pub mod inplace;
 pub mod resolve;
 pub mod types;
 
 pub use client::{Client, ClientError};
 pub use codec::{
     decode_value, encode_request, Decoded, FatalError, RequestReader, ResponseReader,
-    ResponseWriter,
+    ResponseWriter, Typed,
 };
 pub use frame::{FrameError, Framer};
+pub use inplace::{decode_in_place, InPlace, MappingSink};
 pub use resolve::{validate_sandbox_id, PrefixTable, ResolveError, ResolvedMapping};
 pub use types::{CreateSandbox, Mapping, PrefixId, Request, Response};

@@ -56,7 +56,16 @@ impl PrefixTable {
     /// Registers `new` as a unit: if any entry is invalid, none is kept.
     /// Registering a prefix again with the same path is allowed.
     pub fn register(&mut self, new: &BTreeMap<PrefixId, String>) -> Result<(), ResolveError> {
-        for (&id, path) in new {
+        let new: Vec<(PrefixId, &str)> = new.iter().map(|(&id, p)| (id, p.as_str())).collect();
+        self.check_new(&new)?;
+        self.insert(&new);
+        Ok(())
+    }
+
+    /// Checks that `new` (sorted by id) can be registered, in the order
+    /// [`PrefixTable::register`] reports problems.
+    pub(crate) fn check_new(&self, new: &[(PrefixId, &str)]) -> Result<(), ResolveError> {
+        for &(id, path) in new {
             if id == 0 {
                 return Err(ResolveError(format!(
                     "prefix 0 is reserved for absolute paths and cannot be registered (got {path:?})"
@@ -76,10 +85,21 @@ impl PrefixTable {
                 }
             }
         }
-        for (&id, path) in new {
-            self.prefixes.insert(id, path.clone());
-        }
         Ok(())
+    }
+
+    /// Registers `new`, checked by [`PrefixTable::check_new`].
+    pub(crate) fn insert(&mut self, new: &[(PrefixId, &str)]) {
+        for &(id, path) in new {
+            if self.prefixes.get(&id).map(String::as_str) != Some(path) {
+                self.prefixes.insert(id, path.to_owned());
+            }
+        }
+    }
+
+    /// The path of prefix `id`, if registered.
+    pub(crate) fn get(&self, id: PrefixId) -> Option<&str> {
+        self.prefixes.get(&id).map(String::as_str)
     }
 
     /// Registers `create`'s prefixes, then resolves each of its mappings, as
@@ -118,36 +138,66 @@ impl PrefixTable {
     }
 
     fn join(&self, prefix: PrefixId, tail: &str, what: &str) -> Result<String, ResolveError> {
-        check_no_nul(tail, what)?;
-        if prefix == 0 {
-            if !tail.starts_with('/') {
-                return Err(ResolveError(format!(
-                    "{what} {tail:?} is not absolute (prefix 0 means an absolute path)"
-                )));
-            }
-            return Ok(tail.to_owned());
-        }
-        let Some(base) = self.prefixes.get(&prefix) else {
-            return Err(ResolveError(format!(
-                "{what} {tail:?} uses unknown prefix {prefix}"
-            )));
-        };
-        if tail.starts_with('/') {
-            return Err(ResolveError(format!(
-                "{what} {tail:?} must be relative to prefix {prefix} ({base:?})"
-            )));
-        }
-        if tail.is_empty() {
-            return Ok(base.clone());
-        }
-        let mut joined = String::with_capacity(base.len() + 1 + tail.len());
-        joined.push_str(base);
-        if !base.ends_with('/') {
-            joined.push('/');
-        }
-        joined.push_str(tail);
+        let mut joined = String::new();
+        join_into(&mut joined, |id| self.get(id), prefix, tail, what)?;
         Ok(joined)
     }
+}
+
+/// Joins prefix `prefix` (its path from `base`) and `tail` into `out`
+/// (cleared first), as a mapping's side named `what` is resolved.
+pub(crate) fn join_into<'p>(
+    out: &mut String,
+    base: impl FnOnce(PrefixId) -> Option<&'p str>,
+    prefix: PrefixId,
+    tail: &str,
+    what: &str,
+) -> Result<(), ResolveError> {
+    out.clear();
+    check_no_nul(tail, what)?;
+    if prefix == 0 {
+        if !tail.starts_with('/') {
+            return Err(ResolveError(format!(
+                "{what} {tail:?} is not absolute (prefix 0 means an absolute path)"
+            )));
+        }
+        out.push_str(tail);
+        return Ok(());
+    }
+    let Some(base) = base(prefix) else {
+        return Err(ResolveError(format!(
+            "{what} {tail:?} uses unknown prefix {prefix}"
+        )));
+    };
+    if tail.starts_with('/') {
+        return Err(ResolveError(format!(
+            "{what} {tail:?} must be relative to prefix {prefix} ({base:?})"
+        )));
+    }
+    out.push_str(base);
+    if !tail.is_empty() {
+        if !base.ends_with('/') {
+            out.push('/');
+        }
+        out.push_str(tail);
+    }
+    Ok(())
+}
+
+/// Resolves the sandbox side of a mapping into `out`: joined, validated
+/// and with a trailing `/` dropped, as [`PrefixTable::resolve`] does.
+pub(crate) fn resolve_path_into<'p>(
+    out: &mut String,
+    base: impl FnOnce(PrefixId) -> Option<&'p str>,
+    prefix: PrefixId,
+    tail: &str,
+) -> Result<(), ResolveError> {
+    join_into(out, base, prefix, tail, "path")?;
+    validate_sandbox_path(out)?;
+    if out.len() > 1 && out.ends_with('/') {
+        out.pop();
+    }
+    Ok(())
 }
 
 /// Longest path and name the kernel accepts.

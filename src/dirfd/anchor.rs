@@ -15,6 +15,13 @@
 //! the path still leads to it (the held descriptor keeps its inode number
 //! from being reused). Each sandbox holds its own [`Anchor`] on the shared
 //! descriptor, which names the sandbox in messages.
+//!
+//! The directory holding mapped files is pinned when it is first used
+//! ([`Anchor::deferred`]), not when its sandbox is created: a create then
+//! makes no system call for its inputs, and a sandbox pins only the
+//! directories its action reaches (a million-input sandbox would otherwise
+//! hold tens of thousands of descriptors). From that first use on it stays
+//! pinned as above.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -31,23 +38,18 @@ use super::{DirFd, PATH_DIR_FLAGS};
 #[derive(Debug)]
 struct Pinned {
     dir: DirFd,
-    path: PathBuf,
     /// (device, inode) of the directory, to recognize it at the next pin.
     id: (u64, u64),
 }
 
-/// A directory pinned by a sandbox.
+/// A directory pinned by a sandbox (now, or at its first use).
 #[derive(Debug)]
 pub struct Anchor {
-    pinned: Arc<Pinned>,
+    /// Where the directory was (is to be) pinned.
+    path: PathBuf,
+    pinned: OnceLock<Arc<Pinned>>,
     /// The sandbox that pinned it, for messages; `None` for `--mapping`s.
     sandbox: Option<Arc<str>>,
-}
-
-impl AsFd for Anchor {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.pinned.dir.as_fd()
-    }
 }
 
 /// Directories pinned by live anchors, by the path they were pinned at.
@@ -67,53 +69,91 @@ impl Anchor {
     /// any component (the path leads to a mapping; it is not inside one).
     /// Reuses the descriptor of a live pin of the same directory.
     pub fn open(path: &Path, sandbox: Option<Arc<str>>) -> io::Result<Anchor> {
-        let cached = pinned_dirs().lock().get(path).and_then(Weak::upgrade);
-        if let Some(pinned) = cached {
-            let now = nix::sys::stat::stat(path)?;
-            if id_of(&now) == pinned.id {
-                return Ok(Anchor { pinned, sandbox });
-            }
+        let anchor = Anchor::deferred(path.to_owned(), sandbox);
+        anchor.fd()?;
+        Ok(anchor)
+    }
+
+    /// An anchor for the directory at `path` that is pinned, as by
+    /// [`Anchor::open`], at its first [`Anchor::fd`]. Makes no system call.
+    pub fn deferred(path: PathBuf, sandbox: Option<Arc<str>>) -> Anchor {
+        Anchor {
+            path,
+            pinned: OnceLock::new(),
+            sandbox,
         }
-        let flags = PATH_DIR_FLAGS.difference(nix::fcntl::OFlag::O_NOFOLLOW);
-        let dir = DirFd::open_at_with(nix::fcntl::AT_FDCWD, path.as_os_str(), flags)?;
-        Self::remember(dir, path, sandbox)
+    }
+
+    /// The pinned directory, pinned now if it was deferred. A failure to
+    /// pin is not kept: the next call tries again.
+    pub fn fd(&self) -> io::Result<BorrowedFd<'_>> {
+        if let Some(pinned) = self.pinned.get() {
+            return Ok(pinned.dir.as_fd());
+        }
+        let pinned = pin(&self.path)?;
+        // Two first uses at once pin the same directory; one is kept.
+        Ok(self.pinned.get_or_init(|| pinned).dir.as_fd())
+    }
+
+    /// Whether the directory is pinned already (no system call).
+    pub fn is_pinned(&self) -> bool {
+        self.pinned.get().is_some()
     }
 
     /// Pins subdirectory `name` of this anchor's directory, which must be
     /// a directory and not a symlink (a mapped directory found by lstat).
     pub fn child(&self, name: &CStr, path: &Path) -> io::Result<Anchor> {
-        let dir = DirFd::open_at_with(self.as_fd(), name, PATH_DIR_FLAGS)?;
-        Self::remember(dir, path, self.sandbox.clone())
-    }
-
-    fn remember(dir: DirFd, path: &Path, sandbox: Option<Arc<str>>) -> io::Result<Anchor> {
-        let id = id_of(&nix::sys::stat::fstat(&dir)?);
-        let pinned = Arc::new(Pinned {
-            dir,
+        let dir = DirFd::open_at_with(self.fd()?, name, PATH_DIR_FLAGS)?;
+        Ok(Anchor {
             path: path.to_owned(),
-            id,
-        });
-        let mut cache = pinned_dirs().lock();
-        // Forget pins nobody holds any more, now and then, so that the
-        // map stays the size of what live sandboxes use.
-        if cache.len() >= 1024 && cache.len().is_power_of_two() {
-            cache.retain(|_, pin| pin.strong_count() > 0);
-        }
-        cache.insert(path.to_owned(), Arc::downgrade(&pinned));
-        Ok(Anchor { pinned, sandbox })
+            pinned: OnceLock::from(remember(dir, path)?),
+            sandbox: self.sandbox.clone(),
+        })
     }
 
-    /// Where the directory was when it was pinned.
+    /// Where the directory was when it was pinned (or is to be).
     pub fn path(&self) -> &Path {
-        &self.pinned.path
+        &self.path
     }
 
     pub fn sandbox(&self) -> Option<&str> {
         self.sandbox.as_deref()
     }
 
-    /// Whether both anchors pin the same directory.
+    /// Whether both anchors pin the same directory; for one not pinned
+    /// yet, whether both name the same path.
     pub fn same_dir(&self, other: &Anchor) -> bool {
-        Arc::ptr_eq(&self.pinned, &other.pinned)
+        match (self.pinned.get(), other.pinned.get()) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => self.path == other.path,
+        }
     }
+}
+
+/// Pins the directory at `path`, following symlinks in any component;
+/// reuses the descriptor of a live pin of the same directory.
+fn pin(path: &Path) -> io::Result<Arc<Pinned>> {
+    let cached = pinned_dirs().lock().get(path).and_then(Weak::upgrade);
+    if let Some(pinned) = cached {
+        let now = nix::sys::stat::stat(path)?;
+        if id_of(&now) == pinned.id {
+            return Ok(pinned);
+        }
+    }
+    let flags = PATH_DIR_FLAGS.difference(nix::fcntl::OFlag::O_NOFOLLOW);
+    let dir = DirFd::open_at_with(nix::fcntl::AT_FDCWD, path.as_os_str(), flags)?;
+    remember(dir, path)
+}
+
+fn remember(dir: DirFd, path: &Path) -> io::Result<Arc<Pinned>> {
+    let id = id_of(&nix::sys::stat::fstat(&dir)?);
+    let pinned = Arc::new(Pinned { dir, id });
+    let mut cache = pinned_dirs().lock();
+    // Forget pins nobody holds any more, now and then, so that the map
+    // stays the size of what live sandboxes use.
+    if cache.len() >= 1024 && cache.len().is_power_of_two() {
+        cache.retain(|_, pin| pin.strong_count() > 0);
+    }
+    cache.insert(path.to_owned(), Arc::downgrade(&pinned));
+    Ok(pinned)
 }

@@ -70,7 +70,7 @@ impl DirFd {
     /// Opens the directory `anchor` pins for listing and changing it (the
     /// pinned directory itself, whatever its path leads to now).
     pub fn reopen(anchor: &Anchor) -> io::Result<DirFd> {
-        Self::open_at_with(anchor.as_fd(), c".", DIR_FLAGS)
+        Self::open_at_with(anchor.fd()?, c".", DIR_FLAGS)
     }
 
     /// Opens subdirectory `name` of this one, not through a symlink.

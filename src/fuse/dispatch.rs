@@ -345,7 +345,7 @@ impl Dispatcher {
         ino: u64,
         fh: u64,
         offset: u64,
-        add: impl FnMut(u64, &DirEntry) -> bool,
+        add: impl FnMut(u64, DirEntry) -> bool,
     ) -> Answer<()> {
         self.stats.op(Op::Readdir);
         self.answer(ctx, "readdir", ino, self.fs.readdir(fh, offset, add))

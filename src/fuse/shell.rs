@@ -475,7 +475,7 @@ impl Filesystem for FuseShell {
         let listed = self
             .dispatch
             .readdir(&ctx(req), ino.0, fh.0, offset, |next, entry| {
-                reply.add(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name)
+                reply.add(INodeNo(entry.ino), next, file_type(entry.kind), entry.name)
             });
         match listed {
             Ok(()) => reply.ok(),

@@ -29,13 +29,13 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use actionfs_protocol::{validate_sandbox_id, ResolvedMapping};
+use actionfs_protocol::validate_sandbox_id;
 use parking_lot::Mutex;
 
 use crate::access_log::AccessLog;
 use crate::dirfd::Anchor;
 use crate::file_kind::FileKind;
-use crate::layout::{self, Entry};
+use crate::layout::{Draft, Entry};
 use crate::materialize::reuse::{self, Stamps};
 use crate::materialize::shape::Dir;
 use crate::materialize::{self, InPlace, Materialized, Method, Options, Trash};
@@ -155,30 +155,53 @@ impl Drop for InFlight<'_> {
 }
 
 impl Backend for Sandboxes {
-    fn create(&self, id: &str, mappings: &[ResolvedMapping]) -> Result<&'static str, Refusal> {
+    fn create(&self, id: &str, draft: Draft) -> Result<&'static str, Refusal> {
         validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
         let _claimed = self.claim(id)?;
         if self.fs.has_sandbox(id) {
             return Err(SandboxError::Exists(id.to_owned()).into());
         }
-        // Planned once (one lstat per mapping), whichever backend builds it.
+        // Checked once (an lstat per mapped directory, none per input),
+        // whichever backend builds it.
         let started = std::time::Instant::now();
-        let plan =
-            layout::plan(mappings, &self.fs.config().mount_point, Some(id)).map_err(|error| {
-                SandboxError::Layout {
-                    id: id.to_owned(),
-                    error,
-                }
+        let draft = draft
+            .finish(&self.fs.config().mount_point)
+            .map_err(|error| SandboxError::Layout {
+                id: id.to_owned(),
+                error,
             })?;
         let native = self
             .native
             .as_deref()
-            .filter(|n| n.wants(id, &plan, mappings.len()));
+            .filter(|n| n.wants(id, draft.made_in(), draft.mapping_count()));
         let built = match native {
-            Some(native) => self.create_native(native, id, plan)?,
+            // The materializer needs every input's type.
+            Some(native) => {
+                match draft.typed() {
+                    // A sandbox whose root is mapped to a file is that
+                    // file: served by FUSE, where a read-only one stays
+                    // read-only.
+                    Ok(plan)
+                        if plan
+                            .mapped
+                            .as_ref()
+                            .is_some_and(|m| m.kind != FileKind::Directory) =>
+                    {
+                        log::debug!("sandbox {id:?}: its root is a file: FUSE");
+                        self.fs.create_drafted(id, draft)?;
+                        Built::Fuse
+                    }
+                    Ok(plan) => self.create_native(native, id, plan)?,
+                    Err(why) => {
+                        log::info!("sandbox {id:?}: served by FUSE, as its inputs cannot all be typed: {why}");
+                        self.fs.create_drafted(id, draft)?;
+                        Built::FuseFallback
+                    }
+                }
+            }
             None => {
                 let planned = started.elapsed();
-                self.fs.create_planned(id, plan)?;
+                self.fs.create_drafted(id, draft)?;
                 log::debug!(
                     "sandbox {id:?}: planned in {planned:?}, built in {:?}",
                     started.elapsed() - planned
@@ -337,23 +360,14 @@ impl NativeSandboxes {
             .as_ref()
     }
 
-    /// Whether sandbox `id`, planned as `plan` from `mappings` mappings,
+    /// Whether sandbox `id` of `mappings` mappings, whose files a native
+    /// build would make in `made_in` (`None`: in the native directory),
     /// should be built natively. Logged at debug level.
-    pub fn wants(&self, id: &str, plan: &Entry, mappings: usize) -> bool {
+    pub fn wants(&self, id: &str, made_in: Option<&Path>, mappings: usize) -> bool {
         if self.policy.never_native() {
             return false;
         }
-        // A sandbox whose root is mapped to a file is that file: served by
-        // FUSE, where a read-only one stays read-only.
-        if plan
-            .mapped
-            .as_ref()
-            .is_some_and(|m| m.kind != FileKind::Directory)
-        {
-            log::debug!("sandbox {id:?}: its root is a file: FUSE");
-            return false;
-        }
-        let made_in = made_in(plan).unwrap_or(&self.trees);
+        let made_in = made_in.unwrap_or(&self.trees);
         let native = self.policy.wants_native(mappings, made_in);
         log::debug!(
             "sandbox {id:?}: {mappings} mappings, files made in {made_in:?} ({}): {}",
@@ -593,15 +607,6 @@ fn stash(reusable: Reusable, keep: bool) -> Result<(), materialize::Error> {
             Err(err)
         }
     }
-}
-
-/// Where a native build of `plan` makes most of its files: inside the
-/// shallowest writable directory mapping with mappings nested below it
-/// (Bazel's layout: the scratch directory holding every input), else
-/// (`None`) in the native directory.
-fn made_in(plan: &Entry) -> Option<&Path> {
-    let names = inputs_dir(plan)?;
-    Some(&entry_at(plan, &names).mapped.as_ref()?.underlying)
 }
 
 /// The names leading from `plan`'s root to the shallowest writable

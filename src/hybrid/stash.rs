@@ -15,7 +15,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -91,7 +90,7 @@ impl Stashes {
     /// The pool for writable directory `root`, made at first use; `None`
     /// where stashing is not possible (logged once per file system).
     pub fn pool_for(&self, root: &Anchor) -> Option<Arc<Pool>> {
-        let dev = device_of(root.as_fd())?;
+        let dev = device_of(root.fd().ok()?)?;
         let mut pools = self.pools.lock();
         pools
             .entry(dev)

@@ -105,7 +105,7 @@ impl ParentCache {
         };
         let parent = self.pin(dir, sandbox)?;
         let name: CString = c_name(name)?;
-        let kind = kind_of(&stat_at(std::os::fd::AsFd::as_fd(&*parent), &name)?);
+        let kind = kind_of(&stat_at(parent.fd()?, &name)?);
         pinned(parent, kind, &name, path)
     }
 

@@ -19,7 +19,10 @@ use actionfs_protocol::ResolvedMapping;
 use crate::dirfd::Anchor;
 use crate::file_kind::FileKind;
 
+mod draft;
 mod kinds;
+
+pub use draft::Draft;
 
 /// The underlying object of one mapping.
 #[derive(Clone, Debug)]

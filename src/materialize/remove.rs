@@ -8,8 +8,6 @@ use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
-use std::os::fd::AsFd;
-
 use nix::fcntl::OFlag;
 
 use super::{is_denied, Error};
@@ -66,8 +64,9 @@ pub fn remove_beneath(root: &Anchor, rel: &Path) -> Result<Removed, Error> {
         DirFd::reopen(root)
     } else {
         let c = c_name(parent.as_os_str()).map_err(|e| Error::new("openat2", &shown, e))?;
+        let root_fd = root.fd().map_err(|e| Error::new("open", root.path(), e))?;
         open_beneath(
-            root.as_fd(),
+            root_fd,
             &c,
             OFlag::O_RDONLY | OFlag::O_DIRECTORY,
             nix::sys::stat::Mode::empty(),

@@ -87,7 +87,7 @@ fn open_rel(root: &Anchor, rel: &Path) -> io::Result<DirFd> {
     }
     let rel = c_name(rel.as_os_str())?;
     open_beneath(
-        root.as_fd(),
+        root.fd()?,
         &rel,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY,
         Mode::empty(),

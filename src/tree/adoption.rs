@@ -31,7 +31,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::io::fingerprint;
-use super::namespace::{backing_dir, is_shareable, require_object};
+use super::namespace::{backing_dir, is_shareable, may_be_shareable, require_object, type_entry};
 use super::node::{Node, Origin};
 use super::SandboxFs;
 
@@ -78,6 +78,11 @@ impl SandboxFs {
         mappings: usize,
         candidates: &[Candidate],
     ) -> Option<usize> {
+        // Only a top the kernel still holds can be taken over; sampling
+        // visits every input of `tree`, so it is skipped when none is.
+        if !candidates.iter().any(|c| self.kernel_knows(&c.top)) {
+            return None;
+        }
         let wanted = sample(tree, mappings);
         if wanted.is_empty() {
             return None;
@@ -167,6 +172,15 @@ impl SandboxFs {
 
     /// Whether the kernel's entry for `old` can stand for `new`.
     fn adopt_child(&self, old: &Arc<Node>, new: &Arc<Node>, adopted: &mut Adopted) -> bool {
+        // A new input is typed here rather than at its first lookup (which
+        // taking over makes unnecessary), by the lstat this needs anyway.
+        let fresh = match new.typed_kind() {
+            Some(_) => None,
+            None => match type_entry(new) {
+                Ok(st) => Some(st),
+                Err(_) => return false,
+            },
+        };
         if old.is_dir() && new.is_dir() {
             if !self.inodes.adopt_own(old.ino(), old, new) {
                 return false;
@@ -179,8 +193,12 @@ impl SandboxFs {
         }
         // The kernel caches the attributes (and pages) it was last given
         // for the shared inode: keep it only if the file is still that.
-        let Ok(st) = require_object(new).and_then(|object| object.stat()) else {
-            return false;
+        let st = match fresh {
+            Some(st) => st,
+            None => match require_object(new).and_then(|object| object.stat()) {
+                Ok(st) => st,
+                Err(_) => return false,
+            },
         };
         self.inodes.adopt_shared(old.ino(), fingerprint(&st), new)
     }
@@ -236,7 +254,7 @@ fn sample_inputs(
         path.push(name.to_owned());
         if child.is_dir() {
             sample_inputs(child, stride, seen, path, samples);
-        } else if is_shareable(child) {
+        } else if may_be_shareable(child) {
             if *seen % stride == 0 {
                 samples.push((path.clone(), child.clone()));
             }

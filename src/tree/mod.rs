@@ -248,21 +248,36 @@ impl SandboxFs {
         if self.has_sandbox(id) {
             return Err(SandboxError::Exists(id.to_owned()));
         }
-        let plan =
-            crate::layout::plan(mappings, &self.config.mount_point, Some(id)).map_err(|error| {
-                SandboxError::Layout {
-                    id: id.to_owned(),
-                    error,
-                }
+        let draft = crate::layout::Draft::of(mappings, Some(id))
+            .finish(&self.config.mount_point)
+            .map_err(|error| SandboxError::Layout {
+                id: id.to_owned(),
+                error,
             })?;
-        self.create_planned(id, plan)
+        self.create_drafted(id, draft)
     }
 
-    /// Creates sandbox `id` (a valid id) from its layout. On error nothing
-    /// has changed.
+    /// Creates sandbox `id` (a valid id) from its finished draft, its
+    /// inputs untyped. On error nothing has changed.
+    pub fn create_drafted(
+        &self,
+        id: &str,
+        draft: crate::layout::Draft,
+    ) -> Result<(), SandboxError> {
+        let mappings = draft.mapping_count();
+        self.publish(id, build::tree_of_draft(draft), mappings)
+    }
+
+    /// Creates sandbox `id` (a valid id) from its typed layout. On error
+    /// nothing has changed.
     pub fn create_planned(&self, id: &str, plan: crate::layout::Entry) -> Result<(), SandboxError> {
         let mappings = plan.mapping_count();
-        let tree = build::tree_of(plan);
+        self.publish(id, build::tree_of(plan), mappings)
+    }
+
+    /// Puts `tree`, sandbox `id` of `mappings` mappings, at the top of
+    /// the view. On error nothing has changed.
+    fn publish(&self, id: &str, tree: Arc<Node>, mappings: usize) -> Result<(), SandboxError> {
         let donor = self.take_over_cache(id, &tree, mappings);
         if let Err(err) = self.insert_sandbox(id, tree.clone(), mappings) {
             if let Some(kernel_name) = donor {

@@ -12,10 +12,11 @@ use super::held::HeldFd;
 use super::inodes::ROOT_INO;
 use super::io::{file_id, fingerprint};
 use super::name::Name;
-use super::node::{Access, Node, Origin};
+use super::node::{Access, Location, Node, Origin};
 use super::underlying::{self, UDir, UObj};
 use super::SandboxFs;
 use crate::dirfd::kind_of;
+use nix::sys::stat::FileStat;
 
 /// File-system statistics, as `statfs(2)` shows them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,9 +39,17 @@ impl SandboxFs {
         if let Some(child) = dir.explicit(name) {
             self.note_access(&child, Access::Lookup);
             self.note_access(&parent, Access::Read);
+            // A mapped input is typed by its first lookup's lstat.
+            let fresh = match child.typed_kind() {
+                None => Some(type_entry(&child)?),
+                Some(_) => None,
+            };
             // Shared inodes would hide later sandboxes' accesses.
             if is_shareable(&child) && !self.tracks_access() {
-                let st = require_object(&child)?.stat()?;
+                let st = match fresh {
+                    Some(st) => st,
+                    None => require_object(&child)?.stat()?,
+                };
                 let ino = self
                     .inodes
                     .remember_shared(&child, file_id(&st), fingerprint(&st));
@@ -244,7 +253,19 @@ impl SandboxFs {
         entries.push(OsStr::new("."), ino, FileKind::Directory);
         entries.push(OsStr::new(".."), ROOT_INO, FileKind::Directory);
         for (name, child) in &explicit {
-            entries.push(name, self.inodes.ino_of(child), child.kind());
+            // A mapped input not looked up yet is typed here; one whose
+            // object cannot be reached is left out, as its lookup fails.
+            let kind = match child.typed_kind() {
+                Some(kind) => kind,
+                None => match type_entry(child) {
+                    Ok(_) => child.kind(),
+                    Err(err) => {
+                        log::debug!("{err}: {name:?} not listed");
+                        continue;
+                    }
+                },
+            };
+            entries.push(name, self.inodes.ino_of(child), kind);
         }
         let mut kept = None;
         if let Some(backing) = backing_dir(&node)? {
@@ -420,8 +441,43 @@ pub(super) fn backing_dir(node: &Node) -> FsResult<Option<UDir>> {
 /// need their sandbox's directories to reach them.)
 pub(super) fn is_shareable(node: &Node) -> bool {
     !node.is_writable()
-        && matches!(node.kind(), FileKind::RegularFile | FileKind::Symlink)
-        && matches!(node.origin(), Origin::Mapped(_))
+        && matches!(
+            node.typed_kind(),
+            Some(FileKind::RegularFile | FileKind::Symlink)
+        )
+        && node.is_mapped()
+}
+
+/// [`is_shareable`], or may be once typed: a read-only mapped input the
+/// kernel has not looked up.
+pub(super) fn may_be_shareable(node: &Node) -> bool {
+    is_shareable(node) || (node.typed_kind().is_none() && !node.is_writable() && node.is_mapped())
+}
+
+/// Types `node`, an untyped mapped input, from an `lstat` of its object,
+/// and returns that `lstat`. A directory is pinned then, as a mapped
+/// directory always is, so that it stays the one found.
+pub(super) fn type_entry(node: &Node) -> FsResult<FileStat> {
+    let object = require_object(node)?;
+    let st = object.stat()?;
+    let kind = kind_of(&st);
+    let pinned = match (kind, node.origin()) {
+        (FileKind::Directory, Origin::Mapped(location)) => {
+            let name = location.name.as_os_str();
+            let path = location.anchor.path().join(name);
+            let dir = location
+                .anchor
+                .child(object.name(), &path)
+                .map_err(|err| FsError::at("openat", err, &location.anchor, name.as_bytes()))?;
+            Some(Origin::Mapped(Location {
+                anchor: Arc::new(dir),
+                name: Name::new(OsStr::new("")),
+            }))
+        }
+        _ => None,
+    };
+    node.set_type(kind, pinned);
+    Ok(st)
 }
 
 /// A directory made up to hold nested mappings (it has explicit entries

@@ -5,10 +5,18 @@
 //! its parent (an object found in, or created through, a mapped directory).
 //! The last kind stores no path: it is derived from the parent on each use,
 //! so a rename through the mount moves a whole subtree by updating one node.
+//!
+//! A mapped input is made **untyped**: a create makes no system call per
+//! input, so its type is learnt when the kernel first looks it up (or a
+//! listing shows it), from the `lstat` that lookup makes anyway
+//! ([`Node::set_type`]). Only explicit entries can be untyped, and every
+//! way the kernel reaches a node goes through a lookup or a listing first,
+//! so every node the kernel knows is typed. Once typed, a node keeps its
+//! type, as one typed at create did.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
@@ -54,14 +62,98 @@ pub struct Node {
     /// How far the kernel got with this node, when access is tracked
     /// (an [`Access`] as a number; in what would be padding).
     access: AtomicU8,
-    kind: FileKind,
+    /// A [`FileKind`] as a number, or [`UNTYPED`] until the first lookup
+    /// of a mapped input; set once, under the `origin` lock.
+    kind: AtomicU8,
     /// Whether operations may change the underlying object (and, for a
     /// directory, its entries).
     writable: bool,
     origin: Mutex<Origin>,
-    /// Set for directories only; boxed so that files, most nodes, do not
-    /// carry its space.
-    dir: Option<Box<DirData>>,
+    /// Set for directories only (so that files, most nodes, do not carry
+    /// its space), before the kind says Directory.
+    dir: DirSlot,
+}
+
+/// `Node::kind` of a node whose type is not known yet.
+const UNTYPED: u8 = u8::MAX;
+
+fn kind_code(kind: FileKind) -> u8 {
+    match kind {
+        FileKind::Directory => 0,
+        FileKind::RegularFile => 1,
+        FileKind::Symlink => 2,
+        FileKind::NamedPipe => 3,
+        FileKind::Socket => 4,
+        FileKind::CharDevice => 5,
+        FileKind::BlockDevice => 6,
+    }
+}
+
+fn kind_of_code(code: u8) -> Option<FileKind> {
+    Some(match code {
+        0 => FileKind::Directory,
+        1 => FileKind::RegularFile,
+        2 => FileKind::Symlink,
+        3 => FileKind::NamedPipe,
+        4 => FileKind::Socket,
+        5 => FileKind::CharDevice,
+        6 => FileKind::BlockDevice,
+        _ => return None,
+    })
+}
+
+/// A directory's data, set at most once and then kept for the node's life:
+/// a pointer's size, where a `OnceLock<Box<_>>` takes two words (the node
+/// is most of the daemon's memory per input).
+struct DirSlot(AtomicPtr<DirData>);
+
+impl DirSlot {
+    fn empty() -> DirSlot {
+        DirSlot(AtomicPtr::new(std::ptr::null_mut()))
+    }
+
+    fn get(&self) -> Option<&DirData> {
+        let data = self.0.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer came from `Box::into_raw` in `set`,
+        // is never replaced, and is freed only in `drop`, which has `&mut
+        // self`: it is valid for as long as `self` is borrowed.
+        (!data.is_null()).then(|| unsafe { &*data })
+    }
+
+    /// Sets the data unless it is set already.
+    fn set(&self, data: Box<DirData>) {
+        let data = Box::into_raw(data);
+        let set = self.0.compare_exchange(
+            std::ptr::null_mut(),
+            data,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        if set.is_err() {
+            // SAFETY: `data` came from `Box::into_raw` just above and was
+            // not stored, so this is its only owner.
+            drop(unsafe { Box::from_raw(data) });
+        }
+    }
+}
+
+impl Drop for DirSlot {
+    fn drop(&mut self) {
+        let data = *self.0.get_mut();
+        if !data.is_null() {
+            // SAFETY: set once from `Box::into_raw` and never freed before.
+            drop(unsafe { Box::from_raw(data) });
+        }
+    }
+}
+
+fn new_dir_data() -> Box<DirData> {
+    Box::new(DirData {
+        explicit: RwLock::new(Explicit::Sorted(Box::default())),
+        discovered: Mutex::default(),
+        negatives: Mutex::default(),
+        created: SystemTime::now(),
+    })
 }
 
 /// A directory's explicit entries. Inside a sandbox they never change
@@ -156,23 +248,25 @@ impl Node {
     }
 
     pub fn new(kind: FileKind, writable: bool, origin: Origin) -> Node {
-        let dir = (kind == FileKind::Directory).then(|| {
-            Box::new(DirData {
-                explicit: RwLock::new(Explicit::Sorted(Box::default())),
-                discovered: Mutex::default(),
-                negatives: Mutex::default(),
-                created: SystemTime::now(),
-            })
-        });
+        let node = Node::new_untyped(writable, origin);
+        if kind == FileKind::Directory {
+            node.dir.set(new_dir_data());
+        }
+        node.kind.store(kind_code(kind), Ordering::Release);
+        node
+    }
+
+    /// A mapped input whose type is learnt at its first lookup.
+    pub fn new_untyped(writable: bool, origin: Origin) -> Node {
         Node {
             ino: AtomicU64::new(0),
             lookups: AtomicU32::new(0),
             opened_identity: AtomicU64::new(0),
             access: AtomicU8::new(Access::None as u8),
-            kind,
+            kind: AtomicU8::new(UNTYPED),
             writable,
             origin: Mutex::new(origin),
-            dir,
+            dir: DirSlot::empty(),
         }
     }
 
@@ -180,13 +274,42 @@ impl Node {
     pub fn new_dir(writable: bool, origin: Origin, mut explicit: Vec<(Name, Arc<Node>)>) -> Node {
         explicit.sort_unstable_by(|(a, _), (b, _)| a.as_os_str().cmp(b.as_os_str()));
         let node = Node::new(FileKind::Directory, writable, origin);
-        *node.dir.as_ref().expect("a directory").explicit.write() =
+        *node.dir.get().expect("a directory").explicit.write() =
             Explicit::Sorted(explicit.into_boxed_slice());
         node
     }
 
+    /// The node's type; an untyped node (a mapped input the kernel has
+    /// not looked up) reads as a regular file. Code that can meet one
+    /// (walking explicit entries) asks [`Node::typed_kind`].
     pub fn kind(&self) -> FileKind {
-        self.kind
+        self.typed_kind().unwrap_or(FileKind::RegularFile)
+    }
+
+    /// The node's type, `None` until it is known.
+    pub fn typed_kind(&self) -> Option<FileKind> {
+        kind_of_code(self.kind.load(Ordering::Acquire))
+    }
+
+    /// Gives an untyped node its type, learnt from an `lstat` of its
+    /// object; a directory also gets `pinned`, its origin with the
+    /// directory itself pinned. Returns the node's type: the one given
+    /// first, if two lookups type it at once.
+    pub fn set_type(&self, kind: FileKind, pinned: Option<Origin>) -> FileKind {
+        let mut origin = self.origin.lock();
+        if let Some(known) = self.typed_kind() {
+            return known;
+        }
+        if kind == FileKind::Directory {
+            if let Some(pinned) = pinned {
+                *origin = pinned;
+            }
+            self.dir.set(new_dir_data());
+        }
+        // Published after the directory data, which readers of the kind
+        // may then use.
+        self.kind.store(kind_code(kind), Ordering::Release);
+        kind
     }
 
     pub fn is_writable(&self) -> bool {
@@ -194,7 +317,7 @@ impl Node {
     }
 
     pub fn is_dir(&self) -> bool {
-        self.dir.is_some()
+        self.dir.get().is_some()
     }
 
     /// The inode number, or 0 if the kernel has not been told one yet.
@@ -231,12 +354,17 @@ impl Node {
         self.origin.lock().clone()
     }
 
+    /// Whether the origin is a mapping (without copying it).
+    pub fn is_mapped(&self) -> bool {
+        matches!(*self.origin.lock(), Origin::Mapped(_))
+    }
+
     pub(super) fn set_origin(&self, origin: Origin) {
         *self.origin.lock() = origin;
     }
 
     pub fn dir(&self) -> FsResult<&DirData> {
-        self.dir.as_deref().ok_or(Errno::ENOTDIR.into())
+        self.dir.get().ok_or(Errno::ENOTDIR.into())
     }
 }
 
@@ -328,4 +456,35 @@ mod tests {
             std::mem::size_of::<Node>()
         );
     }
+
+    #[test]
+    fn an_untyped_node_is_typed_once_and_a_directory_gets_its_data_first() {
+        let node = Node::new_untyped(false, Origin::Virtual);
+        assert_eq!(node.typed_kind(), None);
+        assert!(node.dir().is_err());
+        assert_eq!(
+            node.set_type(FileKind::Directory, None),
+            FileKind::Directory
+        );
+        assert!(node.dir().is_ok());
+        // A second lookup that saw another type keeps the first.
+        assert_eq!(
+            node.set_type(FileKind::RegularFile, None),
+            FileKind::Directory
+        );
+        assert_eq!(node.kind(), FileKind::Directory);
+        let file = Node::new_untyped(true, Origin::Virtual);
+        assert_eq!(file.set_type(FileKind::Symlink, None), FileKind::Symlink);
+        assert!(file.dir().is_err() && !file.is_dir());
+    }
+}
+#[test]
+fn tmp_sizes() {
+    eprintln!(
+        "origin {} mutex {} dirslot {} name {}",
+        std::mem::size_of::<Origin>(),
+        std::mem::size_of::<Mutex<Origin>>(),
+        std::mem::size_of::<DirSlot>(),
+        std::mem::size_of::<Name>()
+    );
 }

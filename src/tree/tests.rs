@@ -57,15 +57,99 @@ fn a_failed_create_changes_nothing() {
             "s",
             &[
                 mapping("/a/ok", &good, false),
-                mapping("/a/missing", &dir.path().join("nope"), false),
+                mapping("/a/ok/below", &good, false),
             ],
         )
         .unwrap_err();
     let err = err.to_string();
-    assert!(err.contains("\"s\"") && err.contains("nope"), "{err}");
+    assert!(
+        err.contains("\"s\"")
+            && err.contains("mapping #1")
+            && err.contains("\"/a/ok\" is mapped to a non-directory"),
+        "{err}"
+    );
     assert!(fs.sandbox_ids().is_empty());
     assert!(fs.list(ROOT_INO).unwrap().is_empty());
     assert_eq!(fs.known_inodes(), 1);
+}
+
+#[test]
+fn a_missing_input_is_absent_from_its_sandbox_until_it_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good");
+    fs::write(&good, "g").unwrap();
+    let later = dir.path().join("later");
+    let fs = new_fs(dir.path());
+    fs.create_sandbox(
+        "s",
+        &[
+            mapping("/a/ok", &good, false),
+            mapping("/a/later", &later, false),
+        ],
+    )
+    .unwrap();
+    assert_eq!(walk(&fs, "/s/a/later"), Err(Errno::ENOENT));
+    let a = walk(&fs, "/s/a").unwrap();
+    assert_eq!(fs.list(a).unwrap(), ["ok"], "a missing input is not listed");
+    fs::write(&later, "l").unwrap();
+    let ino = walk(&fs, "/s/a/later").unwrap();
+    assert_eq!(fs.getattr(ino, None).unwrap().kind, FileKind::RegularFile);
+    let mut listed = fs.list(a).unwrap();
+    listed.sort();
+    assert_eq!(listed, ["later", "ok"]);
+}
+
+#[test]
+fn inputs_are_typed_when_first_looked_up_or_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    fs::write(&file, "f").unwrap();
+    let tree = dir.path().join("tree");
+    fs::create_dir(&tree).unwrap();
+    fs::write(tree.join("inside"), "i").unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink("tree", &link).unwrap();
+    let fs = new_fs(dir.path());
+    let mappings = [
+        mapping("/in/file", &file, false),
+        mapping("/in/tree", &tree, false),
+        mapping("/in/link", &link, false),
+    ];
+    fs.create_sandbox("s", &mappings).unwrap();
+    // A listing types what it shows.
+    let input = walk(&fs, "/s/in").unwrap();
+    let fh = fs.opendir(input).unwrap();
+    let mut kinds = std::collections::HashMap::new();
+    fs.readdir(fh, 0, |_, e| {
+        kinds.insert(e.name.to_owned(), e.kind);
+        false
+    })
+    .unwrap();
+    fs.releasedir(fh);
+    assert_eq!(kinds[OsStr::new("file")], FileKind::RegularFile);
+    assert_eq!(kinds[OsStr::new("tree")], FileKind::Directory);
+    assert_eq!(kinds[OsStr::new("link")], FileKind::Symlink);
+    // A directory input shows its entries; a symlink is never followed.
+    let tree_ino = walk(&fs, "/s/in/tree").unwrap();
+    assert_eq!(fs.list(tree_ino).unwrap(), ["inside"]);
+    walk(&fs, "/s/in/tree/inside").unwrap();
+    let link_ino = walk(&fs, "/s/in/link").unwrap();
+    assert_eq!(fs.getattr(link_ino, None).unwrap().kind, FileKind::Symlink);
+    assert_eq!(fs.readlink(link_ino).unwrap(), b"tree");
+    assert_eq!(walk(&fs, "/s/in/link/inside"), Err(Errno::ENOTDIR));
+    // And by lookup, in a second sandbox never listed.
+    fs.create_sandbox("t", &mappings).unwrap();
+    let tree_ino = walk(&fs, "/t/in/tree").unwrap();
+    assert_eq!(
+        fs.getattr(tree_ino, None).unwrap().kind,
+        FileKind::Directory
+    );
+    assert_eq!(fs.list(tree_ino).unwrap(), ["inside"]);
+    let file_ino = walk(&fs, "/t/in/file").unwrap();
+    assert_eq!(
+        errno(fs.open(file_ino, libc::O_RDWR).map(|o| o.fh)),
+        Err(Errno::EPERM)
+    );
 }
 
 #[test]

@@ -97,11 +97,16 @@ impl Route {
     /// Opens the directory `names` lead to (the anchor itself if none).
     fn into_dir(self) -> FsResult<UDir> {
         let rel = join(&self.names);
+        // A mapping's directory is pinned at its first use.
+        let anchor_fd = self
+            .anchor
+            .fd()
+            .map_err(|err| FsError::at("open", err, &self.anchor, b""))?;
         let opened = if rel.is_empty() {
             None
         } else {
             let c = CString::new(rel.clone()).expect("names hold no NUL");
-            let fd = open_beneath(self.anchor.as_fd(), &c, PATH_DIR_FLAGS, Mode::empty())
+            let fd = open_beneath(anchor_fd, &c, PATH_DIR_FLAGS, Mode::empty())
                 .map_err(|err| FsError::at("openat2", err, &self.anchor, &rel))?;
             Some(fd)
         };
@@ -142,7 +147,10 @@ impl UDir {
     pub fn fd(&self) -> BorrowedFd<'_> {
         match &self.opened {
             Some(fd) => fd.as_fd(),
-            None => self.anchor.as_fd(),
+            None => self
+                .anchor
+                .fd()
+                .expect("an anchor is pinned before a UDir is made of it"),
         }
     }
 

@@ -6,14 +6,34 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use actionfs_protocol::codec::encode_request;
-use actionfs_protocol::{validate_sandbox_id, Decoded, PrefixTable, Request, RequestReader};
+use actionfs_protocol::{
+    decode_in_place, decode_value, validate_sandbox_id, Decoded, InPlace, MappingSink, PrefixTable,
+    Request, RequestReader,
+};
 
 use actionfs::tree::{FsConfig, SandboxFs, ROOT_INO};
 
 /// Decodes a byte stream; checks that every valid request survives an
 /// encode/decode round trip and that its prefixes and mappings resolve
-/// without a panic.
+/// without a panic, and that the in-place decoder answers every value as
+/// the reference decoder does.
 pub fn decode_stream(bytes: &[u8]) {
+    let (mut reference, mut in_place) = (PrefixTable::new(), PrefixTable::new());
+    let mut reader = RequestReader::new(bytes);
+    while let Some(item) = reader.next_with(|value| {
+        let expected = reference_answer(value, &mut reference);
+        assert_eq!(
+            in_place_answer(value, &mut in_place),
+            expected,
+            "{}",
+            String::from_utf8_lossy(value)
+        );
+        Some(())
+    }) {
+        if item.is_err() {
+            break;
+        }
+    }
     let mut prefixes = PrefixTable::new();
     for item in RequestReader::new(bytes) {
         let Ok(Decoded::Request(request)) = item else {
@@ -34,6 +54,47 @@ pub fn decode_stream(bytes: &[u8]) {
                 }
             }
         }
+    }
+}
+
+/// Mappings as a create's answer lists them.
+#[derive(Default)]
+struct Listed(Vec<String>);
+
+impl MappingSink for Listed {
+    fn mapping(&mut self, index: usize, path: &str, underlying: &str, writable: bool) {
+        self.0
+            .push(format!("#{index} {path} -> {underlying} {writable}"));
+    }
+}
+
+/// What the reference decoder and resolution make of one value.
+fn reference_answer(value: &[u8], prefixes: &mut PrefixTable) -> String {
+    match decode_value(value) {
+        Err(fatal) => format!("fatal {}", fatal.message),
+        Ok(Decoded::Invalid { id, message }) => format!("invalid {id:?}: {message}"),
+        Ok(Decoded::Request(Request::Destroy(id))) => format!("destroy {id}"),
+        Ok(Decoded::Request(Request::Create(create))) => match prefixes.resolve_create(&create) {
+            Ok(mappings) => {
+                let mut listed = Listed::default();
+                for (index, m) in mappings.iter().enumerate() {
+                    let underlying = m.underlying.to_string_lossy();
+                    listed.mapping(index, &m.path, &underlying, m.writable);
+                }
+                format!("create {} {:?}", create.id, listed.0)
+            }
+            Err(err) => format!("refused {}: sandbox {:?}: {err}", create.id, create.id),
+        },
+    }
+}
+
+/// The same through the in-place decoder (the daemon's path).
+fn in_place_answer(value: &[u8], prefixes: &mut PrefixTable) -> String {
+    match decode_in_place(value, prefixes, |_| Listed::default()) {
+        InPlace::Create { id, sink } => format!("create {id} {:?}", sink.0),
+        InPlace::Destroy(id) => format!("destroy {id}"),
+        InPlace::Refused { id, message } => format!("refused {id}: {message}"),
+        InPlace::Fallback => reference_answer(value, prefixes),
     }
 }
 

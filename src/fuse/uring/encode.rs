@@ -157,66 +157,56 @@ pub fn statfs(s: &StatFs) -> fuse_kstatfs {
     }
 }
 
-/// The bytes `entry` takes in a READDIR answer, padding included.
-pub fn dirent_len(entry: &DirEntry) -> usize {
-    (size_of::<fuse_dirent>() + entry.name.len()).next_multiple_of(8)
-}
-
-/// Directory entries, as many as fit in `size` bytes (the kernel's
-/// buffer), each followed by the offset of the next.
-pub fn dirents(out: &mut Writer, entries: &[(u64, DirEntry)], size: usize) -> Result<(), Overflow> {
-    for (next, entry) in entries {
-        let name = entry.name.as_bytes();
-        let unpadded = size_of::<fuse_dirent>() + name.len();
-        let padded = unpadded.next_multiple_of(8);
-        if out.len() + padded > size {
-            break;
-        }
-        out.put(&fuse_dirent {
-            ino: entry.ino,
-            off: *next,
-            namelen: name.len() as u32,
-            typ: dirent_type(entry.kind),
-        })?;
-        out.bytes(name)?;
-        out.bytes(&[0; 8][..padded - unpadded])?;
+/// Appends one directory entry, followed by the offset of the next, to a
+/// READDIR answer unless that would take it past `size` bytes (the
+/// kernel's buffer); says whether it did.
+pub fn dirent(out: &mut Vec<u8>, next: u64, entry: &DirEntry, size: usize) -> bool {
+    let name = entry.name.as_bytes();
+    let unpadded = size_of::<fuse_dirent>() + name.len();
+    let padded = unpadded.next_multiple_of(8);
+    if out.len() + padded > size {
+        return false;
     }
-    Ok(())
+    let head = fuse_dirent {
+        ino: entry.ino,
+        off: next,
+        namelen: name.len() as u32,
+        typ: dirent_type(entry.kind),
+    };
+    out.extend_from_slice(abi::bytes_of(&head));
+    out.extend_from_slice(name);
+    out.extend_from_slice(&[0; 8][..padded - unpadded]);
+    true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::OsString;
 
     #[test]
     fn dirents_are_padded_to_eight_bytes_and_stop_at_the_kernels_size() {
-        let entries: Vec<(u64, DirEntry)> = ["a", "bcdefghij"]
-            .iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let entry = DirEntry {
-                    name: OsString::from(name),
-                    ino: 10 + i as u64,
-                    kind: FileKind::RegularFile,
-                };
-                (i as u64 + 1, entry)
-            })
-            .collect();
-        let mut buf = vec![0xff; 256];
-        let mut out = Writer::new(&mut buf);
-        dirents(&mut out, &entries, 256).unwrap();
+        let entry = |name: &'static str, ino| DirEntry {
+            name: std::ffi::OsStr::new(name),
+            ino,
+            kind: FileKind::RegularFile,
+        };
+        let mut buf = Vec::new();
+        assert!(dirent(&mut buf, 1, &entry("a", 10), 256));
+        assert!(dirent(&mut buf, 2, &entry("bcdefghij", 11), 256));
         // 24 + 1 -> 32; 24 + 9 -> 40.
-        assert_eq!(out.len(), 72);
+        assert_eq!(buf.len(), 72);
         assert_eq!(&buf[0..8], &10u64.to_ne_bytes());
         assert_eq!(&buf[8..16], &1u64.to_ne_bytes());
         assert_eq!(&buf[16..20], &1u32.to_ne_bytes());
         assert_eq!(&buf[20..24], &(libc::DT_REG as u32).to_ne_bytes());
         assert_eq!(&buf[24..32], b"a\0\0\0\0\0\0\0");
-        let mut small = vec![0; 256];
-        let mut out = Writer::new(&mut small);
-        dirents(&mut out, &entries, 40).unwrap();
-        assert_eq!(out.len(), 32, "the second entry does not fit in 40 bytes");
+        let mut small = Vec::new();
+        assert!(dirent(&mut small, 1, &entry("a", 10), 40));
+        assert!(
+            !dirent(&mut small, 2, &entry("bcdefghij", 11), 40),
+            "the second entry does not fit in 40 bytes"
+        );
+        assert_eq!(small.len(), 32);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::decode::{decode, Request};
 use super::encode::{self, Writer};
 use crate::config::Allow;
 use crate::fuse::{Ctx, Dispatcher, Entry, Open};
-use crate::tree::{Attr, DirEntry, Errno, StatFs, XattrReply};
+use crate::tree::{Attr, Errno, StatFs, XattrReply};
 
 /// Who may use the mount, as fuser checks it on `/dev/fuse`: with
 /// allow_other in force for root only, the kernel lets everyone in and
@@ -63,7 +63,6 @@ enum Reply {
     Written(u32),
     Statfs(StatFs),
     Xattr(XattrReply),
-    Dir(Vec<(u64, DirEntry)>, u32),
 }
 
 fn call(dispatch: &Dispatcher, ctx: &Ctx, ino: u64, request: Request) -> Result<Reply, Errno> {
@@ -117,17 +116,13 @@ fn call(dispatch: &Dispatcher, ctx: &Ctx, ino: u64, request: Request) -> Result<
         Request::Flush => d.flush().map(|()| Reply::Empty)?,
         Request::Opendir => Reply::Opendir(d.opendir(ctx, ino)?),
         Request::Readdir { fh, offset, size } => {
-            // Only what fits the kernel's buffer is taken from the listing.
-            let (mut entries, mut used) = (Vec::new(), 0);
+            // Encoded as listed: only what fits the kernel's buffer is
+            // taken from the listing.
+            let mut listed = Vec::new();
             d.readdir(ctx, ino, fh, offset, |next, entry| {
-                used += encode::dirent_len(entry);
-                if used > size as usize {
-                    return true;
-                }
-                entries.push((next, entry.clone()));
-                false
+                !encode::dirent(&mut listed, next, &entry, size as usize)
             })?;
-            Reply::Dir(entries, size)
+            Reply::Data(listed)
         }
         Request::Releasedir { fh } => {
             d.releasedir(fh);
@@ -187,7 +182,6 @@ fn encode(out: &mut Writer, reply: &Reply, ttl: Duration) -> Result<(), encode::
             padding: 0,
         }),
         Reply::Xattr(XattrReply::Data(data)) => out.bytes(data),
-        Reply::Dir(entries, size) => encode::dirents(out, entries, *size as usize),
     }
 }
 
