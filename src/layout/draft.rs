@@ -60,8 +60,11 @@ pub struct MappedDir {
     pub underlying: PathBuf,
     pub writable: bool,
     pub index: u32,
-    /// The directory, pinned by [`Draft::finish`].
+    /// The directory, pinned by [`Draft::finish`] (for a sandbox root
+    /// mapped to a file: the directory holding it).
     pub anchor: Option<Arc<Anchor>>,
+    /// A directory, except for a sandbox root mapped to a file.
+    pub kind: FileKind,
 }
 
 /// A directory of the sandbox: mapped, or leading to mappings, or both.
@@ -147,6 +150,10 @@ impl Draft {
             return;
         }
         if path == "/" {
+            if index > 0 {
+                self.found(index, path, underlying, Problem::RootNotFirst);
+                return;
+            }
             self.map_dir(0, index, path, underlying, writable);
             return;
         }
@@ -223,6 +230,7 @@ impl Draft {
             writable,
             index,
             anchor: None,
+            kind: FileKind::Directory,
         });
         self.count += 1;
     }
@@ -287,6 +295,7 @@ impl Draft {
             writable: leaf.writable,
             index: leaf.index,
             anchor: None,
+            kind: FileKind::Directory,
         });
         sub
     }
@@ -594,6 +603,12 @@ impl Draft {
                 continue;
             }
             let first_below = below[at];
+            if at == 0 && first_below >= mapped.index && self.sandbox.is_some() {
+                // A sandbox's root may be a file, served as that file.
+                mapped.anchor = Some(anchor);
+                mapped.kind = kind;
+                continue;
+            }
             let (index, problem) = if at == 0 {
                 let problem = if first_below < mapped.index {
                     Problem::NotADirectoryForNested
@@ -663,6 +678,15 @@ impl Draft {
         Some(&self.dirs[at as usize].mapped.as_ref()?.underlying)
     }
 
+    /// Whether the sandbox's root is mapped to a file: only the typed
+    /// layout ([`Draft::typed`]) builds that.
+    pub fn root_is_file(&self) -> bool {
+        self.dirs[0]
+            .mapped
+            .as_ref()
+            .is_some_and(|m| m.kind != FileKind::Directory)
+    }
+
     /// The same layout with every leaf typed and pinned (one `lstat`
     /// each), for the native materializer. Fails on the first leaf that
     /// cannot be typed (a missing input among them).
@@ -702,7 +726,7 @@ impl Draft {
                 entries[at].mapped = Some(Mapped {
                     underlying: mapped.underlying.clone(),
                     writable: mapped.writable,
-                    kind: FileKind::Directory,
+                    kind: mapped.kind,
                     anchor: mapped
                         .anchor
                         .clone()

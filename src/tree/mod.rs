@@ -264,6 +264,13 @@ impl SandboxFs {
         id: &str,
         draft: crate::layout::Draft,
     ) -> Result<(), SandboxError> {
+        if draft.root_is_file() {
+            let plan = draft.typed().map_err(|error| SandboxError::Layout {
+                id: id.to_owned(),
+                error,
+            })?;
+            return self.create_planned(id, plan);
+        }
         let mappings = draft.mapping_count();
         self.publish(id, build::tree_of_draft(draft), mappings)
     }
