@@ -7,12 +7,18 @@ use actionfs::cli::{self, Command, BAZEL_VERSION_LINE};
 use actionfs::daemon::{stop, Stopped};
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(
-        env_logger::Env::default().default_filter_or("warn,fuser=error,actionfs::lifecycle=info"),
-    )
-    .format_target(false)
-    .init();
-    match cli::parse(std::env::args_os().skip(1)) {
+    let command = cli::parse(std::env::args_os().skip(1));
+    // The daemon's start and stop lines are shown by default (in sandboxfs's
+    // words, which scripts grep for); subcommands that run daemons of their
+    // own (calibrate, replay) stay quiet.
+    let default_filter = match &command {
+        Ok(Command::Serve(_)) => "warn,fuser=error,actionfs::lifecycle=info",
+        _ => "warn,fuser=error",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
+        .format_target(false)
+        .init();
+    match command {
         Err(err) => {
             eprintln!("{err}");
             ExitCode::from(2)

@@ -67,6 +67,11 @@ impl Lab {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
+        // The lab's daemons say only what went wrong, not their start and
+        // stop lines (shown by default when a user runs the daemon).
+        if std::env::var_os("RUST_LOG").is_none() {
+            command.env("RUST_LOG", "warn,fuser=error");
+        }
         let client = Client::start(command).map_err(|e| io::Error::other(e.to_string()))?;
         Ok(Mounted {
             client: Some(client),
