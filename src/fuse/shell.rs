@@ -578,7 +578,7 @@ impl Filesystem for FuseShell {
     ) {
         self.stats.op(Op::Readdir);
         let listed = self.fs.readdir(fh.0, offset, |next, entry| {
-            reply.add(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name)
+            reply.add(INodeNo(entry.ino), next, file_type(entry.kind), entry.name)
         });
         match listed {
             Ok(()) => reply.ok(),
