@@ -992,3 +992,45 @@ fn answers_nobody_reads_hold_up_requests_but_not_the_mount() {
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
     assert_eq!(shell_status(child.0.wait().unwrap()), BY_SIGTERM);
 }
+
+#[test]
+fn kill_9_mid_create_leaves_a_stale_mount_and_socket_that_a_restart_takes_over() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let _unmount = UnmountOnDrop(fx.mnt());
+    let input = fx.write("src/in", "data");
+    let socket = fx.path("control.sock");
+    let control = format!("--control={}", socket.display());
+    let d = fx.start(&[&control]);
+    // A create large enough to be in progress when the kill comes.
+    let mappings = (0..100_000)
+        .map(|n| ro(&format!("/d{}/f{n}", n % 50), &input))
+        .collect();
+    let request = actionfs_protocol::Request::Create(sandbox("big", mappings));
+    let bytes = actionfs_protocol::encode_request(&request);
+    d.client().write_raw(bytes.as_bytes()).unwrap();
+    kill_9(d);
+    assert!(socket.exists(), "a killed daemon cannot remove its socket");
+
+    let second = fx.start(&[&control]);
+    let ctl = Command::new(bin())
+        .args(["ctl", &control, "create", "x", "--map"])
+        .arg(format!("ro:/in:{}", input.display()))
+        .output()
+        .unwrap();
+    assert!(
+        ctl.status.success(),
+        "ctl create through the taken-over socket: {}\n{}",
+        String::from_utf8_lossy(&ctl.stderr),
+        fx.log()
+    );
+    assert_eq!(fs::read_to_string(second.path("x/in")).unwrap(), "data");
+    assert!(
+        !second.path("big").exists(),
+        "nothing of the cut create survives"
+    );
+    assert_eq!(second.terminate(), BY_SIGTERM, "{}", fx.log());
+    assert!(!socket.exists(), "the socket is removed at exit");
+}
