@@ -1030,3 +1030,28 @@ fn kill_9_mid_create_leaves_a_stale_mount_and_socket_that_a_restart_takes_over()
     assert_eq!(second.terminate(), BY_SIGTERM, "{}", fx.log());
     assert!(!socket.exists(), "the socket is removed at exit");
 }
+
+/// The test kit's own cleanup: a loop-mounted file system still busy when
+/// its test ends is unmounted once it is free, not left mounted.
+#[test]
+fn a_loop_file_system_busy_when_its_test_ends_is_still_unmounted() {
+    if !require(&[Need::LoopDevice]) {
+        return;
+    }
+    let xfs = match LoopXfs::new() {
+        Ok(xfs) => xfs,
+        Err(why) => {
+            tier::skip(&format!("no loop-mounted xfs: {why}"));
+            return;
+        }
+    };
+    let mnt = xfs.path();
+    let busy = fs::File::create(mnt.join("held")).unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        drop(busy);
+    });
+    drop(xfs);
+    release.join().unwrap();
+    assert!(!is_mounted(&mnt), "{mnt:?} left mounted");
+}
