@@ -28,7 +28,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// A helper process with its standard output read line by line on a
 /// thread; killed and reaped on drop.
 struct Helper {
-    child: Child,
+    child: Reaped,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
 }
@@ -44,19 +44,10 @@ impl Helper {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|err| panic!("{PYTHON}: {err}"));
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = lines_of(child.stdout.take().unwrap());
         let stdin = child.stdin.take();
         Helper {
-            child,
+            child: Reaped(child),
             stdin,
             lines,
         }
@@ -66,7 +57,7 @@ impl Helper {
     fn line(&self) -> String {
         self.lines
             .recv_timeout(PATIENCE)
-            .unwrap_or_else(|_| panic!("helper {} printed nothing in time", self.child.id()))
+            .unwrap_or_else(|_| panic!("helper {} printed nothing in time", self.child.0.id()))
     }
 
     fn send(&mut self, line: &str) {
@@ -76,11 +67,18 @@ impl Helper {
     }
 }
 
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The lines `output` carries, read on a thread of their own.
+fn lines_of(output: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, lines) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(output).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
 }
 
 /// A process killed and reaped on drop.
@@ -391,7 +389,7 @@ fn a_full_writable_mapping_gives_the_writer_enospc_and_the_daemon_keeps_serving(
     let written: u64 = filler.line().parse().unwrap();
     let failure = filler.line();
     let mut filler = filler;
-    assert!(filler.child.wait().unwrap().success());
+    assert!(filler.child.0.wait().unwrap().success());
     assert_eq!(
         error_of(&failure),
         Some(libc::ENOSPC),
@@ -518,7 +516,7 @@ fn sigterm_with_a_file_held_open_keeps_serving_and_retrying_until_a_second_signa
 /// Starts the daemon with piped standard input and output (no client), as
 /// a raw stream test needs; killed and its mount cleared on drop.
 struct RawDaemon {
-    child: Child,
+    child: Reaped,
     answers: Receiver<String>,
 }
 
@@ -530,24 +528,11 @@ impl RawDaemon {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, answers) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        RawDaemon { child, answers }
-    }
-}
-
-impl Drop for RawDaemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let answers = lines_of(child.stdout.take().unwrap());
+        RawDaemon {
+            child: Reaped(child),
+            answers,
+        }
     }
 }
 
@@ -573,7 +558,7 @@ fn input_closed_mid_request_answers_every_complete_one_and_the_mount_stays_up() 
         r#"{{"D":"s4"}}{{"C":{{"i":"cut","m":[{{"p":"/in","u":"{}"#,
         input.display()
     );
-    let mut stdin = d.child.stdin.take().unwrap();
+    let mut stdin = d.child.0.stdin.take().unwrap();
     stdin.write_all(stream.as_bytes()).unwrap();
     drop(stdin);
     // Five creates and one destroy were complete: each gets a success
@@ -610,17 +595,17 @@ fn input_closed_mid_request_answers_every_complete_one_and_the_mount_stays_up() 
         "the cut request was not applied"
     );
     assert!(
-        d.child.try_wait().unwrap().is_none(),
+        d.child.0.try_wait().unwrap().is_none(),
         "end of input must not end the daemon:\n{}",
         fx.log()
     );
     assert!(is_mounted(&fx.mnt()));
     // SAFETY: kill(2) with our own child's pid and a plain signal.
-    unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGTERM) };
+    unsafe { libc::kill(d.child.0.id() as libc::pid_t, libc::SIGTERM) };
     let mut status = None;
     assert!(
         wait_for(PATIENCE, || {
-            status = d.child.try_wait().unwrap();
+            status = d.child.0.try_wait().unwrap();
             status.is_some()
         }),
         "SIGTERM did not end the daemon:\n{}",
