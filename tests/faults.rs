@@ -28,7 +28,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// A helper process with its standard output read line by line on a
 /// thread; killed and reaped on drop.
 struct Helper {
-    child: Child,
+    child: Reaped,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
 }
@@ -44,19 +44,10 @@ impl Helper {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|err| panic!("{PYTHON}: {err}"));
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = lines_of(child.stdout.take().unwrap());
         let stdin = child.stdin.take();
         Helper {
-            child,
+            child: Reaped(child),
             stdin,
             lines,
         }
@@ -66,7 +57,7 @@ impl Helper {
     fn line(&self) -> String {
         self.lines
             .recv_timeout(PATIENCE)
-            .unwrap_or_else(|_| panic!("helper {} printed nothing in time", self.child.id()))
+            .unwrap_or_else(|_| panic!("helper {} printed nothing in time", self.child.0.id()))
     }
 
     fn send(&mut self, line: &str) {
@@ -76,11 +67,18 @@ impl Helper {
     }
 }
 
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The lines `output` carries, read on a thread of their own.
+fn lines_of(output: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, lines) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(output).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
 }
 
 /// A process killed and reaped on drop.
@@ -391,7 +389,7 @@ fn a_full_writable_mapping_gives_the_writer_enospc_and_the_daemon_keeps_serving(
     let written: u64 = filler.line().parse().unwrap();
     let failure = filler.line();
     let mut filler = filler;
-    assert!(filler.child.wait().unwrap().success());
+    assert!(filler.child.0.wait().unwrap().success());
     assert_eq!(
         error_of(&failure),
         Some(libc::ENOSPC),
@@ -521,7 +519,7 @@ fn sigterm_with_a_file_held_open_keeps_serving_and_retrying_and_a_second_detache
 /// Starts the daemon with piped standard input and output (no client), as
 /// a raw stream test needs; killed and its mount cleared on drop.
 struct RawDaemon {
-    child: Child,
+    child: Reaped,
     answers: Receiver<String>,
 }
 
@@ -533,24 +531,11 @@ impl RawDaemon {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, answers) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        RawDaemon { child, answers }
-    }
-}
-
-impl Drop for RawDaemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let answers = lines_of(child.stdout.take().unwrap());
+        RawDaemon {
+            child: Reaped(child),
+            answers,
+        }
     }
 }
 
@@ -576,7 +561,7 @@ fn input_closed_mid_request_answers_every_complete_one_and_the_mount_stays_up() 
         r#"{{"D":"s4"}}{{"C":{{"i":"cut","m":[{{"p":"/in","u":"{}"#,
         input.display()
     );
-    let mut stdin = d.child.stdin.take().unwrap();
+    let mut stdin = d.child.0.stdin.take().unwrap();
     stdin.write_all(stream.as_bytes()).unwrap();
     drop(stdin);
     // Five creates and one destroy were complete: each gets a success
@@ -613,17 +598,17 @@ fn input_closed_mid_request_answers_every_complete_one_and_the_mount_stays_up() 
         "the cut request was not applied"
     );
     assert!(
-        d.child.try_wait().unwrap().is_none(),
+        d.child.0.try_wait().unwrap().is_none(),
         "end of input must not end the daemon:\n{}",
         fx.log()
     );
     assert!(is_mounted(&fx.mnt()));
     // SAFETY: kill(2) with our own child's pid and a plain signal.
-    unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGTERM) };
+    unsafe { libc::kill(d.child.0.id() as libc::pid_t, libc::SIGTERM) };
     let mut status = None;
     assert!(
         wait_for(PATIENCE, || {
-            status = d.child.try_wait().unwrap();
+            status = d.child.0.try_wait().unwrap();
             status.is_some()
         }),
         "SIGTERM did not end the daemon:\n{}",
@@ -994,4 +979,67 @@ fn answers_nobody_reads_hold_up_requests_but_not_the_mount() {
     // SAFETY: kill(2) with our own child's pid and a plain signal.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
     assert_eq!(shell_status(child.0.wait().unwrap()), BY_SIGTERM);
+}
+
+#[test]
+fn kill_9_mid_create_leaves_a_stale_mount_and_socket_that_a_restart_takes_over() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let _unmount = UnmountOnDrop(fx.mnt());
+    let input = fx.write("src/in", "data");
+    let socket = fx.path("control.sock");
+    let control = format!("--control={}", socket.display());
+    let d = fx.start(&[&control]);
+    // A create large enough to be in progress when the kill comes.
+    let mappings = (0..100_000)
+        .map(|n| ro(&format!("/d{}/f{n}", n % 50), &input))
+        .collect();
+    let request = actionfs_protocol::Request::Create(sandbox("big", mappings));
+    let bytes = actionfs_protocol::encode_request(&request);
+    d.client().write_raw(bytes.as_bytes()).unwrap();
+    kill_9(d);
+    assert!(socket.exists(), "a killed daemon cannot remove its socket");
+
+    let second = fx.start(&[&control]);
+    let ctl = Command::new(bin())
+        .args(["ctl", &control, "create", "x", "--map"])
+        .arg(format!("ro:/in:{}", input.display()))
+        .output()
+        .unwrap();
+    assert!(
+        ctl.status.success(),
+        "ctl create through the taken-over socket: {}\n{}",
+        String::from_utf8_lossy(&ctl.stderr),
+        fx.log()
+    );
+    assert_eq!(fs::read_to_string(second.path("x/in")).unwrap(), "data");
+    assert_eq!(second.terminate(), BY_SIGTERM, "{}", fx.log());
+    assert!(!socket.exists(), "the socket is removed at exit");
+}
+
+/// The test kit's own cleanup: a loop-mounted file system still busy when
+/// its test ends is unmounted once it is free, not left mounted.
+#[test]
+fn a_loop_file_system_busy_when_its_test_ends_is_still_unmounted() {
+    if !require(&[Need::LoopDevice]) {
+        return;
+    }
+    let xfs = match LoopXfs::new() {
+        Ok(xfs) => xfs,
+        Err(why) => {
+            tier::skip(&format!("no loop-mounted xfs: {why}"));
+            return;
+        }
+    };
+    let mnt = xfs.path();
+    let busy = fs::File::create(mnt.join("held")).unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        drop(busy);
+    });
+    drop(xfs);
+    release.join().unwrap();
+    assert!(!is_mounted(&mnt), "{mnt:?} left mounted");
 }

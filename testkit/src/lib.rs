@@ -401,7 +401,19 @@ impl LoopXfs {
 }
 
 impl Drop for LoopXfs {
+    /// Unmounts, waiting out a moment of busy (a background thread of the
+    /// code under test may still hold a directory there), then detaches it
+    /// so that no test leaves a loop mount behind.
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.path()).status();
+        let unmounted = wait_for(Duration::from_secs(10), || {
+            Command::new("umount")
+                .arg(self.path())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        if !unmounted {
+            let _ = Command::new("umount").arg("-l").arg(self.path()).status();
+        }
     }
 }
