@@ -60,12 +60,25 @@ struct Encoded {
 /// `files` (relative to `root`) at `/ws/FILE`, with a prefix per
 /// directory on both sides, registered in the request's `q`.
 fn encode(id: &str, root: &Path, scratch: &Path, files: &[PathBuf]) -> Encoded {
+    encode_at(id, ("ws", 3), root, scratch, files)
+}
+
+/// [`encode`] with the workspace named `ws.0` and the directories'
+/// prefixes numbered from `ws.1` (prefixes stay registered, so another
+/// workspace name needs other numbers).
+fn encode_at(
+    id: &str,
+    ws: (&str, usize),
+    root: &Path,
+    scratch: &Path,
+    files: &[PathBuf],
+) -> Encoded {
+    let (ws, mut next) = ws;
     let mut m = String::with_capacity(files.len() * 64);
     let mut q = String::new();
     // Prefix 1: "/", 2: the scratch directory.
     write!(q, r#""1":"/","2":"{}""#, scratch.display()).unwrap();
-    m.push_str(r#"{"x":1,"p":"ws","y":2,"u":"","w":true}"#);
-    let mut next = 3;
+    write!(m, r#"{{"x":1,"p":"{ws}","y":2,"u":"","w":true}}"#).unwrap();
     let mut current: Option<(&Path, usize)> = None;
     for file in files {
         let dir = file.parent().expect("files are in directories");
@@ -74,7 +87,7 @@ fn encode(id: &str, root: &Path, scratch: &Path, files: &[PathBuf]) -> Encoded {
             _ => {
                 write!(
                     q,
-                    r#","{next}":"/ws/{}","{}":"{}""#,
+                    r#","{next}":"/{ws}/{}","{}":"{}""#,
                     dir.display(),
                     next + 1,
                     root.join(dir).display()
@@ -158,6 +171,82 @@ fn status_kib(pid: u32, key: &str) -> u64 {
         .find(|l| l.starts_with(key))
         .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"));
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// What typing at first lookup moves out of the create: each round makes
+/// a sandbox of `files` whose workspace has a name of its own (so no
+/// destroyed sandbox's kernel cache can be taken over and every stat is a
+/// LOOKUP), then stats every input once from the workspace, as an action
+/// would; daemons alternate round by round.
+fn first_lookups(contenders: &[Contender], root: &Path, scratch: &Path, files: &[PathBuf]) {
+    const ROUNDS: usize = 21;
+    let running: Vec<(Fixture, Daemon)> = contenders
+        .iter()
+        .map(|c| {
+            let fixture = Fixture::new();
+            let daemon = fixture.start_command(fixture.command_of(&c.binary, &[]));
+            (fixture, daemon)
+        })
+        .collect();
+    let names: Vec<std::ffi::CString> = files
+        .iter()
+        .map(|f| std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap())
+        .collect();
+    let mut creates = vec![Vec::new(); contenders.len()];
+    let mut stats = vec![Vec::new(); contenders.len()];
+    for round in 0..=ROUNDS {
+        for (at, (_, daemon)) in running.iter().enumerate() {
+            let ws = format!("ws{round}");
+            let request = encode_at("lookups", (&ws, 3 + 1000 * round), root, scratch, files);
+            let (created, _) = create(daemon, &request);
+            let dir = std::fs::File::open(daemon.path(&format!("lookups/{ws}"))).unwrap();
+            let start = Instant::now();
+            for name in &names {
+                stat_at(&dir, name);
+            }
+            let statted = start.elapsed();
+            drop(dir);
+            daemon.destroy("lookups");
+            if round > 0 {
+                creates[at].push(created);
+                stats[at].push(statted);
+            }
+        }
+    }
+    println!();
+    println!(
+        "| daemon | {} inputs in 25 directories: create (ms) | first stat of every input (ms) | per stat (µs) | create + stats (ms) |",
+        files.len()
+    );
+    println!("|---|---|---|---|---|");
+    for ((contender, creates), stats) in contenders.iter().zip(creates).zip(stats) {
+        let sums: Vec<Duration> = creates.iter().zip(&stats).map(|(c, s)| *c + *s).collect();
+        let (create, stat, sum) = (median(creates), median(stats), median(sums));
+        println!(
+            "| {} | {:.3} | {:.3} | {:.2} | {:.3} |",
+            contender.name,
+            create.as_secs_f64() * 1e3,
+            stat.as_secs_f64() * 1e3,
+            stat.as_secs_f64() * 1e6 / files.len() as f64,
+            sum.as_secs_f64() * 1e3
+        );
+    }
+}
+
+/// fstatat(dir, name) without following a symlink; panics on failure.
+fn stat_at(dir: &std::fs::File, name: &std::ffi::CStr) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: zeroed stat is valid; valid fd, C string and out pointer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    assert_eq!(rc, 0, "stat {name:?}: {}", std::io::Error::last_os_error());
 }
 
 fn reps_for(mappings: usize) -> usize {
@@ -291,6 +380,8 @@ fn main() {
             );
         }
     }
+
+    first_lookups(&contenders, &tree_root, &scratch, &tree[..ONE_DIR]);
 
     let Some((_, largest)) = shapes
         .iter()
