@@ -198,13 +198,17 @@ fn enable_uring_off_and_on_is_reported_with_the_transport_it_allows() {
                 assert_eq!(uring["fix"], format!("echo Y | sudo tee {ENABLE_URING}"));
                 assert_eq!(transport["choice"], "classic", "{report}");
                 assert!(
-                    transport["why"].as_str().unwrap().contains("off"),
+                    transport["why"]
+                        .as_str()
+                        .unwrap()
+                        .contains("enable_uring is N"),
                     "{report}"
                 );
             }
             ("Y", true) => {
                 assert_eq!(uring["state"], "ok", "{report}");
                 assert_eq!(uring["fix"], Value::Null, "{report}");
+                assert_eq!(transport["choice"], "io_uring", "{report}");
                 assert!(
                     transport["why"]
                         .as_str()

@@ -14,9 +14,6 @@ pub const NAME: &str = "Linux";
 /// FUSE passthrough arrived in Linux 6.9.
 const PASSTHROUGH_SINCE: (u32, u32) = (6, 9);
 
-/// Zero-message opens (FUSE_NO_OPEN_SUPPORT) arrived in Linux 4.20.
-const NO_OPEN_SINCE: (u32, u32) = (4, 20);
-
 /// CAP_SYS_ADMIN's bit in /proc/self/status's CapEff.
 const CAP_SYS_ADMIN: u32 = 21;
 
@@ -283,41 +280,43 @@ pub fn clone_check(base: &Base) -> Check {
 }
 
 /// The transport and the open mode the daemon would use with its
-/// defaults (`--zero_message_opens=auto --passthrough=auto`).
+/// defaults (`--transport=auto --zero_message_opens=off --passthrough=auto`).
 pub fn decisions(checks: &[Check]) -> Vec<Decision> {
-    let transport = transport_choice::choose(&UringFacts::read());
+    use crate::fuse::transport::{self, Asked};
+    // `auto` never fails: where the ring is not offered, it says why.
+    let (chosen, why) =
+        transport::choose(Asked::Auto).unwrap_or_else(|why| (transport::Transport::Classic, why));
     let passthrough_ok = checks
         .iter()
         .any(|c| c.key == "passthrough" && c.state == State::Ok);
-    let (major, minor) = NO_OPEN_SINCE;
-    let open_mode = match transport_choice::kernel_version() {
-        Some(k) if k >= NO_OPEN_SINCE => Decision {
-            title: "open mode",
-            choice: "zero_message_opens".to_owned(),
-            why: format!(
-                "--zero_message_opens=auto and the kernel opens files without asking \
-                 ({major}.{minor}+): no OPEN or RELEASE round trips, so no passthrough{}",
-                if passthrough_ok {
-                    " (--zero_message_opens=off would use it)"
-                } else {
-                    ""
-                }
-            ),
-        },
-        _ => Decision {
-            title: "open mode",
-            choice: "daemon".to_owned(),
-            why: format!(
-                "the kernel cannot open files without asking (before {major}.{minor}) nor pass \
-                 file data through (before 6.9): every open asks and data goes through the daemon"
-            ),
-        },
+    let open_mode = Decision {
+        title: "open mode",
+        choice: if passthrough_ok {
+            "open, passthrough"
+        } else {
+            "open"
+        }
+        .to_owned(),
+        why: format!(
+            "--zero_message_opens=off (the default): every open reaches the daemon, which keeps \
+             the file it opened for the handle, so open files behave as on the underlying files; \
+             {}",
+            if passthrough_ok {
+                "file data is passed through (the kernel reads and writes the files itself)"
+            } else {
+                "file data goes through the daemon (passthrough needs CAP_SYS_ADMIN and Linux 6.9+)"
+            }
+        ),
     };
     vec![
         Decision {
             title: "transport",
-            choice: transport.transport.name().to_owned(),
-            why: transport.why,
+            choice: match chosen {
+                transport::Transport::Classic => "classic",
+                transport::Transport::IoUring => "io_uring",
+            }
+            .to_owned(),
+            why,
         },
         open_mode,
     ]
