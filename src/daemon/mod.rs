@@ -149,7 +149,7 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     let session = fuser::Session::new(
         FuseShell::new(dispatch.clone(), ring.clone()),
         &mount_point,
-        &session_config(options.allow),
+        &session_config(options.allow, transport),
     )
     .map_err(|source| DaemonError::Mount {
         path: mount_point.clone(),
@@ -469,7 +469,9 @@ fn open_output(
     }
 }
 
-fn session_config(allow: Allow) -> Config {
+/// `transport`: on io_uring, `/dev/fuse` carries only FORGETs and the
+/// requests that come before the rings are ready, so one thread reads it.
+fn session_config(allow: Allow, transport: Transport) -> Config {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName("actionfs".into()),
@@ -484,7 +486,10 @@ fn session_config(allow: Allow) -> Config {
         Allow::Everyone => SessionACL::All,
     };
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-    config.n_threads = Some(cpus.max(2));
+    config.n_threads = Some(match transport {
+        Transport::Classic => cpus.max(2),
+        Transport::IoUring => 1,
+    });
     config.clone_fd = cfg!(target_os = "linux");
     config
 }
