@@ -122,9 +122,10 @@ fn load(args: &ReplayArgs) -> Result<Vec<Step>, ReplayError> {
                     request,
                     recorded_ok: None,
                 }),
-                Ok(Decoded::Invalid { id, message }) => {
-                    Err(fail(format!("request for {id:?}: {message}")))
-                }
+                Ok(Decoded::Invalid { id, message }) => Err(fail(match id {
+                    Some(id) => format!("request for {id:?}: {message}"),
+                    None => message,
+                })),
                 Err(err) => Err(fail(err.message)),
             })
             .collect::<Result<_, _>>()?

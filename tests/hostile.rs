@@ -97,8 +97,16 @@ fn non_utf8_and_deeply_nested_input_is_answered_without_a_crash_and_reading_goes
         let d = fx.start(&[]);
         d.create(sandbox("before", vec![ro("/g", &good)]));
         d.client().write_raw(&bytes).unwrap();
-        // The next request is still read and served.
-        d.create(sandbox("after", vec![ro("/g", &good)]));
+        // The next request is still read and served (within a deadline,
+        // so that a daemon that stopped reading fails the test).
+        let after = actionfs_protocol::encode_request(&actionfs_protocol::Request::Create(
+            sandbox("after", vec![ro("/g", &good)]),
+        ));
+        let answers = d
+            .client()
+            .call_raw_within(&["after"], after.as_bytes(), Duration::from_secs(20))
+            .unwrap_or_else(|err| panic!("{what}: {err}"));
+        assert_eq!(answers[0].error, None, "{what}");
         let unnamed = d.client().unexpected_responses();
         assert!(
             matches!(unnamed.as_slice(), [answer] if answer.id.as_deref() == id),

@@ -355,9 +355,29 @@ fn a_broken_request_is_answered_at_once_and_the_next_request_is_served() {
         .contains("malformed request"));
     assert_eq!(answers[1].error, None);
     assert_eq!(fs::read_to_string(d.path("b2/g")).unwrap(), "good");
+    // A request left open is ended by the next one.
+    let stream = format!("{{\"C\":{{\"i\":\"open\",\"m\":[\n{}", good_create("b3"));
+    let answers = d
+        .client()
+        .call_raw_within(&["open", "b3"], stream.as_bytes(), ANSWER_DEADLINE)
+        .expect("both are answered");
+    assert!(
+        answers[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("a new request begins here, before this one was closed"),
+        "{answers:?}"
+    );
+    assert_eq!(answers[1].error, None);
     // Nothing of the broken ones was created.
     let listed = names(&d.mnt);
-    assert!(!listed.contains(&"syn".to_string()) && !listed.contains(&"b1".to_string()));
+    for broken in ["syn", "b1", "open"] {
+        assert!(
+            !listed.contains(&broken.to_string()),
+            "{broken} was created"
+        );
+    }
     // Broken before naming any sandbox: answered with a null id, and the
     // next request is still served.
     let answers = d

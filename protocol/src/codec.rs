@@ -387,15 +387,26 @@ mod tests {
 
     #[test]
     fn a_value_left_open_is_broken_where_the_next_request_starts() {
-        let items = decode_all(r#"{"C":{"i":"b","m":[{"p":"/x"}{"D":"c"}"#);
-        assert_eq!(items.len(), 2, "{items:?}");
-        let (id, message) = invalid(&items[0]);
-        assert_eq!(id, Some("b"));
-        assert!(
-            message.contains("column 30: expected ',' or ']'"),
-            "{message}"
-        );
-        assert_eq!(items[1], Ok(Decoded::Request(Request::Destroy("c".into()))));
+        for (input, column) in [
+            (r#"{"C":{"i":"b","m":[{"p":"/x"}{"D":"c"}"#, 30),
+            // Where the request would be a valid element of the array.
+            (
+                "{\"C\":{\"i\":\"b\",\"m\":[\n  { \"DestroySandbox\" : \"c\"}\n",
+                3,
+            ),
+        ] {
+            let items = decode_all(input);
+            assert_eq!(items.len(), 2, "{items:?}");
+            let (id, message) = invalid(&items[0]);
+            assert_eq!(id, Some("b"));
+            assert!(
+                message.contains(&format!(
+                    "column {column}: a new request begins here, before this one was closed"
+                )),
+                "{message}"
+            );
+            assert_eq!(items[1], Ok(Decoded::Request(Request::Destroy("c".into()))));
+        }
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! After a broken value the framer skips to where the next request can
 //! start: past the end of the line, or to an object that opens with a
 //! request key (`{"C":`, `{"D":` or their long names), whichever comes
-//! first. Bazel writes requests back to back on one line, people and
+//! first. Since no request holds another, such an object inside a value
+//! also ends a value that was left open. Bazel writes requests back to back on one line, people and
 //! scripts one per line; both resume at the next request.
 //!
 //! Every top-level value must be an object or an array (requests are
@@ -204,7 +205,7 @@ impl<R: Read> Framer<R> {
         }
         self.scan.reset();
         loop {
-            match scan_value(&self.buf[self.start..], &mut self.scan) {
+            match scan_value(&self.buf[self.start..], &mut self.scan, self.eof) {
                 Ok(Some(len)) => {
                     if len as u64 > self.limit {
                         return Err(FrameError::TooLarge { limit: self.limit });
@@ -377,8 +378,9 @@ fn opens_request(bytes: &[u8]) -> Option<bool> {
 
 /// Scans `bytes` (a value's start onwards) from where `scan` stopped;
 /// returns the value's length once its closing bracket is in `bytes`, or
-/// what is wrong with the byte just before `scan.scanned`.
-fn scan_value(bytes: &[u8], scan: &mut Scan) -> Result<Option<usize>, String> {
+/// what is wrong with the byte just before `scan.scanned`. `at_eof`: no
+/// more bytes will come.
+fn scan_value(bytes: &[u8], scan: &mut Scan, at_eof: bool) -> Result<Option<usize>, String> {
     let mut at = scan.scanned;
     while at < bytes.len() {
         if scan.in_string {
@@ -436,6 +438,24 @@ fn scan_value(bytes: &[u8], scan: &mut Scan) -> Result<Option<usize>, String> {
                 };
             }
             b'{' | b'[' => {
+                // No request holds another: a request's opening inside a
+                // value means that value was left open.
+                if byte == b'{' && !scan.stack.is_empty() {
+                    match opens_request(&bytes[at - 1..]) {
+                        Some(true) => {
+                            scan.scanned = at;
+                            return Err(
+                                "a new request begins here, before this one was closed".into()
+                            );
+                        }
+                        // Look again once more bytes are in.
+                        None if !at_eof => {
+                            scan.scanned = at - 1;
+                            return Ok(None);
+                        }
+                        _ => {}
+                    }
+                }
                 if !matches!(expect, Expect::Value | Expect::ValueOrClose) {
                     return wrong(scan);
                 }
@@ -691,6 +711,22 @@ mod tests {
                     r#"{"D":"b"}"#,
                     "broken at 2:6 (None)",
                     "{ \"D\" :\n \"c\"}",
+                ],
+                "trickle: {trickle}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_inside_a_value_ends_the_value_left_open_even_byte_by_byte() {
+        let input = b"{\"C\":{\"i\":\"a\",\"m\":[{\"p\":\"/x\"},\n{\"D\":\"b\"}\n[{\"q\":1}]";
+        for trickle in [false, true] {
+            assert_eq!(
+                resumed(input, trickle),
+                [
+                    r#"broken at 2:1 (Some("a"))"#,
+                    r#"{"D":"b"}"#,
+                    r#"[{"q":1}]"#
                 ],
                 "trickle: {trickle}"
             );

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use nix::unistd::{access, AccessFlags};
 
 use super::DaemonError;
+use crate::config::DaemonConfig;
 use crate::mount;
 
 /// What a check of the mount point found.
@@ -60,10 +61,42 @@ pub fn mount_point(path: &Path) -> Result<MountPoint, DaemonError> {
     })
 }
 
+/// Checks that every file the daemon will make (`--output`,
+/// `--access_log`, `--record`, `--control`) can be made, making none.
+pub fn paths_to_make(options: &DaemonConfig) -> Result<(), DaemonError> {
+    if let Some(path) = &options.output {
+        creatable(path).map_err(|source| DaemonError::Output {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    if let Some(path) = &options.access_log {
+        creatable(path).map_err(|source| DaemonError::AccessLog {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    if let Some(path) = &options.record {
+        creatable(path).map_err(|source| DaemonError::Record {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    if let Some(path) = &options.control {
+        creatable(path).map_err(|err| {
+            DaemonError::Control(io::Error::new(
+                err.kind(),
+                format!("control socket {path:?}: {err}"),
+            ))
+        })?;
+    }
+    Ok(())
+}
+
 /// Checks that a file can be created or written at `path` without
 /// creating it: an existing file must be writable and not a directory, a
 /// new one needs a writable directory to be made in.
-pub fn creatable(path: &Path) -> io::Result<()> {
+fn creatable(path: &Path) -> io::Result<()> {
     match std::fs::metadata(path) {
         Ok(metadata) if metadata.is_dir() => Err(io::Error::from_raw_os_error(libc::EISDIR)),
         Ok(_) => access(path, AccessFlags::W_OK).map_err(io::Error::from),

@@ -61,32 +61,7 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         .map_err(DaemonError::Mapping)?,
     );
     let input = open_input(&options)?;
-    if let Some(path) = &options.output {
-        checks::creatable(path).map_err(|source| DaemonError::Output {
-            path: path.clone(),
-            source,
-        })?;
-    }
-    if let Some(path) = &options.access_log {
-        checks::creatable(path).map_err(|source| DaemonError::AccessLog {
-            path: path.clone(),
-            source,
-        })?;
-    }
-    if let Some(path) = &options.record {
-        checks::creatable(path).map_err(|source| DaemonError::Record {
-            path: path.clone(),
-            source,
-        })?;
-    }
-    if let Some(path) = &options.control {
-        checks::creatable(path).map_err(|err| {
-            DaemonError::Control(io::Error::new(
-                err.kind(),
-                format!("control socket {path:?}: {err}"),
-            ))
-        })?;
-    }
+    checks::paths_to_make(&options)?;
     let (policy, policy_source) =
         cutoff::resolve(&options.native_below, options.calibration.as_deref())
             .map_err(DaemonError::Calibration)?;
