@@ -193,6 +193,17 @@ fn the_kept_cache_of_the_last_destroyed_sandboxes_is_dropped_after_its_age() {
 
 #[test]
 fn a_new_sandbox_takes_over_a_destroyed_ones_cache_and_sees_every_change() {
+    takes_over_and_sees_every_change(&[ZERO]);
+}
+
+/// In the default mode too (opens reach the daemon, which checks each
+/// file at its open): the kept cache is shorter-lived there.
+#[test]
+fn with_opens_a_new_sandbox_takes_over_a_destroyed_ones_cache_and_sees_every_change() {
+    takes_over_and_sees_every_change(&[]);
+}
+
+fn takes_over_and_sees_every_change(flags: &[&str]) {
     if !require(&[Need::Mount]) {
         return;
     }
@@ -209,7 +220,7 @@ fn a_new_sandbox_takes_over_a_destroyed_ones_cache_and_sees_every_change() {
         }
         m
     };
-    let d = fx.start(&[ZERO]);
+    let d = fx.start(flags);
     d.create(sandbox("a", mappings("scratch-a", &inputs)));
     for i in 0..50 {
         assert_eq!(

@@ -176,7 +176,7 @@ impl SandboxFs {
             sandboxes: Mutex::default(),
             retention: Arc::new(retention::Retention::new(
                 retention::BUDGET_NODES,
-                retention::MAX_AGE,
+                retention::OPEN_MODE_MAX_AGE,
             )),
             kernel_names: Mutex::default(),
             invalidator: OnceLock::new(),
@@ -194,6 +194,11 @@ impl SandboxFs {
     pub fn set_zero_message_opens(&self, on: bool) {
         self.zero_message_opens
             .store(on, std::sync::atomic::Ordering::Relaxed);
+        self.retention.set_max_age(if on {
+            retention::MAX_AGE
+        } else {
+            retention::OPEN_MODE_MAX_AGE
+        });
     }
 
     pub fn zero_message_opens(&self) -> bool {
@@ -304,14 +309,14 @@ impl SandboxFs {
         Ok(())
     }
 
-    /// With zero-message opens, gives new sandbox `tree` the kernel cache
+    /// Gives new sandbox `tree` the kernel cache
     /// of the most recently destroyed sandbox (`adoption`), and tells the
     /// kernel what of it no longer holds. Returns the name the kernel
     /// holds the taken-over top directory by.
     fn take_over_cache(&self, id: &str, tree: &Arc<Node>, mappings: usize) -> Option<OsString> {
         let invalidator = self.invalidator.get()?;
         // A taken-over cache hides the accesses of the new sandbox.
-        if !self.zero_message_opens() || !tree.is_dir() || self.config.track_access {
+        if !tree.is_dir() || self.config.track_access {
             return None;
         }
         let (names, candidates): (Vec<_>, Vec<_>) = self
@@ -430,10 +435,11 @@ impl SandboxFs {
         self.expire_entry(ROOT_INO, &name);
         // The cached subtree still holds its inodes, and so their nodes
         // here; letting it go after the answer makes the kernel forget
-        // them, so that memory returns (`departure`). When files are opened
-        // without asking, the subtrees of the last few destroyed sandboxes
-        // are kept first (`retention`): their inputs' shared inodes, and
-        // page cache, then serve the next sandboxes. (If an id is reused
+        // them, so that memory returns (`departure`). The subtrees of the
+        // last few destroyed sandboxes are kept first, briefly
+        // (`retention`): the next sandbox that shares their inputs takes
+        // the kernel's entries, inodes and page cache over, and asks
+        // nothing for what the kernel already had. (If an id is reused
         // meanwhile, invalidating only drops the new sandbox's entry.)
         let alias = removed
             .as_ref()
@@ -443,12 +449,9 @@ impl SandboxFs {
             alias,
             top: removed.as_ref().map_or_else(Weak::new, Arc::downgrade),
         };
-        let dropped = if self.zero_message_opens() {
-            self.retention
-                .retain(departed, mappings, std::time::Instant::now())
-        } else {
-            vec![departed]
-        };
+        let dropped = self
+            .retention
+            .retain(departed, mappings, std::time::Instant::now());
         if let Some(invalidator) = self.invalidator.get() {
             if !dropped.is_empty() {
                 let invalidator = invalidator.clone();
@@ -456,7 +459,7 @@ impl SandboxFs {
             }
             // The last destroys of a build have no later destroy to drop
             // their caches: a timed sweep does.
-            if self.zero_message_opens() && self.retention.claim_sweep() {
+            if self.retention.claim_sweep() {
                 let age = self.retention.max_age();
                 departure::sweep_retained(self.retention.clone(), invalidator.clone(), age);
             }

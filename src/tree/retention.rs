@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -24,8 +24,16 @@ use super::departure::Departed;
 /// daemon, and a dentry and an inode each in the kernel).
 pub const BUDGET_NODES: usize = 32_768;
 
-/// How long a destroyed sandbox's cache is kept at most.
+/// How long a destroyed sandbox's cache is kept at most with zero-message
+/// opens, where the descriptors it holds serve files the kernel opened
+/// without asking.
 pub const MAX_AGE: Duration = Duration::from_secs(10);
+
+/// The same with opens reaching the daemon: long enough for the next
+/// action of a build (Bazel's come within milliseconds of a destroy),
+/// short enough that a destroy gives the descriptors its nodes pin back
+/// within a second.
+pub const OPEN_MODE_MAX_AGE: Duration = Duration::from_millis(250);
 
 struct Retained {
     departed: Departed,
@@ -36,7 +44,8 @@ struct Retained {
 pub struct Retention {
     retained: Mutex<(VecDeque<Retained>, usize)>,
     budget: usize,
-    max_age: Duration,
+    /// Nanoseconds; set once the open mode is known.
+    max_age: AtomicU64,
     /// A timed sweep is pending (at most one is).
     sweeping: AtomicBool,
 }
@@ -46,7 +55,7 @@ impl Retention {
         Retention {
             retained: Mutex::default(),
             budget,
-            max_age,
+            max_age: AtomicU64::new(max_age.as_nanos() as u64),
             sweeping: AtomicBool::new(false),
         }
     }
@@ -66,7 +75,7 @@ impl Retention {
         *total += nodes;
         let mut dropped = Vec::new();
         while let Some(oldest) = queue.front() {
-            let too_old = now.duration_since(oldest.since) > self.max_age;
+            let too_old = now.duration_since(oldest.since) > self.max_age();
             if *total <= self.budget && !too_old {
                 break;
             }
@@ -85,19 +94,24 @@ impl Retention {
         let (queue, total) = &mut *retained;
         let mut dropped = Vec::new();
         while let Some(oldest) = queue.front() {
-            if now.duration_since(oldest.since) <= self.max_age {
+            if now.duration_since(oldest.since) <= self.max_age() {
                 break;
             }
             let oldest = queue.pop_front().expect("just seen");
             *total -= oldest.nodes;
             dropped.push(oldest.departed);
         }
-        let next = queue.front().map(|r| r.since + self.max_age);
+        let next = queue.front().map(|r| r.since + self.max_age());
         (dropped, next)
     }
 
     pub fn max_age(&self) -> Duration {
+        Duration::from_nanos(self.max_age.load(Ordering::Relaxed))
+    }
+
+    pub fn set_max_age(&self, max_age: Duration) {
         self.max_age
+            .store(max_age.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// True if the caller is to schedule the timed sweep (none pending).
