@@ -135,12 +135,23 @@ fn create(daemon: &Daemon, request: &Encoded) -> (Duration, Duration) {
 /// sandboxes meanwhile), from /proc/PID/task/TID/schedstat (ns). Less
 /// disturbed than wall time by other work on a shared machine.
 fn request_threads_cpu(pid: u32) -> Duration {
+    threads_cpu(pid, |comm| {
+        comm == "requests" || comm.starts_with("reconfig")
+    })
+}
+
+/// CPU time so far of the daemon's threads serving FUSE requests.
+fn fuse_threads_cpu(pid: u32) -> Duration {
+    threads_cpu(pid, |comm| comm.starts_with("fuse"))
+}
+
+/// CPU time so far of the daemon's threads whose name `wanted` picks.
+fn threads_cpu(pid: u32, wanted: impl Fn(&str) -> bool) -> Duration {
     let mut total = 0u64;
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let task = task.unwrap().path();
         let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
-        let comm = comm.trim();
-        if comm != "requests" && !comm.starts_with("reconfig") {
+        if !wanted(comm.trim()) {
             continue;
         }
         let stat = std::fs::read_to_string(task.join("schedstat")).unwrap_or_default();
@@ -194,43 +205,126 @@ fn first_lookups(contenders: &[Contender], root: &Path, scratch: &Path, files: &
         .collect();
     let mut creates = vec![Vec::new(); contenders.len()];
     let mut stats = vec![Vec::new(); contenders.len()];
+    let mut cpus = vec![Vec::new(); contenders.len()];
     for round in 0..=ROUNDS {
         for (at, (_, daemon)) in running.iter().enumerate() {
             let ws = format!("ws{round}");
             let request = encode_at("lookups", (&ws, 3 + 1000 * round), root, scratch, files);
             let (created, _) = create(daemon, &request);
             let dir = std::fs::File::open(daemon.path(&format!("lookups/{ws}"))).unwrap();
+            let pid = daemon.client().pid();
+            let cpu = fuse_threads_cpu(pid);
             let start = Instant::now();
             for name in &names {
                 stat_at(&dir, name);
             }
             let statted = start.elapsed();
+            let cpu = fuse_threads_cpu(pid) - cpu;
             drop(dir);
             daemon.destroy("lookups");
             if round > 0 {
                 creates[at].push(created);
                 stats[at].push(statted);
+                cpus[at].push(cpu);
             }
         }
     }
     println!();
     println!(
-        "| daemon | {} inputs in 25 directories: create (ms) | first stat of every input (ms) | per stat (µs) | create + stats (ms) |",
+        "| daemon | {} inputs in 25 directories: create (ms) | first stat of every input (ms) | per stat (µs) | daemon CPU per LOOKUP (µs) | create + stats (ms) |",
         files.len()
     );
-    println!("|---|---|---|---|---|");
-    for ((contender, creates), stats) in contenders.iter().zip(creates).zip(stats) {
+    println!("|---|---|---|---|---|---|");
+    let rows = contenders.iter().zip(creates).zip(stats).zip(cpus);
+    for (((contender, creates), stats), cpus) in rows {
         let sums: Vec<Duration> = creates.iter().zip(&stats).map(|(c, s)| *c + *s).collect();
         let (create, stat, sum) = (median(creates), median(stats), median(sums));
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / files.len() as f64;
         println!(
-            "| {} | {:.3} | {:.3} | {:.2} | {:.3} |",
+            "| {} | {:.3} | {:.3} | {:.2} | {:.2} | {:.3} |",
             contender.name,
             create.as_secs_f64() * 1e3,
             stat.as_secs_f64() * 1e3,
-            stat.as_secs_f64() * 1e6 / files.len() as f64,
+            per(stat),
+            per(median(cpus)),
             sum.as_secs_f64() * 1e3
         );
     }
+}
+
+/// The daemon's own cost of a first lookup, without FUSE (whose round
+/// trip, 15-35 µs here depending on which CPUs the threads land on, hides
+/// it): the core's `lookup` of every input of a sandbox of `files`, made
+/// with inputs typed at create (`create_planned`, as before this work) or
+/// untyped (`create_sandbox`, typed by the lookup), alternating.
+fn lookups_in_process(root: &Path, files: &[PathBuf]) {
+    use actionfs::tree::{FsConfig, SandboxFs, ROOT_INO};
+    use actionfs_protocol::ResolvedMapping;
+    use std::ffi::OsStr;
+    const ROUNDS: usize = 21;
+    let mount = root.join("no-mount");
+    let fs = SandboxFs::new(
+        FsConfig {
+            mount_point: mount.clone(),
+            xattrs: false,
+            track_access: false,
+        },
+        &[],
+    )
+    .unwrap();
+    let mappings: Vec<ResolvedMapping> = files
+        .iter()
+        .map(|f| ResolvedMapping {
+            path: format!("/ws/{}", f.display()),
+            underlying: root.join(f),
+            writable: false,
+        })
+        .collect();
+    let mut times = [Vec::new(), Vec::new()];
+    for round in 0..=ROUNDS {
+        for (at, typed) in [true, false].into_iter().enumerate() {
+            let id = format!("s{round}-{typed}");
+            if typed {
+                let plan = actionfs::layout::plan(&mappings, &mount, Some(&id)).unwrap();
+                fs.create_planned(&id, plan).unwrap();
+            } else {
+                fs.create_sandbox(&id, &mappings).unwrap();
+            }
+            let start = Instant::now();
+            let mut ino = ROOT_INO;
+            for name in [id.as_str(), "ws"] {
+                ino = fs.lookup(ino, OsStr::new(name)).unwrap().ino;
+            }
+            let mut dirs = std::collections::HashMap::new();
+            for file in files {
+                let dir = file.parent().unwrap();
+                let parent = *dirs.entry(dir.to_owned()).or_insert_with(|| {
+                    dir.iter()
+                        .fold(ino, |at, name| fs.lookup(at, name).unwrap().ino)
+                });
+                fs.lookup(parent, file.file_name().unwrap()).unwrap();
+            }
+            if round > 0 {
+                times[at].push(start.elapsed());
+            }
+            fs.destroy_sandbox(&id).unwrap();
+        }
+    }
+    println!();
+    println!(
+        "| inputs (core only, no FUSE) | typed at create: lookup of every input (ms) | per lookup (µs) | typed by the lookup: (ms) | per lookup (µs) |"
+    );
+    println!("|---|---|---|---|---|");
+    let [typed, lazy] = times.map(median);
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / files.len() as f64;
+    println!(
+        "| {} | {:.3} | {:.2} | {:.3} | {:.2} |",
+        files.len(),
+        typed.as_secs_f64() * 1e3,
+        per(typed),
+        lazy.as_secs_f64() * 1e3,
+        per(lazy)
+    );
 }
 
 /// fstatat(dir, name) without following a symlink; panics on failure.
@@ -382,6 +476,7 @@ fn main() {
     }
 
     first_lookups(&contenders, &tree_root, &scratch, &tree[..ONE_DIR]);
+    lookups_in_process(&tree_root, &tree[..ONE_DIR]);
 
     let Some((_, largest)) = shapes
         .iter()
