@@ -150,9 +150,16 @@ impl Fixture {
         let pid = nix_pid(daemon.client().pid());
         // SAFETY: kill with a valid signal number has no memory effects.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR1) }, 0);
+        // Waits for the whole line: the log may be read while the daemon
+        // is still writing it.
+        let complete = |log: &str| {
+            log.matches(MARK).count() > before
+                && log
+                    .rsplit_once(MARK)
+                    .is_some_and(|(_, rest)| rest.contains('\n'))
+        };
         assert!(
-            wait_for(Duration::from_secs(5), || self.log().matches(MARK).count()
-                > before),
+            wait_for(Duration::from_secs(5), || complete(&self.log())),
             "no stats report after SIGUSR1:\n{}",
             self.log()
         );
