@@ -258,7 +258,7 @@ fn first_lookups(contenders: &[Contender], root: &Path, scratch: &Path, files: &
 /// with inputs typed at create (`create_planned`, as before this work) or
 /// untyped (`create_sandbox`, typed by the lookup), alternating.
 fn lookups_in_process(root: &Path, files: &[PathBuf]) {
-    use actionfs::tree::{FsConfig, SandboxFs, ROOT_INO};
+    use actionfs::sandbox::tree::{FsConfig, SandboxFs, ROOT_INO};
     use actionfs_protocol::ResolvedMapping;
     use std::ffi::OsStr;
     const ROUNDS: usize = 21;
@@ -285,7 +285,7 @@ fn lookups_in_process(root: &Path, files: &[PathBuf]) {
         for (at, typed) in [true, false].into_iter().enumerate() {
             let id = format!("s{round}-{typed}");
             if typed {
-                let plan = actionfs::layout::plan(&mappings, &mount, Some(&id)).unwrap();
+                let plan = actionfs::sandbox::layout::plan(&mappings, &mount, Some(&id)).unwrap();
                 fs.create_planned(&id, plan).unwrap();
             } else {
                 fs.create_sandbox(&id, &mappings).unwrap();

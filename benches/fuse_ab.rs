@@ -18,8 +18,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use actionfs::calibrate::synthetic::SyntheticTree;
-use actionfs::calibrate::workload;
+use actionfs::tools::calibrate::synthetic::SyntheticTree;
+use actionfs::tools::calibrate::workload;
 use actionfs_protocol::Mapping;
 use actionfs_testkit::bench::bench_dir;
 use actionfs_testkit::{bin, ro, rw, sandbox, Daemon, Fixture};

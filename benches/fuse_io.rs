@@ -45,8 +45,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use actionfs::calibrate::synthetic::SyntheticTree;
-use actionfs::calibrate::workload;
+use actionfs::tools::calibrate::synthetic::SyntheticTree;
+use actionfs::tools::calibrate::workload;
 use actionfs_protocol::Mapping;
 use actionfs_testkit::bench::{bench_dir, dir_from_env};
 use actionfs_testkit::{bin, rw, sandbox, Daemon, Fixture};

@@ -13,10 +13,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use actionfs::calibrate::workload::{Lab, Mounted};
-use actionfs::hybrid::cutoff;
-use actionfs::layout;
-use actionfs::materialize::{self, Method, Options};
+use actionfs::sandbox::hybrid::cutoff;
+use actionfs::sandbox::layout;
+use actionfs::sandbox::materialize::{self, Method, Options};
+use actionfs::tools::calibrate::workload::{Lab, Mounted};
 use actionfs_protocol::ResolvedMapping;
 use actionfs_testkit::bench::{bench_dir, sizes};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};

@@ -20,9 +20,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use actionfs::calibrate::synthetic::SyntheticTree;
-use actionfs::layout::{self, Entry};
-use actionfs::materialize::{self, Method, Options, Trash};
+use actionfs::sandbox::layout::{self, Entry};
+use actionfs::sandbox::materialize::{self, Method, Options, Trash};
+use actionfs::tools::calibrate::synthetic::SyntheticTree;
 use actionfs_testkit::bench::{bench_dir, sizes};
 use criterion::measurement::WallTime;
 use criterion::{

@@ -81,7 +81,7 @@ fn main() {
         row(round, "all destroyed", rss_bytes(pid));
         // The destroyed sandboxes' kernel caches are kept for the next
         // ones (bounded in nodes and age), then let go.
-        std::thread::sleep(actionfs::tree::RETAINED_MAX_AGE + Duration::from_secs(2));
+        std::thread::sleep(actionfs::sandbox::tree::RETAINED_MAX_AGE + Duration::from_secs(2));
         row(round, "destroyed caches let go", rss_bytes(pid));
         if std::env::var_os("DROP").is_some() {
             std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();

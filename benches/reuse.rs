@@ -11,10 +11,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use actionfs::hybrid::cutoff::Policy;
-use actionfs::hybrid::NativeSandboxes;
-use actionfs::layout::{self, Entry};
-use actionfs::materialize::Method;
+use actionfs::sandbox::hybrid::cutoff::Policy;
+use actionfs::sandbox::hybrid::NativeSandboxes;
+use actionfs::sandbox::layout::{self, Entry};
+use actionfs::sandbox::materialize::Method;
 use actionfs_protocol::ResolvedMapping;
 use actionfs_testkit::bench::{bench_dir, sizes};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};

@@ -19,11 +19,11 @@ use actionfs_protocol::{Mapping, PrefixTable, ResolvedMapping};
 use clap::error::ErrorKind;
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::calibrate::CalibrateArgs;
-use crate::config::{Allow, DaemonConfig, ZeroMessageOpens};
+use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
 use crate::fuse::transport::Asked;
-use crate::hybrid::cutoff::NativeBelow;
-use crate::materialize::Method;
+use crate::sandbox::hybrid::cutoff::NativeBelow;
+use crate::sandbox::materialize::Method;
+use crate::tools::calibrate::CalibrateArgs;
 
 /// The version line Bazel parses: it must be `sandboxfs X.Y.Z` exactly, and
 /// 0.2.0 or later selects the JSON protocol actionfs speaks.
@@ -42,9 +42,9 @@ pub enum Command {
         verbose: bool,
     },
     Calibrate(CalibrateArgs),
-    Ctl(crate::ctl::CtlArgs),
-    Replay(crate::replay::ReplayArgs),
-    Doctor(crate::doctor::DoctorArgs),
+    Ctl(crate::tools::ctl::CtlArgs),
+    Replay(crate::tools::replay::ReplayArgs),
+    Doctor(crate::tools::doctor::DoctorArgs),
     /// `actionfs man`: print the manual page, or write every page to a
     /// directory.
     Man {
@@ -566,16 +566,18 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             control,
             json,
             verb,
-        } => Command::Ctl(crate::ctl::CtlArgs {
+        } => Command::Ctl(crate::tools::ctl::CtlArgs {
             control: control
                 .ok_or_else(|| missing(command, Some("ctl"), "missing --control=PATH"))?,
             json,
             verb: match verb {
-                CtlVerb::Create { id, maps, spec } => crate::ctl::Verb::Create { id, maps, spec },
-                CtlVerb::Destroy { id } => crate::ctl::Verb::Destroy(id),
-                CtlVerb::List => crate::ctl::Verb::List,
-                CtlVerb::Stats => crate::ctl::Verb::Stats,
-                CtlVerb::Accessed { id } => crate::ctl::Verb::Accessed(id),
+                CtlVerb::Create { id, maps, spec } => {
+                    crate::tools::ctl::Verb::Create { id, maps, spec }
+                }
+                CtlVerb::Destroy { id } => crate::tools::ctl::Verb::Destroy(id),
+                CtlVerb::List => crate::tools::ctl::Verb::List,
+                CtlVerb::Stats => crate::tools::ctl::Verb::Stats,
+                CtlVerb::Accessed { id } => crate::tools::ctl::Verb::Accessed(id),
             },
         }),
         Sub::Replay {
@@ -585,7 +587,7 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             file,
             mount_point,
             daemon_flags,
-        } => Command::Replay(crate::replay::ReplayArgs {
+        } => Command::Replay(crate::tools::replay::ReplayArgs {
             file,
             mount_point,
             flood,
@@ -608,7 +610,7 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             native_stashes,
             write,
         }),
-        Sub::Doctor { json, sandbox_base } => Command::Doctor(crate::doctor::DoctorArgs {
+        Sub::Doctor { json, sandbox_base } => Command::Doctor(crate::tools::doctor::DoctorArgs {
             json,
             sandbox_base: sandbox_base.unwrap_or_else(std::env::temp_dir),
         }),

@@ -3,68 +3,40 @@
 //! # Data flow
 //!
 //! Requests on stdin are decoded by the protocol crate (`protocol/`), and
-//! [`reconfig`] hands each to a pool of workers, one request in flight per
-//! sandbox id. A worker asks [`hybrid`] to make or remove the sandbox: the
-//! [`layout`] is planned once, then built either as nodes of the FUSE view
-//! ([`tree`]) or as real files by the [`materialize`]r, whichever the
-//! measured cutoff picks. The kernel's requests reach the same [`tree`]
-//! through the thin FUSE shell in [`fuse`]. [`daemon`] wires these together
-//! and owns the mount's lifecycle. Nothing flows backwards: the tree knows
+//! [`daemon::reconfig`] hands each to a pool of workers, one request in
+//! flight per sandbox id. A worker asks [`sandbox::hybrid`] to make or
+//! remove the sandbox: the [`sandbox::layout`] is drafted once, then built
+//! either as nodes of the FUSE view ([`sandbox::tree`]) or as real files by
+//! the [`sandbox::materialize`]r, whichever the measured cutoff picks. The
+//! kernel's requests reach the same tree through one dispatcher and its two
+//! transports in [`fuse`]. [`daemon`] wires these together and owns the
+//! mount's lifecycle. Nothing flows backwards: the sandbox core knows
 //! nothing of FUSE or of the request stream.
 //!
-//! # Layout
+//! # Layout, one folder per concern
 //!
-//! - [`cli`] parses the command line into [`config`], the runtime's own
-//!   settings; `main.rs` dispatches to the daemon or a subcommand.
-//! - [`daemon`]: mount, threads, signals, unmount; [`mount`]: stale mounts
-//!   and unmounting.
-//! - [`reconfig`]: the request loop and its [`reconfig::Backend`] seam.
-//! - [`hybrid`]: the backend: FUSE or native per sandbox ([`hybrid::cutoff`]
-//!   decides where).
-//! - [`layout`]: a sandbox's shape, its mappings applied in order and each
-//!   underlying path pinned ([`dirfd::Anchor`]).
-//! - [`tree`]: the file-system core (nodes, inode table, handles, one module
-//!   per kind of operation), tested without a mount.
-//! - [`fuse`]: the shell from fuser to the core, kernel cache notifications,
-//!   passthrough bookkeeping.
-//! - [`dirfd`]: directories and the `*at` calls relative to them, including
-//!   resolution beneath a pinned directory that never follows a symlink.
-//! - [`materialize`]: native sandboxes (symlink, hardlink, clone, copy) and
-//!   `rm -rf`-style teardown; [`tools`]: the `materialize` and `rmtree`
-//!   subcommands; [`calibrate`]: the `calibrate` subcommand and the action
-//!   workload it shares with the benchmarks; [`doctor`]: what this machine
-//!   offers a mount ([`transport_choice`]: which FUSE transport and why);
-//!   [`man`]: the manual pages and completions generated from [`cli`];
-//!   [`progress`]: a progress line on a terminal.
-//! - `sys`: the few calls whose form differs between Linux and macOS;
-//!   `sharded`: the sharded maps the core and shell keep state in;
-//!   [`file_kind`]: file types.
+//! - [`sandbox`]: the core. A sandbox's layout, the FUSE tree, the native
+//!   materializer, the hybrid policy that picks between them, and the
+//!   descriptor-relative path resolution they share. Tested without a
+//!   mount.
+//! - [`fuse`]: the transports from the kernel to the core: one dispatcher
+//!   holding every per-request decision, the classic `/dev/fuse` shell
+//!   (through fuser) and the FUSE-over-io_uring queues, kernel cache
+//!   notifications, passthrough bookkeeping.
+//! - [`daemon`]: the daemon's life: configuration, argument checks, mount
+//!   and unmount, the request loop, signals, statistics, the control
+//!   socket, the access log and recording.
+//! - [`tools`]: every subcommand but the daemon: `ctl`, `replay`,
+//!   `calibrate`, `doctor`, `man` and `completions`, `materialize` and
+//!   `rmtree`, and the progress line they share.
+//! - [`cli`]: the one command-line grammar; `main.rs` dispatches on it.
+//! - `sys`: the platform's mechanisms, from the `linux/` or `macos/` crate.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod access_log;
-pub mod calibrate;
 pub mod cli;
-pub mod config;
-pub mod control;
-pub mod ctl;
 pub mod daemon;
-pub mod dirfd;
-pub mod doctor;
-pub mod file_kind;
 pub mod fuse;
-pub mod hybrid;
-pub mod layout;
-pub mod man;
-pub mod materialize;
-pub mod mount;
-pub mod progress;
-pub mod reconfig;
-pub mod record;
-pub mod replay;
-mod sharded;
-pub mod stats;
+pub mod sandbox;
 mod sys;
 pub mod tools;
-pub mod transport_choice;
-pub mod tree;

@@ -40,14 +40,16 @@ fn main() -> ExitCode {
             Ok(Stopped::BySignal(signal)) => stop::exit_by(signal),
             Err(err) => exit(Err(err)),
         },
-        Ok(Command::Materialize(args)) => exit(actionfs::tools::materialize(&args)),
-        Ok(Command::Rmtree { dir, verbose }) => exit(actionfs::tools::rmtree(&dir, verbose)),
-        Ok(Command::Calibrate(args)) => exit(actionfs::calibrate::run(&args)),
-        Ok(Command::Ctl(args)) => exit(actionfs::ctl::run(&args)),
-        Ok(Command::Replay(args)) => exit(actionfs::replay::run(&args)),
-        Ok(Command::Doctor(args)) => exit(actionfs::doctor::run(&args)),
-        Ok(Command::Man { dir }) => exit(actionfs::man::run(dir.as_deref())),
-        Ok(Command::Completions(shell)) => exit(actionfs::man::completions(shell)),
+        Ok(Command::Materialize(args)) => exit(actionfs::tools::oneshot::materialize(&args)),
+        Ok(Command::Rmtree { dir, verbose }) => {
+            exit(actionfs::tools::oneshot::rmtree(&dir, verbose))
+        }
+        Ok(Command::Calibrate(args)) => exit(actionfs::tools::calibrate::run(&args)),
+        Ok(Command::Ctl(args)) => exit(actionfs::tools::ctl::run(&args)),
+        Ok(Command::Replay(args)) => exit(actionfs::tools::replay::run(&args)),
+        Ok(Command::Doctor(args)) => exit(actionfs::tools::doctor::run(&args)),
+        Ok(Command::Man { dir }) => exit(actionfs::tools::man::run(dir.as_deref())),
+        Ok(Command::Completions(shell)) => exit(actionfs::tools::man::completions(shell)),
     }
 }
 

@@ -99,8 +99,8 @@ fn inputs_first_met_by_a_listing_or_a_lookup_show_their_own_type() {
     }
     let fx = Fixture::new();
     let file = fx.write("src/file.c", "data");
-    let tree = fx.path("src/tree");
-    fx.write("src/tree/inside.h", "inside");
+    let tree = fx.path("src/sandbox/tree");
+    fx.write("src/sandbox/tree/inside.h", "inside");
     let link = fx.path("src/link");
     std::os::unix::fs::symlink("tree", &link).unwrap();
     let fifo = fx.path("src/fifo");

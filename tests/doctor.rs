@@ -179,9 +179,11 @@ fn enable_uring_off_and_on_is_reported_with_the_transport_it_allows() {
         return;
     }
     let release = nix::sys::utsname::uname().unwrap();
-    let kernel =
-        actionfs::transport_choice::parse_release(release.release().to_str().unwrap()).unwrap();
-    let new_enough = kernel >= actionfs::transport_choice::URING_SINCE;
+    let kernel = actionfs::tools::doctor::transport_choice::parse_release(
+        release.release().to_str().unwrap(),
+    )
+    .unwrap();
+    let new_enough = kernel >= actionfs::tools::doctor::transport_choice::URING_SINCE;
     for value in ["N", "Y"] {
         let setup = format!(
             "printf '{value}\\n' > \"$SCRATCH/enable_uring\"; \

@@ -103,14 +103,14 @@ fn read_only_mappings_read_back_and_refuse_every_change() {
 fn read_only_mapping_refusals(open_mode: &str) {
     let fx = Fixture::new();
     let input = fx.write("src/in.txt", "input bytes");
-    fx.write("src/tree/inner.txt", "inner");
+    fx.write("src/sandbox/tree/inner.txt", "inner");
     let d = fx.start(&["--xattrs", open_mode]);
     d.create(sandbox(
         "s",
         vec![
             rw("/ws", &fx.path("scratch")),
             ro("/ws/in.txt", &input),
-            ro("/ws/tree", &fx.path("src/tree")),
+            ro("/ws/tree", &fx.path("src/sandbox/tree")),
         ],
     ));
     let file = d.path("s/ws/in.txt");
@@ -207,10 +207,10 @@ fn read_only_mapping_refusals(open_mode: &str) {
     // Nothing changed underneath.
     assert_eq!(fs::read_to_string(&input).unwrap(), "input bytes");
     assert_eq!(
-        fs::read_to_string(fx.path("src/tree/inner.txt")).unwrap(),
+        fs::read_to_string(fx.path("src/sandbox/tree/inner.txt")).unwrap(),
         "inner"
     );
-    assert_eq!(names(&fx.path("src/tree")), ["inner.txt"]);
+    assert_eq!(names(&fx.path("src/sandbox/tree")), ["inner.txt"]);
     assert_eq!(d.terminate(), BY_SIGTERM);
 }
 

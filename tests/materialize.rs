@@ -7,8 +7,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use actionfs::layout::{self, Entry};
-use actionfs::materialize::{self, Made, Method, Options, Trash};
+use actionfs::sandbox::layout::{self, Entry};
+use actionfs::sandbox::materialize::{self, Made, Method, Options, Trash};
 use actionfs_protocol::ResolvedMapping;
 use actionfs_testkit::tier::{self, require, Need};
 use actionfs_testkit::*;
@@ -28,12 +28,12 @@ fn plan(mappings: &[ResolvedMapping]) -> Entry {
 /// A source tree: files at two levels, a relative symlink, and a symlink
 /// pointing out of the tree.
 fn source_tree(fx: &Fixture) -> PathBuf {
-    fx.write("src/tree/a.txt", "a");
-    fx.write("src/tree/sub/b.txt", "b");
-    fx.write("src/tree/sub/deeper/c.txt", "c");
-    std::os::unix::fs::symlink("a.txt", fx.path("src/tree/rel")).unwrap();
-    std::os::unix::fs::symlink("/etc", fx.path("src/tree/out")).unwrap();
-    fx.path("src/tree")
+    fx.write("src/sandbox/tree/a.txt", "a");
+    fx.write("src/sandbox/tree/sub/b.txt", "b");
+    fx.write("src/sandbox/tree/sub/deeper/c.txt", "c");
+    std::os::unix::fs::symlink("a.txt", fx.path("src/sandbox/tree/rel")).unwrap();
+    std::os::unix::fs::symlink("/etc", fx.path("src/sandbox/tree/out")).unwrap();
+    fx.path("src/sandbox/tree")
 }
 
 fn materialize(layout: &Entry, dest: &Path, method: Method) -> materialize::Materialized {

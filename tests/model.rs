@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
 
-use actionfs::tree::{Caller, Errno, FileKind, FsConfig, SandboxFs, ROOT_INO};
+use actionfs::sandbox::tree::{Caller, Errno, FileKind, FsConfig, SandboxFs, ROOT_INO};
 use actionfs_protocol::ResolvedMapping;
 use proptest::prelude::*;
 

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use nix::unistd::{access, AccessFlags};
 
 use super::DaemonError;
-use crate::config::DaemonConfig;
-use crate::mount;
+use crate::daemon::config::DaemonConfig;
+use crate::daemon::mount;
 
 /// What a check of the mount point found.
 pub struct MountPoint {

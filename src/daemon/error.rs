@@ -4,8 +4,8 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use crate::hybrid::cutoff::CalibrationError;
-use crate::layout::PlanError;
+use crate::sandbox::hybrid::cutoff::CalibrationError;
+use crate::sandbox::layout::PlanError;
 
 #[derive(Debug)]
 pub enum DaemonError {
@@ -28,7 +28,7 @@ pub enum DaemonError {
     /// A `--mapping` cannot be served.
     Mapping(PlanError),
     Calibration(CalibrationError),
-    NativeDir(crate::materialize::Error),
+    NativeDir(crate::sandbox::materialize::Error),
     Signals(io::Error),
     Mount {
         path: PathBuf,

@@ -17,26 +17,32 @@ use fuser::{Config, MountOption, SessionACL};
 use signal_hook::consts::SIGUSR1;
 use signal_hook::iterator::Signals;
 
+pub mod access_log;
 mod checks;
+pub mod config;
+pub mod control;
 mod error;
+pub mod mount;
+pub mod reconfig;
+pub mod record;
+pub mod stats;
 pub mod stop;
 
 pub use error::DaemonError;
 use stop::Event;
 pub use stop::Stopped;
 
-use crate::access_log::AccessLog;
-use crate::config::{Allow, DaemonConfig};
-use crate::control::{Control, ControlSocket};
+use crate::daemon::access_log::AccessLog;
+use crate::daemon::config::{Allow, DaemonConfig};
+use crate::daemon::control::{Control, ControlSocket};
+use crate::daemon::record::Recording;
+use crate::daemon::stats::Stats;
 use crate::fuse::transport::{self, RingOffer, Transport};
 use crate::fuse::{Dispatcher, FuseShell, NotifierInvalidator};
-use crate::hybrid::cutoff;
-use crate::hybrid::{NativeSandboxes, Sandboxes};
-use crate::mount;
-use crate::reconfig::{self, ResponseSink};
-use crate::record::Recording;
-use crate::stats::Stats;
-use crate::tree::{FsConfig, SandboxFs};
+use crate::sandbox::hybrid::cutoff;
+use crate::sandbox::hybrid::{NativeSandboxes, Sandboxes};
+use crate::sandbox::tree::{FsConfig, SandboxFs};
+use reconfig::ResponseSink;
 
 /// Runs the daemon until it is told to stop, and says how it stopped. An
 /// error means exit status 1.
@@ -326,7 +332,7 @@ fn start_transport<FS: fuser::Filesystem>(
 
 /// The figures `ctl stats` and SIGUSR1 show beside the counters.
 fn live_figures(fs: &SandboxFs) -> serde_json::Value {
-    let mut live = crate::stats::process_figures();
+    let mut live = crate::daemon::stats::process_figures();
     live["sandboxes"] = fs.sandbox_ids().len().into();
     live["inodes_known"] = fs.known_inodes().into();
     live["open_handles"] = fs.open_handles().into();

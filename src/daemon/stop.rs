@@ -36,7 +36,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
 use super::DaemonError;
-use crate::mount;
+use crate::daemon::mount;
 
 /// The signals that stop the daemon.
 pub const STOP_SIGNALS: [i32; 4] = [

@@ -18,9 +18,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::passthrough::{Backing, OpenMode, Passthrough};
-use crate::config::ZeroMessageOpens;
-use crate::stats::{Op, Stats};
-use crate::tree::{
+use crate::daemon::config::ZeroMessageOpens;
+use crate::daemon::stats::{Op, Stats};
+use crate::sandbox::tree::{
     Attr, Caller, DirEntry, Errno, FsError, FsResult, Opened, SandboxFs, SetAttr, StatFs,
     XattrReply,
 };

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use fuser::{INodeNo, Notifier};
 
-use crate::tree::Invalidator;
+use crate::sandbox::tree::Invalidator;
 
 /// Lets the core invalidate kernel cache entries: through fuser, and by
 /// writing FUSE_NOTIFY_INVAL_ENTRY with FUSE_EXPIRE_ONLY (Linux 6.2+)

@@ -26,7 +26,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::sharded::Sharded;
+use crate::sandbox::sharded::Sharded;
 
 const SHARDS: usize = 16;
 

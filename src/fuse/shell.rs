@@ -16,7 +16,7 @@ use fuser::{
 
 use super::dispatch::{Answer, Ctx, Dispatcher, Entry, Open};
 use super::transport::RingOffer;
-use crate::tree::{Attr, Errno, FileKind, SetAttr, SetTime, XattrReply};
+use crate::sandbox::tree::{Attr, Errno, FileKind, SetAttr, SetTime, XattrReply};
 
 /// Generation numbers are constant: inode numbers are never reused.
 const GENERATION: Generation = Generation(0);

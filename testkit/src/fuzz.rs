@@ -11,7 +11,7 @@ use actionfs_protocol::{
     Request, RequestReader,
 };
 
-use actionfs::tree::{FsConfig, SandboxFs, ROOT_INO};
+use actionfs::sandbox::tree::{FsConfig, SandboxFs, ROOT_INO};
 
 /// Decodes a byte stream; checks that every valid request survives an
 /// encode/decode round trip and that its prefixes and mappings resolve

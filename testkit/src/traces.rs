@@ -32,7 +32,7 @@ pub fn available() -> bool {
 /// `root`.
 pub fn load(stem: &str, root: &Path) -> Vec<Request> {
     let raw = fs::read_to_string(traces_dir().join(format!("{stem}.requests.json"))).unwrap();
-    let raw = actionfs::replay::rewrite_placeholders(&raw, root);
+    let raw = actionfs::tools::replay::rewrite_placeholders(&raw, root);
     RequestReader::new(raw.as_bytes())
         .map(|item| match item {
             Ok(Decoded::Request(request)) => request,
@@ -44,5 +44,5 @@ pub fn load(stem: &str, root: &Path) -> Vec<Request> {
 /// Creates every underlying path the stream names: writable mappings are
 /// scratch directories, the rest files holding their own path.
 pub fn populate(requests: &[Request]) -> usize {
-    actionfs::replay::populate(requests).expect("populating the traced paths")
+    actionfs::tools::replay::populate(requests).expect("populating the traced paths")
 }

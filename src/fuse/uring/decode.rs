@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
 use super::abi::{self, *};
-use crate::tree::{SetAttr, SetTime};
+use crate::sandbox::tree::{SetAttr, SetTime};
 
 /// One request, its variable parts borrowed from the ring's buffers.
 #[derive(Debug)]

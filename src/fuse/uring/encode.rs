@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::abi::{self, *};
 use crate::fuse::Open;
-use crate::tree::{Attr, DirEntry, FileKind, StatFs};
+use crate::sandbox::tree::{Attr, DirEntry, FileKind, StatFs};
 
 /// The answer did not fit the payload buffer.
 #[derive(Debug, PartialEq, Eq)]

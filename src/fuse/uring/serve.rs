@@ -7,9 +7,9 @@ use std::time::Duration;
 use super::abi::{self, *};
 use super::decode::{decode, Request};
 use super::encode::{self, Writer};
-use crate::config::Allow;
+use crate::daemon::config::Allow;
 use crate::fuse::{Ctx, Dispatcher, Entry, Open};
-use crate::tree::{Attr, Errno, StatFs, XattrReply};
+use crate::sandbox::tree::{Attr, Errno, StatFs, XattrReply};
 
 /// Who may use the mount, as fuser checks it on `/dev/fuse`: with
 /// allow_other in force for root only, the kernel lets everyone in and

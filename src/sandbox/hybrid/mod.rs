@@ -1,0 +1,653 @@
+//! Hybrid sandboxes: small ones built natively, large ones served by FUSE.
+//!
+//! A FUSE view makes a sandbox in constant time but charges a round trip
+//! for every first lookup and open; a native tree (the materializer) costs
+//! a syscall or two per input to make and to delete but then runs at
+//! native speed. Below a measured input count ([`cutoff`]) the native tree
+//! wins, so such a sandbox is materialized under `<native dir>/trees/ID`
+//! and shown in the view as `MOUNT/ID`, a symlink to it (through
+//! `<native dir>/links/ID`, a real symlink the view maps). Everything below
+//! `MOUNT/ID` is then plain files; nothing crosses FUSE but that one name.
+//!
+//! A request the layout rejects gets the same answer as in FUSE mode. A
+//! layout the materializer cannot make (a writable mapping of the sandbox
+//! root, an input that would collide with a file already in a writable
+//! directory, a failing system call) falls back to FUSE, logged.
+
+pub mod cutoff;
+pub mod stash;
+
+use stash::{Pool, Stash, Stashes};
+
+#[cfg(test)]
+mod reuse_tests;
+
+use cutoff::Policy;
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use actionfs_protocol::validate_sandbox_id;
+use parking_lot::Mutex;
+
+use crate::daemon::access_log::AccessLog;
+use crate::daemon::reconfig::{Backend, Refusal};
+use crate::daemon::stats::{Built, Stats};
+use crate::sandbox::dirfd::Anchor;
+use crate::sandbox::file_kind::FileKind;
+use crate::sandbox::layout::{Draft, Entry};
+use crate::sandbox::materialize::reuse::{self, Stamps};
+use crate::sandbox::materialize::shape::Dir;
+use crate::sandbox::materialize::{self, InPlace, Materialized, Method, Options, Trash};
+use crate::sandbox::tree::{SandboxError, SandboxFs};
+
+/// The sandboxes of a mount, each made by the backend its size calls for:
+/// the FUSE view always, native trees too when hybrid mode is on. This is
+/// what the request loop drives.
+pub struct Sandboxes {
+    fs: Arc<SandboxFs>,
+    native: Option<Arc<NativeSandboxes>>,
+    stats: Arc<Stats>,
+    access_log: Option<AccessLog>,
+    /// Ids with a request being applied. Requests from one stream are
+    /// already one at a time per id; this refuses a second one from
+    /// another stream (the control socket) instead of racing it.
+    in_flight: Mutex<HashSet<String>>,
+}
+
+/// One sandbox as `ctl list` shows it.
+pub struct Listed {
+    pub id: String,
+    pub native: bool,
+    pub mappings: usize,
+}
+
+impl Sandboxes {
+    pub fn new(
+        fs: Arc<SandboxFs>,
+        native: Option<Arc<NativeSandboxes>>,
+        stats: Arc<Stats>,
+        access_log: Option<AccessLog>,
+    ) -> Sandboxes {
+        Sandboxes {
+            fs,
+            native,
+            stats,
+            access_log,
+            in_flight: Mutex::default(),
+        }
+    }
+
+    pub fn fs(&self) -> &Arc<SandboxFs> {
+        &self.fs
+    }
+
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// The sandboxes that exist now, sorted by id.
+    pub fn list(&self) -> Vec<Listed> {
+        self.fs
+            .sandbox_list()
+            .into_iter()
+            .map(|(id, mappings)| {
+                let native = self.native.as_ref().and_then(|n| n.mappings(&id));
+                Listed {
+                    native: native.is_some(),
+                    mappings: native.unwrap_or(mappings),
+                    id,
+                }
+            })
+            .collect()
+    }
+
+    fn claim<'a>(&'a self, id: &'a str) -> Result<InFlight<'a>, Refusal> {
+        if !self.in_flight.lock().insert(id.to_owned()) {
+            return Err(format!(
+                "sandbox {id:?}: another request for it is being applied; try again"
+            )
+            .into());
+        }
+        Ok(InFlight { owner: self, id })
+    }
+
+    /// Builds sandbox `id` natively from `plan`, or hands the same plan to
+    /// the FUSE view where the materializer cannot build it.
+    fn create_native(
+        &self,
+        native: &NativeSandboxes,
+        id: &str,
+        mut plan: Entry,
+    ) -> Result<Built, SandboxError> {
+        match native.create(id, &mut plan) {
+            Ok((links, built)) => {
+                let shown = self.fs.create_sandbox_link(id, links, OsStr::new(id));
+                if shown.is_err() {
+                    if let Err(err) = native.destroy(id) {
+                        log::error!("sandbox {id:?}: cannot undo a native build: {err}");
+                    }
+                }
+                shown.map(|()| built)
+            }
+            Err(why) => {
+                log::info!("sandbox {id:?}: served by FUSE, as it cannot be built natively: {why}");
+                self.fs
+                    .create_planned(id, plan)
+                    .map(|()| Built::FuseFallback)
+            }
+        }
+    }
+}
+
+/// An id claimed for one request; released when dropped.
+struct InFlight<'a> {
+    owner: &'a Sandboxes,
+    id: &'a str,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.owner.in_flight.lock().remove(self.id);
+    }
+}
+
+impl Backend for Sandboxes {
+    fn create(&self, id: &str, draft: Draft) -> Result<&'static str, Refusal> {
+        validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
+        let _claimed = self.claim(id)?;
+        if self.fs.has_sandbox(id) {
+            return Err(SandboxError::Exists(id.to_owned()).into());
+        }
+        // Checked once (an lstat per mapped directory, none per input),
+        // whichever backend builds it.
+        let started = std::time::Instant::now();
+        let draft = draft
+            .finish(&self.fs.config().mount_point)
+            .map_err(|error| SandboxError::Layout {
+                id: id.to_owned(),
+                error,
+            })?;
+        let native = self
+            .native
+            .as_deref()
+            .filter(|n| n.wants(id, draft.made_in(), draft.mapping_count()));
+        let built = match native {
+            // The materializer needs every input's type.
+            Some(native) => {
+                match draft.typed() {
+                    // A sandbox whose root is mapped to a file is that
+                    // file: served by FUSE, where a read-only one stays
+                    // read-only.
+                    Ok(plan)
+                        if plan
+                            .mapped
+                            .as_ref()
+                            .is_some_and(|m| m.kind != FileKind::Directory) =>
+                    {
+                        log::debug!("sandbox {id:?}: its root is a file: FUSE");
+                        self.fs.create_drafted(id, draft)?;
+                        Built::Fuse
+                    }
+                    Ok(plan) => self.create_native(native, id, plan)?,
+                    Err(why) => {
+                        log::info!("sandbox {id:?}: served by FUSE, as its inputs cannot all be typed: {why}");
+                        self.fs.create_drafted(id, draft)?;
+                        Built::FuseFallback
+                    }
+                }
+            }
+            None => {
+                let planned = started.elapsed();
+                self.fs.create_drafted(id, draft)?;
+                log::debug!(
+                    "sandbox {id:?}: planned in {planned:?}, built in {:?}",
+                    started.elapsed() - planned
+                );
+                Built::Fuse
+            }
+        };
+        self.stats.built(built);
+        Ok(match built {
+            Built::Native => "native",
+            Built::Stash => "native from a stash",
+            Built::FuseFallback => "FUSE (fallback)",
+            Built::Fuse => "FUSE",
+        })
+    }
+
+    fn destroy(&self, id: &str) -> Result<(), Refusal> {
+        let _claimed = self.claim(id)?;
+        if let Some(log) = &self.access_log {
+            // Read before the tree goes; native sandboxes have nothing to say.
+            if let Ok(inputs) = self.fs.accessed(id) {
+                log.write(id, &inputs);
+            }
+        }
+        self.fs.destroy_sandbox(id)?;
+        if let Some(native) = &self.native {
+            native.destroy(id)?;
+        }
+        Ok(())
+    }
+}
+
+/// The natively built sandboxes, where they live, and the policy that
+/// picks them.
+pub struct NativeSandboxes {
+    policy: Policy,
+    method: Method,
+    dir: PathBuf,
+    /// `dir/trees`, where native trees are built.
+    trees: PathBuf,
+    /// Set up at the first native build (or at start for a fixed cutoff),
+    /// so that a daemon that never builds one leaves no directory behind;
+    /// `None` if it could not be set up (every sandbox is then FUSE).
+    opened: OnceLock<Option<NativeDir>>,
+    /// Where destroyed sandboxes' inputs are kept for reuse; `None` when
+    /// reuse is off (or the method makes files an action could change).
+    stashes: Option<Stashes>,
+    live: Mutex<HashMap<String, Live>>,
+}
+
+/// A native sandbox.
+struct Live {
+    built: Materialized,
+    mappings: usize,
+    /// How to stash its inputs when it is destroyed.
+    reusable: Option<Reusable>,
+}
+
+/// The inputs a native build placed in its writable directory, for a
+/// stash.
+struct Reusable {
+    root: Arc<Anchor>,
+    shape: Dir,
+    placed: Vec<PathBuf>,
+    stamps: Stamps,
+    pool: Arc<Pool>,
+}
+
+/// Where a sandbox's inputs would go, when they can come from a stash.
+struct ReuseTarget {
+    /// Names from the sandbox root to the writable directory's entry.
+    names: Vec<OsString>,
+    root: Arc<Anchor>,
+    want: Dir,
+    pool: Arc<Pool>,
+}
+
+struct NativeDir {
+    /// `links/ID` is the symlink the view shows as `MOUNT/ID`.
+    links: Arc<Anchor>,
+    trash: Trash,
+}
+
+impl NativeDir {
+    /// Prepares `dir` (created if missing). Whatever an earlier daemon
+    /// left there is thrown away.
+    fn open(dir: &Path) -> Result<NativeDir, materialize::Error> {
+        let trees = dir.join("trees");
+        let links = dir.join("links");
+        for sub in [&trees, &links] {
+            std::fs::create_dir_all(sub).map_err(|e| materialize::Error::new("mkdir", sub, e))?;
+        }
+        let trash = Trash::open(&dir.join("trash"), 1)?;
+        for stale in [&trees, &links] {
+            let entries = std::fs::read_dir(stale)
+                .map_err(|e| materialize::Error::new("opendir", stale, e))?;
+            for entry in entries.flatten() {
+                trash.discard(&entry.path())?;
+            }
+        }
+        // A daemon that was killed left its stash pool here too (one that
+        // stopped deleted its own).
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| materialize::Error::new("opendir", dir, e))?;
+        for entry in entries.flatten() {
+            if stash::is_stale_pool(&entry.file_name()) {
+                trash.discard(&entry.path())?;
+            }
+        }
+        let links =
+            Anchor::open(&links, None).map_err(|e| materialize::Error::new("open", &links, e))?;
+        Ok(NativeDir {
+            links: Arc::new(links),
+            trash,
+        })
+    }
+}
+
+impl NativeSandboxes {
+    /// Native sandboxes picked by `policy`, built in `dir` by `method`.
+    /// Up to `stashes` destroyed sandboxes per file system are kept for
+    /// reuse when `method` is symlink (other methods make files an action
+    /// could change in place).
+    pub fn new(dir: &Path, policy: Policy, method: Method, stashes: usize) -> NativeSandboxes {
+        NativeSandboxes {
+            policy,
+            method,
+            dir: dir.to_owned(),
+            trees: dir.join("trees"),
+            opened: OnceLock::new(),
+            stashes: (method == Method::Symlink && stashes > 0).then(|| Stashes::new(dir, stashes)),
+            live: Mutex::default(),
+        }
+    }
+
+    /// Sets up the native directory now, for an error at start rather
+    /// than a fallback later.
+    pub fn open_now(&self) -> Result<(), materialize::Error> {
+        let mut failed = None;
+        self.open_once(|err| failed = Some(err));
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn native_dir(&self) -> Result<&NativeDir, materialize::Error> {
+        self.open_once(|err| {
+            log::warn!("native sandboxes are off, every sandbox is served by FUSE: {err}")
+        })
+        .ok_or_else(|| materialize::Error::other(&self.dir, "the native directory is unusable"))
+    }
+
+    /// The native directory, set up by the first call; a failure to set
+    /// it up goes to that call's `on_error`, and is final.
+    fn open_once(&self, on_error: impl FnOnce(materialize::Error)) -> Option<&NativeDir> {
+        self.opened
+            .get_or_init(|| NativeDir::open(&self.dir).map_err(on_error).ok())
+            .as_ref()
+    }
+
+    /// Whether sandbox `id` of `mappings` mappings, whose files a native
+    /// build would make in `made_in` (`None`: in the native directory),
+    /// should be built natively. Logged at debug level.
+    pub fn wants(&self, id: &str, made_in: Option<&Path>, mappings: usize) -> bool {
+        if self.policy.never_native() {
+            return false;
+        }
+        let made_in = made_in.unwrap_or(&self.trees);
+        let native = self.policy.wants_native(mappings, made_in);
+        log::debug!(
+            "sandbox {id:?}: {mappings} mappings, files made in {made_in:?} ({}): {}",
+            if cutoff::on_tmpfs(made_in) {
+                "tmpfs"
+            } else {
+                "not tmpfs"
+            },
+            if native { "native" } else { "FUSE" }
+        );
+        native
+    }
+
+    /// The mapping count of native sandbox `id`.
+    fn mappings(&self, id: &str) -> Option<usize> {
+        self.live.lock().get(id).map(|live| live.mappings)
+    }
+
+    /// Builds sandbox `id` (a validated id, not yet in use) from `plan`,
+    /// from a stash where one fits, and the symlink `links/ID` to it;
+    /// returns the `links` directory and how it was built. On error
+    /// nothing is left and `plan` is as it was.
+    pub fn create(
+        &self,
+        id: &str,
+        plan: &mut Entry,
+    ) -> Result<(Arc<Anchor>, Built), materialize::Error> {
+        let dir = self.native_dir()?;
+        let root = self.trees.join(id);
+        let target = self.reuse_target(plan);
+        let stashed = target
+            .as_ref()
+            .and_then(|target| Some((target, target.pool.take(&target.want)?)));
+        let from_stash = stashed.and_then(|(target, stash)| {
+            self.build_from_stash(plan, &root, target, stash)
+                .map_err(|why| log::info!("sandbox {id:?}: built afresh, as {why}"))
+                .ok()
+        });
+        let (built, how) = match from_stash {
+            Some(built) => (built, Built::Stash),
+            None => (
+                materialize::materialize(plan, &root, self.options())?,
+                Built::Native,
+            ),
+        };
+        let link = dir.links.path().join(id);
+        if let Err(err) = std::os::unix::fs::symlink(&root, &link) {
+            if let Err(cleanup) = materialize::teardown(&built, Some(&dir.trash)) {
+                log::error!("sandbox {id:?}: cannot undo a native build: {cleanup}");
+            }
+            return Err(materialize::Error::new("symlink", &link, err));
+        }
+        let reusable = target.and_then(|target| reusable(target, &built));
+        let live = Live {
+            built,
+            mappings: plan.mapping_count(),
+            reusable,
+        };
+        self.live.lock().insert(id.to_owned(), live);
+        Ok((dir.links.clone(), how))
+    }
+
+    fn options(&self) -> Options {
+        Options {
+            method: self.method,
+            threads: 0,
+        }
+    }
+
+    /// Where `plan`'s inputs would go if they can come from a stash.
+    fn reuse_target(&self, plan: &Entry) -> Option<ReuseTarget> {
+        let stashes = self.stashes.as_ref()?;
+        let names = inputs_dir(plan)?;
+        let entry = entry_at(plan, &names);
+        let want = Dir::of_plan(entry)?;
+        let root = entry.mapped.as_ref()?.anchor.clone();
+        let pool = stashes.pool_for(&root)?;
+        Some(ReuseTarget {
+            names,
+            root,
+            want,
+            pool,
+        })
+    }
+
+    /// Builds `plan` at `root` with the inputs of its writable directory
+    /// taken from `stash`, reshaped. On error nothing is left, the stash
+    /// is discarded and `plan` is as it was.
+    fn build_from_stash(
+        &self,
+        plan: &mut Entry,
+        root: &Path,
+        target: &ReuseTarget,
+        stash: Stash,
+    ) -> Result<Materialized, materialize::Error> {
+        let pool = &target.pool;
+        let built = if reuse::unchanged_tree(&stash.dir, &stash.shape, &stash.stamps) {
+            Ok(())
+        } else {
+            Err(materialize::Error::other(&stash.path, "the stash changed"))
+        };
+        let built = built
+            .and_then(|()| {
+                reuse::reshape(
+                    &stash.dir,
+                    &stash.path,
+                    &stash.shape,
+                    &target.want,
+                    pool.trash(),
+                )
+            })
+            .and_then(|_| {
+                // Everything but the writable directory's inputs, which
+                // come from the stash.
+                let inputs = std::mem::take(&mut entry_at_mut(plan, &target.names).children);
+                let built = materialize::materialize(plan, root, self.options());
+                entry_at_mut(plan, &target.names).children = inputs;
+                built
+            });
+        let mut built = match built {
+            Ok(built) => built,
+            Err(err) => {
+                pool.discard_stash(stash);
+                return Err(err);
+            }
+        };
+        let (placed, outcome) = reuse::put_in(&stash.dir, &target.want, &target.root);
+        built.in_place = placed
+            .into_iter()
+            .map(|rel| InPlace {
+                root: target.root.clone(),
+                rel,
+            })
+            .collect();
+        pool.discard_stash(stash);
+        if let Err(err) = outcome {
+            if let Err(cleanup) = materialize::teardown(&built, self.opened_trash()) {
+                log::error!("cannot undo a build from a stash: {cleanup}");
+            }
+            return Err(err);
+        }
+        Ok(built)
+    }
+
+    fn opened_trash(&self) -> Option<&Trash> {
+        self.opened.get()?.as_ref().map(|dir| &dir.trash)
+    }
+
+    /// Removes native sandbox `id` (already gone from the view): its
+    /// inputs into a stash where it has one, else what it made inside
+    /// writable directories at once; its tree through the trash. Returns
+    /// false if `id` is not native.
+    pub fn destroy(&self, id: &str) -> Result<bool, materialize::Error> {
+        let Some(live) = self.live.lock().remove(id) else {
+            return Ok(false);
+        };
+        let dir = self.native_dir()?;
+        let link = dir.links.path().join(id);
+        let unlinked =
+            std::fs::remove_file(&link).map_err(|e| materialize::Error::new("unlink", &link, e));
+        // Inputs not worth keeping still leave by a stash, deleted in the
+        // background, so that the answer does not wait for them.
+        let stashed = live.reusable.map(|reusable| {
+            let keep = reusable.pool.wants_more();
+            stash(reusable, keep).map_err(|err| log::info!("sandbox {id:?}: not stashed: {err}"))
+        });
+        match stashed {
+            // What is left in the writable directory is the action's.
+            Some(Ok(())) => dir.trash.discard(&live.built.root)?,
+            _ => materialize::teardown(&live.built, Some(&dir.trash))?,
+        }
+        unlinked.map(|()| true)
+    }
+
+    /// Removes every native sandbox still there (at shutdown) and waits
+    /// for the trash to empty.
+    pub fn destroy_all(&self) {
+        let ids: Vec<String> = self.live.lock().keys().cloned().collect();
+        for id in ids {
+            if let Err(err) = self.destroy(&id) {
+                log::warn!("sandbox {id:?}: {err}");
+            }
+        }
+        if let Some(stashes) = &self.stashes {
+            stashes.remove_all();
+        }
+        if let Some(Some(dir)) = self.opened.get() {
+            dir.trash.wait_idle();
+        }
+    }
+}
+
+/// What to stash of `built` at destroy, if all it placed in writable
+/// directories went into `target`'s.
+fn reusable(target: ReuseTarget, built: &Materialized) -> Option<Reusable> {
+    let placed = built
+        .in_place
+        .iter()
+        .map(|entry| Arc::ptr_eq(&entry.root, &target.root).then(|| entry.rel.clone()))
+        .collect::<Option<Vec<_>>>()?;
+    let stamps = reuse::stamp(&target.root, &target.want, &placed)
+        .map_err(|err| log::debug!("inputs not stamped, so not reused: {err}"))
+        .ok()?;
+    Some(Reusable {
+        root: target.root,
+        shape: target.want,
+        placed,
+        stamps,
+        pool: target.pool,
+    })
+}
+
+/// Moves the inputs `reusable` describes into a new stash of its pool,
+/// kept if `keep`, else deleted in the background.
+fn stash(reusable: Reusable, keep: bool) -> Result<(), materialize::Error> {
+    let pool = &reusable.pool;
+    let (path, dir) = pool.new_dir()?;
+    let moved = reuse::stash_out(
+        &reusable.root,
+        reusable.shape,
+        &reusable.placed,
+        reusable.stamps,
+        &dir,
+        &path,
+    );
+    match moved {
+        Ok((shape, stamps)) if keep && !shape.is_empty() => {
+            pool.keep(path, dir, shape, stamps);
+            Ok(())
+        }
+        Ok(unkept) => {
+            pool.discard(&path, Some(Box::new(unkept)));
+            Ok(())
+        }
+        Err(err) => {
+            pool.discard(&path, None);
+            Err(err)
+        }
+    }
+}
+
+/// The names leading from `plan`'s root to the shallowest writable
+/// directory mapping with mappings nested below it.
+fn inputs_dir(plan: &Entry) -> Option<Vec<OsString>> {
+    let mut level: Vec<(Vec<OsString>, &Entry)> = vec![(Vec::new(), plan)];
+    while !level.is_empty() {
+        for (names, entry) in &level {
+            if let Some(mapped) = &entry.mapped {
+                if mapped.writable && mapped.kind == FileKind::Directory {
+                    return Some(names.clone());
+                }
+            }
+        }
+        level = level
+            .into_iter()
+            .flat_map(|(names, entry)| {
+                entry
+                    .children
+                    .iter()
+                    .filter(|(_, child)| !child.children.is_empty())
+                    .map(move |(name, child)| {
+                        let mut names = names.clone();
+                        names.push(name.clone());
+                        (names, child)
+                    })
+            })
+            .collect();
+    }
+    None
+}
+
+fn entry_at<'a>(plan: &'a Entry, names: &[OsString]) -> &'a Entry {
+    names.iter().fold(plan, |entry, name| &entry.children[name])
+}
+
+fn entry_at_mut<'a>(plan: &'a mut Entry, names: &[OsString]) -> &'a mut Entry {
+    names.iter().fold(plan, |entry, name| {
+        entry
+            .children
+            .get_mut(name)
+            .expect("a path found in this plan")
+    })
+}

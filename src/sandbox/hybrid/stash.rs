@@ -1,0 +1,343 @@
+//! Stashes: the inputs of destroyed native sandboxes, kept to build the
+//! next ones from (see [`crate::sandbox::materialize::reuse`]).
+//!
+//! A stash must be on the file system of the writable directory it came
+//! from and goes back to, since it moves by rename. So stashes live in a
+//! pool per file system: in the native directory when that is on the same
+//! file system, else in `.actionfs-stashes-PID` beside the writable
+//! directory's parent (in Bazel's layout `BASE/STRATEGY/N/scratch` is the
+//! writable directory, `BASE/STRATEGY/N` is deleted after each action and
+//! `BASE/STRATEGY` lasts the build), but only where that directory belongs
+//! to us and no one else may write it. Elsewhere nothing is stashed.
+//!
+//! A pool keeps at most `limit` stashes and [`MAX_BYTES`] of them, the
+//! oldest going first, and is deleted when the daemon stops.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::sandbox::dirfd::{Anchor, DirFd};
+use crate::sandbox::file_kind::FileKind;
+use crate::sandbox::materialize::reuse::Stamps;
+use crate::sandbox::materialize::shape::Dir;
+use crate::sandbox::materialize::{self, Error, Trash};
+
+/// After this many builds in a row found no stash worth taking, only one
+/// destroyed sandbox in [`PROBE_EVERY`] is stashed: where inputs do not
+/// repeat, stashes are only deleted later, which costs what deleting them
+/// at once would, plus the moves.
+const MISSES_BEFORE_PROBING: usize = 8;
+const PROBE_EVERY: usize = 8;
+
+/// Most bytes (as [`Dir::bytes`] estimates them) the stashes of one pool
+/// hold: on tmpfs they are memory.
+pub const MAX_BYTES: usize = 64 << 20;
+
+/// Stashes by file system.
+pub struct Stashes {
+    limit: usize,
+    native_dir: PathBuf,
+    /// By device; `None` where stashing is not possible.
+    pools: Mutex<HashMap<u64, Option<Arc<Pool>>>>,
+}
+
+/// The stashes on one file system.
+pub struct Pool {
+    path: PathBuf,
+    dir: DirFd,
+    trash: Trash,
+    next: AtomicU64,
+    limit: usize,
+    kept: Mutex<Kept>,
+    /// Builds in a row that found no stash worth taking.
+    misses: AtomicUsize,
+    /// Destroys while probing.
+    probes: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Kept {
+    stashes: VecDeque<Stash>,
+    bytes: usize,
+}
+
+/// One stash: a directory of the pool and its shape.
+pub struct Stash {
+    pub path: PathBuf,
+    pub dir: DirFd,
+    pub shape: Dir,
+    /// Its directories' stamps when it was made.
+    pub stamps: Stamps,
+    bytes: usize,
+}
+
+impl Stashes {
+    /// Stashes of at most `limit` sandboxes per file system, in
+    /// `native_dir` where they can be.
+    pub fn new(native_dir: &Path, limit: usize) -> Stashes {
+        Stashes {
+            limit,
+            native_dir: native_dir.to_owned(),
+            pools: Mutex::default(),
+        }
+    }
+
+    /// The pool for writable directory `root`, made at first use; `None`
+    /// where stashing is not possible (logged once per file system).
+    pub fn pool_for(&self, root: &Anchor) -> Option<Arc<Pool>> {
+        let dev = device_of(root.fd().ok()?)?;
+        let mut pools = self.pools.lock();
+        pools
+            .entry(dev)
+            .or_insert_with(|| match self.open_pool(root.path(), dev) {
+                Ok(pool) => {
+                    log::debug!("stashes for device {dev} in {:?}", pool.path);
+                    Some(Arc::new(pool))
+                }
+                Err(why) => {
+                    log::info!(
+                        "native sandboxes made in {:?} are not reused: {why}",
+                        root.path()
+                    );
+                    None
+                }
+            })
+            .clone()
+    }
+
+    fn open_pool(&self, writable: &Path, dev: u64) -> Result<Pool, String> {
+        let name = format!("{POOL_PREFIX}{}", std::process::id());
+        let parent = if device_of_path(&self.native_dir) == Some(dev) {
+            self.native_dir.clone()
+        } else {
+            let parent = writable
+                .parent()
+                .and_then(Path::parent)
+                .ok_or("it has no grandparent directory to keep stashes in")?;
+            ours_alone(parent, dev)?;
+            parent.to_owned()
+        };
+        Pool::open(&parent.join(name), self.limit).map_err(|e| e.to_string())
+    }
+
+    /// Stashes kept now, on every file system.
+    pub fn kept(&self) -> usize {
+        self.pools
+            .lock()
+            .values()
+            .flatten()
+            .map(|pool| pool.kept())
+            .sum()
+    }
+
+    /// Calls `f` with every stash kept now.
+    #[cfg(test)]
+    pub fn each_kept(&self, mut f: impl FnMut(&Stash)) {
+        for pool in self.pools.lock().values().flatten() {
+            pool.kept.lock().stashes.iter().for_each(&mut f);
+        }
+    }
+
+    /// Deletes every pool (at shutdown), waiting for their trash.
+    pub fn remove_all(&self) {
+        for pool in self.pools.lock().drain().filter_map(|(_, pool)| pool) {
+            pool.remove();
+        }
+    }
+}
+
+/// A pool's name is this and the daemon's pid.
+const POOL_PREFIX: &str = ".actionfs-stashes-";
+
+/// Whether `name` (an entry of the native directory) is the stash pool of
+/// another daemon, which can only be one that ended without deleting it.
+pub fn is_stale_pool(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .and_then(|name| name.strip_prefix(POOL_PREFIX))
+        .is_some_and(|pid| pid != std::process::id().to_string())
+}
+
+/// Checks that `dir` is a directory on device `dev` that we own and that
+/// no one else may write, so that no one else can swap what we keep there.
+fn ours_alone(dir: &Path, dev: u64) -> Result<(), String> {
+    let st = nix::sys::stat::lstat(dir).map_err(|e| format!("lstat {dir:?}: {e}"))?;
+    // st_mode is u16 on macOS; dev_t differs in width.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let (mode, st_dev) = (st.st_mode as u32, st.st_dev as u64);
+    if FileKind::from_mode(mode) != FileKind::Directory || st_dev != dev {
+        return Err(format!(
+            "{dir:?} is not a directory on the same file system"
+        ));
+    }
+    if st.st_uid != nix::unistd::geteuid().as_raw() || mode & 0o022 != 0 {
+        return Err(format!(
+            "{dir:?} is not ours alone (owner uid {}, mode {:o})",
+            st.st_uid,
+            mode & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+#[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+fn device_of(fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
+    nix::sys::stat::fstat(fd).ok().map(|st| st.st_dev as u64)
+}
+
+#[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+fn device_of_path(path: &Path) -> Option<u64> {
+    nix::sys::stat::stat(path).ok().map(|st| st.st_dev as u64)
+}
+
+impl Pool {
+    fn open(path: &Path, limit: usize) -> Result<Pool, Error> {
+        if path.exists() {
+            // Left by a process of the same pid that died.
+            materialize::remove_tree(path)?;
+        }
+        std::fs::create_dir(path).map_err(|e| Error::new("mkdir", path, e))?;
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .map_err(|e| Error::new("chmod", path, e))?;
+        let dir = DirFd::open(path).map_err(|e| Error::new("open", path, e))?;
+        let trash = Trash::open(&path.join("trash"), 1)?;
+        Ok(Pool {
+            path: path.to_owned(),
+            dir,
+            trash,
+            next: AtomicU64::new(0),
+            limit,
+            kept: Mutex::default(),
+            misses: AtomicUsize::new(0),
+            probes: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn trash(&self) -> &Trash {
+        &self.trash
+    }
+
+    /// A new, empty stash directory.
+    pub fn new_dir(&self) -> Result<(PathBuf, DirFd), Error> {
+        let name = format!("stash-{}", self.next.fetch_add(1, Ordering::Relaxed));
+        let path = self.path.join(&name);
+        let cname = CString::new(name).expect("no NUL in a number");
+        self.dir
+            .mkdir_at(&cname, 0o700)
+            .map_err(|e| Error::new("mkdirat", &path, e))?;
+        let dir = self
+            .dir
+            .open_at(&cname)
+            .map_err(|e| Error::new("openat", &path, e))?;
+        Ok((path, dir))
+    }
+
+    /// Keeps the stash in `dir` (at `path`), shaped `shape` and stamped
+    /// `stamps`, dropping the oldest stashes beyond the bounds.
+    pub fn keep(&self, path: PathBuf, dir: DirFd, shape: Dir, stamps: Stamps) {
+        let bytes = shape.bytes();
+        let mut kept = self.kept.lock();
+        kept.bytes += bytes;
+        kept.stashes.push_back(Stash {
+            path,
+            dir,
+            shape,
+            stamps,
+            bytes,
+        });
+        while kept.stashes.len() > self.limit || kept.bytes > MAX_BYTES {
+            let Some(old) = kept.stashes.pop_front() else {
+                break;
+            };
+            kept.bytes -= old.bytes;
+            self.discard_stash(old);
+        }
+    }
+
+    /// Takes the stash that shares the most symlinks with `want`, if
+    /// reshaping it costs fewer changes than building `want` afresh.
+    pub fn take(&self, want: &Dir) -> Option<Stash> {
+        let taken = self.best(want);
+        match taken {
+            Some(_) => self.misses.store(0, Ordering::Relaxed),
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        taken
+    }
+
+    /// Whether a destroyed sandbox should be stashed: always while
+    /// stashes are being taken, else now and then, to notice when they
+    /// would be again.
+    pub fn wants_more(&self) -> bool {
+        self.misses.load(Ordering::Relaxed) < MISSES_BEFORE_PROBING
+            || self.probes.fetch_add(1, Ordering::Relaxed) % PROBE_EVERY == 0
+    }
+
+    fn best(&self, want: &Dir) -> Option<Stash> {
+        let mut kept = self.kept.lock();
+        let (index, shared, links) = kept
+            .stashes
+            .iter()
+            .enumerate()
+            .map(|(i, stash)| (i, want.shared_links(&stash.shape), stash.shape.links()))
+            .max_by_key(|&(_, shared, _)| shared)?;
+        // Reshaping removes links - shared and makes want - shared;
+        // building afresh makes want.
+        if shared == 0 || links >= 2 * shared {
+            return None;
+        }
+        let stash = kept.stashes.remove(index)?;
+        kept.bytes -= stash.bytes;
+        Some(stash)
+    }
+
+    /// Deletes a stash directory in the background; `along` (what
+    /// describes it: a shape and stamps, large for a large stash) is freed
+    /// there too, off the caller's path.
+    pub fn discard(&self, path: &Path, along: Option<Box<dyn Send>>) {
+        if let Err(err) = self.trash.discard_along(path, along) {
+            log::warn!("cannot discard stash {path:?}: {err}");
+        }
+    }
+
+    /// Discards a stash that was kept, with its shape and stamps.
+    pub fn discard_stash(&self, stash: Stash) {
+        let path = stash.path.clone();
+        self.discard(&path, Some(Box::new(stash)));
+    }
+
+    /// Stashes kept now.
+    pub fn kept(&self) -> usize {
+        self.kept.lock().stashes.len()
+    }
+
+    fn remove(&self) {
+        self.kept.lock().stashes.clear();
+        self.trash.wait_idle();
+        if let Err(err) = materialize::remove_tree(&self.path) {
+            log::warn!("cannot remove the stashes in {:?}: {err}", self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_another_daemons_pool_is_stale() {
+        let ours = format!("{POOL_PREFIX}{}", std::process::id());
+        let other = format!("{POOL_PREFIX}{}", std::process::id() + 1);
+        assert!(is_stale_pool(other.as_ref()));
+        assert!(!is_stale_pool(ours.as_ref()));
+        for name in ["trees", "links", "trash", ".actionfs-stash"] {
+            assert!(!is_stale_pool(name.as_ref()), "{name}");
+        }
+    }
+}

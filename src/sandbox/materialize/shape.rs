@@ -1,0 +1,280 @@
+//! What a native build puts inside a writable directory, as data: the
+//! directories it makes and the symlinks it places there. Reusing a
+//! sandbox compares two shapes; every directory carries a digest of all
+//! below it, so the parts two shapes share are skipped without a walk.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::os::unix::ffi::OsStringExt;
+
+use crate::sandbox::dirfd::{c_name, readlink_at};
+use crate::sandbox::file_kind::FileKind;
+use crate::sandbox::layout::Entry;
+
+/// One entry of a shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Node {
+    Dir(Dir),
+    /// A symlink and its target.
+    Link(OsString),
+}
+
+/// A directory of a shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dir {
+    entries: BTreeMap<OsString, Node>,
+    digest: u64,
+    links: usize,
+    /// See [`Dir::bytes`]; kept, as every destroy that stashes asks.
+    bytes: usize,
+}
+
+/// A tmpfs inode and dentry, roughly: what an entry costs beyond its name
+/// and link target.
+const BYTES_PER_ENTRY: usize = 768;
+
+impl Node {
+    pub fn digest(&self) -> u64 {
+        match self {
+            Node::Dir(dir) => dir.digest,
+            Node::Link(target) => {
+                let mut hasher = DefaultHasher::new();
+                target.hash(&mut hasher);
+                hasher.finish()
+            }
+        }
+    }
+
+    /// Symlinks at and below this node.
+    pub fn links(&self) -> usize {
+        match self {
+            Node::Dir(dir) => dir.links,
+            Node::Link(_) => 1,
+        }
+    }
+
+    /// What the node costs to keep (see [`Dir::bytes`]).
+    pub fn bytes(&self) -> usize {
+        match self {
+            Node::Dir(dir) => dir.bytes(),
+            Node::Link(target) => target.len(),
+        }
+    }
+}
+
+impl Default for Dir {
+    fn default() -> Dir {
+        Dir::new(BTreeMap::new())
+    }
+}
+
+impl Dir {
+    pub fn new(entries: BTreeMap<OsString, Node>) -> Dir {
+        // A directory's digest covers its names and its entries' digests,
+        // in name order; directories and links hash apart.
+        let mut hasher = DefaultHasher::new();
+        for (name, node) in &entries {
+            name.hash(&mut hasher);
+            matches!(node, Node::Dir(_)).hash(&mut hasher);
+            node.digest().hash(&mut hasher);
+        }
+        let links = entries.values().map(Node::links).sum();
+        let bytes = entries
+            .iter()
+            .map(|(name, node)| BYTES_PER_ENTRY + name.len() + node.bytes())
+            .sum();
+        Dir {
+            digest: hasher.finish(),
+            links,
+            bytes,
+            entries,
+        }
+    }
+
+    /// The shape a symlink build gives the children of `entry` (a writable
+    /// directory mapping): `None` if any of them is not made of plain
+    /// directories and symlinks fixed by the plan (a read-only directory
+    /// copied entry by entry, a writable directory with mappings inside),
+    /// or if a mapped symlink cannot be read.
+    pub fn of_plan(entry: &Entry) -> Option<Dir> {
+        let mut entries = BTreeMap::new();
+        for (name, child) in &entry.children {
+            let node = match &child.mapped {
+                None => Node::Dir(Dir::of_plan(child)?),
+                Some(_) if !child.children.is_empty() => return None,
+                Some(mapped) if mapped.kind == FileKind::Symlink => {
+                    // Copied as a symlink with the same target (see place).
+                    let path = c_name(mapped.underlying.as_os_str()).ok()?;
+                    let target = readlink_at(nix::fcntl::AT_FDCWD, &path).ok()?;
+                    Node::Link(OsString::from_vec(target.into_bytes()))
+                }
+                Some(mapped) => Node::Link(mapped.underlying.clone().into_os_string()),
+            };
+            entries.insert(name.clone(), node);
+        }
+        Some(Dir::new(entries))
+    }
+
+    /// What the directory's entries cost to keep, roughly: a tmpfs inode
+    /// and dentry per entry, plus names and targets.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn entries(&self) -> &BTreeMap<OsString, Node> {
+        &self.entries
+    }
+
+    pub fn into_entries(self) -> BTreeMap<OsString, Node> {
+        self.entries
+    }
+
+    /// Takes the node at `rel` out of the shape, for taking a shape apart:
+    /// the digests, counts and sizes of the directories above it go stale.
+    pub fn take(&mut self, rel: &std::path::Path) -> Option<Node> {
+        let mut names = rel.iter();
+        let last = names.next_back()?;
+        let mut dir = self;
+        for name in names {
+            match dir.entries.get_mut(name)? {
+                Node::Dir(sub) => dir = sub,
+                Node::Link(_) => return None,
+            }
+        }
+        dir.entries.remove(last)
+    }
+
+    /// The node at `rel` (names below this directory).
+    pub fn at(&self, rel: &std::path::Path) -> Option<&Node> {
+        let mut names = rel.iter();
+        let mut node = self.get(names.next()?)?;
+        for name in names {
+            match node {
+                Node::Dir(dir) => node = dir.get(name)?,
+                Node::Link(_) => return None,
+            }
+        }
+        Some(node)
+    }
+
+    /// The subdirectories, with their names.
+    pub fn subdirs(&self) -> impl Iterator<Item = (&OsString, &Dir)> {
+        self.entries.iter().filter_map(|(name, node)| match node {
+            Node::Dir(sub) => Some((name, sub)),
+            Node::Link(_) => None,
+        })
+    }
+
+    pub fn get(&self, name: &OsStr) -> Option<&Node> {
+        self.entries.get(name)
+    }
+
+    pub fn digest(&self) -> u64 {
+        self.digest
+    }
+
+    pub fn links(&self) -> usize {
+        self.links
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Symlinks `self` and `other` both hold at the same path with the
+    /// same target.
+    pub fn shared_links(&self, other: &Dir) -> usize {
+        if self.digest == other.digest && self == other {
+            return self.links;
+        }
+        self.entries
+            .iter()
+            .map(|(name, mine)| match (mine, other.entries.get(name)) {
+                (Node::Link(a), Some(Node::Link(b))) if a == b => 1,
+                (Node::Dir(a), Some(Node::Dir(b))) => a.shared_links(b),
+                _ => 0,
+            })
+            .sum()
+    }
+}
+
+/// Reads the directory `dir` as a shape, for tests: every directory and
+/// symlink below it; `None` if anything else is there.
+#[cfg(test)]
+pub(crate) fn read_dir_shape(dir: &crate::sandbox::dirfd::DirFd) -> std::io::Result<Option<Dir>> {
+    use std::os::fd::AsFd;
+    let mut entries = BTreeMap::new();
+    let mut listing = dir.entries()?;
+    for item in listing.iter() {
+        let (name, kind, _) = item?;
+        let kind = match kind {
+            Some(kind) => kind,
+            None => dir.kind_at(&name)?,
+        };
+        let node = match kind {
+            FileKind::Directory => match read_dir_shape(&dir.open_at(&name)?)? {
+                Some(sub) => Node::Dir(sub),
+                None => return Ok(None),
+            },
+            FileKind::Symlink => {
+                let target = readlink_at(dir.as_fd(), &name)?;
+                Node::Link(OsString::from_vec(target.into_bytes()))
+            }
+            _ => return Ok(None),
+        };
+        entries.insert(OsString::from_vec(name.into_bytes()), node);
+    }
+    Ok(Some(Dir::new(entries)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(target: &str) -> Node {
+        Node::Link(target.into())
+    }
+
+    fn dir(entries: Vec<(&str, Node)>) -> Dir {
+        Dir::new(entries.into_iter().map(|(n, e)| (n.into(), e)).collect())
+    }
+
+    #[test]
+    fn digests_tell_shapes_apart_and_shared_links_count_only_equal_paths() {
+        let a = dir(vec![
+            ("x", link("/u/x")),
+            ("sub", Node::Dir(dir(vec![("y", link("/u/y"))]))),
+        ]);
+        let same = a.clone();
+        let moved = dir(vec![
+            ("x", link("/u/x")),
+            ("other", Node::Dir(dir(vec![("y", link("/u/y"))]))),
+        ]);
+        let retargeted = dir(vec![
+            ("x", link("/u/other")),
+            ("sub", Node::Dir(dir(vec![("y", link("/u/y"))]))),
+        ]);
+        // A link and a directory of the same name never compare equal.
+        let flipped = dir(vec![("x", Node::Dir(Dir::default()))]);
+        assert_eq!(a.digest(), same.digest());
+        assert_ne!(a.digest(), moved.digest());
+        assert_ne!(a.digest(), retargeted.digest());
+        assert_eq!(a.links(), 2);
+        assert_eq!(a.shared_links(&same), 2);
+        assert_eq!(a.shared_links(&moved), 1);
+        assert_eq!(a.shared_links(&retargeted), 1);
+        assert_eq!(a.shared_links(&flipped), 0);
+        assert_eq!(flipped.links(), 0);
+    }
+
+    #[test]
+    fn a_directory_size_counts_every_entry_below_it_with_names_and_targets() {
+        let inner = dir(vec![("y", link("/u/y")), ("z", link("/u/zz"))]);
+        let outer = dir(vec![("x", link("/u/x")), ("sub", Node::Dir(inner))]);
+        // Four entries; names x, sub, y, z; targets /u/x, /u/y, /u/zz.
+        let expected = 4 * BYTES_PER_ENTRY + (1 + 3 + 1 + 1) + (4 + 4 + 5);
+        assert_eq!(outer.bytes(), expected);
+        assert_eq!(Dir::default().bytes(), 0);
+    }
+}

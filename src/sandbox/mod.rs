@@ -1,0 +1,11 @@
+//! The core: a sandbox as a tree of nodes served through FUSE ([`tree`]) or
+//! as real files ([`materialize`]), from one [`layout`]; [`hybrid`] picks
+//! which per sandbox. Nothing here knows about FUSE or the request stream.
+
+pub mod dirfd;
+pub mod file_kind;
+pub mod hybrid;
+pub mod layout;
+pub mod materialize;
+pub(crate) mod sharded;
+pub mod tree;

@@ -1,0 +1,129 @@
+//! Turning a sandbox's layout into the node tree of the FUSE view.
+//!
+//! A [`Draft`] (what a CreateSandbox request gives) becomes nodes with no
+//! system call: its leaves become untyped nodes, typed at their first
+//! lookup. A typed [`Entry`] (the `--mapping`s of the mount, or a sandbox
+//! typed for the native materializer that then falls back to the view)
+//! becomes typed nodes.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+
+use super::attr::FileKind;
+use super::name::Name;
+use super::node::{Location, Node, Origin};
+use crate::sandbox::layout::{Draft, Entry, Mapped};
+
+/// Builds the directory tree a layout describes, rooted at `/`.
+pub fn tree_of(plan: Entry) -> Arc<Node> {
+    into_node(plan, Origin::Virtual, false)
+}
+
+/// Builds the tree of a finished draft, rooted at `/`. Each directory's
+/// leaves are freed as its nodes are made.
+pub fn tree_of_draft(mut draft: Draft) -> Arc<Node> {
+    draft_node(&mut draft, 0, Origin::Virtual, false)
+}
+
+fn draft_node(draft: &mut Draft, at: u32, origin: Origin, inherited_writable: bool) -> Arc<Node> {
+    let dir = &mut draft.dirs[at as usize];
+    let (origin, writable) = match &dir.mapped {
+        Some(mapped) => {
+            let anchor = mapped
+                .anchor
+                .clone()
+                .expect("a finished draft pins its directories");
+            let location = Location {
+                anchor,
+                name: Name::new(OsStr::new("")),
+            };
+            (Origin::Mapped(location), mapped.writable)
+        }
+        None => (origin, inherited_writable),
+    };
+    let leaves = std::mem::take(&mut dir.leaves);
+    let subdirs = std::mem::take(&mut dir.subdirs);
+    let has_underlying = !matches!(origin, Origin::Virtual);
+    Arc::new_cyclic(|this| {
+        let mut children = Vec::with_capacity(leaves.len() + subdirs.len());
+        for leaf in leaves {
+            let location = Location {
+                anchor: draft.anchors[leaf.anchor as usize].clone(),
+                name: Name::new(OsStr::from_bytes(draft.name(leaf.underlying_name))),
+            };
+            let node = Node::new_untyped(leaf.writable, Origin::Mapped(location));
+            let name = Name::new(OsStr::from_bytes(draft.name(leaf.name)));
+            children.push((name, Arc::new(node)));
+        }
+        for (name, sub) in subdirs {
+            // Below a real directory, a directory made up for nested
+            // mappings merges with the underlying one of the same name.
+            let name = Name::new(OsStr::from_bytes(draft.name(name)));
+            let child_origin = if has_underlying {
+                Origin::Child {
+                    parent: this.clone(),
+                    name: name.clone(),
+                }
+            } else {
+                Origin::Virtual
+            };
+            let node = draft_node(draft, sub, child_origin, has_underlying && writable);
+            children.push((name, node));
+        }
+        Node::new_dir(writable, origin, children)
+    })
+}
+
+/// Where a mapped object is found: a directory is its own anchor, anything
+/// else is its last name in the anchored directory.
+fn location(mapped: &Mapped) -> Location {
+    let name = match mapped.kind {
+        FileKind::Directory => OsStr::new(""),
+        _ => mapped.underlying.file_name().unwrap_or_default(),
+    };
+    Location {
+        anchor: mapped.anchor.clone(),
+        name: Name::new(name),
+    }
+}
+
+/// Turns a layout entry into nodes. `origin` and `inherited_writable`
+/// apply when the entry is not mapped itself (a directory leading to
+/// mappings).
+fn into_node(entry: Entry, origin: Origin, inherited_writable: bool) -> Arc<Node> {
+    let (origin, writable, kind) = match &entry.mapped {
+        Some(mapped) => (
+            Origin::Mapped(location(mapped)),
+            mapped.writable,
+            mapped.kind,
+        ),
+        None => (origin, inherited_writable, FileKind::Directory),
+    };
+    if kind != FileKind::Directory {
+        return Arc::new(Node::new(kind, writable, origin));
+    }
+    let has_underlying = !matches!(origin, Origin::Virtual);
+    Arc::new_cyclic(|this| {
+        let children = entry
+            .children
+            .into_iter()
+            .map(|(name, child)| {
+                // Below a real directory, a directory made up for nested
+                // mappings merges with the underlying one of the same name.
+                let name = Name::new(&name);
+                let child_origin = if has_underlying {
+                    Origin::Child {
+                        parent: this.clone(),
+                        name: name.clone(),
+                    }
+                } else {
+                    Origin::Virtual
+                };
+                let node = into_node(child, child_origin, has_underlying && writable);
+                (name, node)
+            })
+            .collect::<Vec<_>>();
+        Node::new_dir(writable, origin, children)
+    })
+}

@@ -1,0 +1,309 @@
+//! A new sandbox taking over a destroyed sandbox's kernel cache.
+//!
+//! Every input an action reaches through a new sandbox costs a LOOKUP round
+//! trip, because the kernel caches names per directory and every sandbox
+//! is a new directory. But consecutive actions map mostly the same inputs
+//! at the same paths, and the kernel still holds the last destroyed
+//! sandboxes' entries (`retention`). So a new sandbox takes over the
+//! inode numbers of one of them: its top directory gets the destroyed
+//! one's top inode, and when the kernel looks the new name up and gets an
+//! inode it already has a directory entry for, it moves that entry, with
+//! everything cached below it, to the new name (a directory has one entry
+//! in the kernel). Each name below is checked first:
+//!
+//! - a directory in both trees keeps its inode (the new sandbox's node
+//!   takes over the lookups the kernel holds) and is checked in turn; if
+//!   its underlying directory differs, its cached attributes are dropped,
+//!   and so is every entry found in the old underlying directory;
+//! - a read-only input in both keeps its (shared) inode only if the new
+//!   mapping's object is that same file with the attributes the kernel
+//!   was last told (one `fstatat`: identity, size, times);
+//! - anything else the kernel knows in the old tree is invalidated.
+//!
+//! Names the kernel cached as absent in a directory stay so only where the
+//! new directory shows the same contents and has no such name. Names only
+//! in the new tree need nothing else: the kernel asks for them. What is
+//! kept is what the kernel would have been told by a lookup, so the view
+//! is the same as without this; only the round trips are gone.
+
+use std::ffi::OsString;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::super::attr::fingerprint;
+use super::super::namespace::{
+    backing_dir, is_shareable, may_be_shareable, require_object, type_entry,
+};
+use super::super::node::{Node, Origin};
+use super::super::SandboxFs;
+
+/// Inputs of a new sandbox sampled to choose which destroyed sandbox's
+/// cache to take over, and how many destroyed sandboxes are considered.
+const SAMPLES: usize = 32;
+pub(in crate::sandbox::tree) const CANDIDATES: usize = 8;
+
+/// What the kernel must be told for the new tree to show right: entries
+/// to drop and directories whose attributes to drop.
+#[derive(Default)]
+pub(in crate::sandbox::tree) struct Adopted {
+    pub stale_entries: Vec<(u64, OsString)>,
+    pub stale_attrs: Vec<u64>,
+    /// Names kept, for the log and tests.
+    pub kept: usize,
+}
+
+impl SandboxFs {
+    /// Gives `tree` (a new sandbox, not yet visible) the kernel's inodes of
+    /// destroyed sandbox top `old` wherever they still stand for the same
+    /// objects. `None` if the kernel no longer knows `old`.
+    pub(in crate::sandbox::tree) fn adopt_cache(
+        &self,
+        old: &Arc<Node>,
+        tree: &Arc<Node>,
+    ) -> Option<Adopted> {
+        let ino = old.ino();
+        if ino == 0 || !self.inodes.adopt_own(ino, old, tree) {
+            return None;
+        }
+        let mut adopted = Adopted::default();
+        self.adopt_dir(old, tree, &mut adopted);
+        Some(adopted)
+    }
+
+    /// Which of `candidates` (destroyed sandboxes' tops, with their
+    /// mapping counts) to take over for `tree` (of `mappings` mappings):
+    /// the one whose cache would keep the most of `tree`'s inputs minus
+    /// what it would drop. An input cached in a destroyed sandbox but not
+    /// in `tree` is dropped from the kernel (its entry must go), and with
+    /// it its pages if no other cached sandbox has it: a small action must
+    /// not take over a large one's cache. Both sides are estimated from
+    /// samples. `None` if no candidate gains.
+    pub(in crate::sandbox::tree) fn choose_donor(
+        &self,
+        tree: &Arc<Node>,
+        mappings: usize,
+        candidates: &[Candidate],
+    ) -> Option<usize> {
+        // Only a top the kernel still holds can be taken over; sampling
+        // visits every input of `tree`, so it is skipped when none is.
+        if !candidates.iter().any(|c| self.kernel_knows(&c.top)) {
+            return None;
+        }
+        let wanted = sample(tree, mappings);
+        if wanted.is_empty() {
+            return None;
+        }
+        // Inputs of `from` that `to` has cached at the same path.
+        let cached_in = |to: &Arc<Node>, from: &[(Vec<OsString>, Arc<Node>)]| {
+            from.iter()
+                .filter(|(path, input)| {
+                    cached_at(to, path).is_some_and(|other| {
+                        self.kernel_knows(&other) && same_location(&other, input)
+                    })
+                })
+                .count()
+        };
+        let mut best = None;
+        for (at, candidate) in candidates.iter().enumerate() {
+            let hits = cached_in(&candidate.top, &wanted);
+            if hits == 0 {
+                continue;
+            }
+            let kept = hits * mappings / wanted.len();
+            let theirs: Vec<_> = sample(&candidate.top, candidate.mappings)
+                .into_iter()
+                .filter(|(_, input)| self.kernel_knows(input))
+                .collect();
+            let dropped = if theirs.is_empty() {
+                0
+            } else {
+                let lost = theirs.len()
+                    - theirs
+                        .iter()
+                        .filter(|(path, input)| {
+                            cached_at(tree, path).is_some_and(|mine| same_location(&mine, input))
+                        })
+                        .count();
+                lost * candidate.mappings / theirs.len()
+            };
+            let gain = kept as i64 - dropped as i64;
+            if gain > 0 && best.is_none_or(|(best_gain, _)| gain > best_gain) {
+                best = Some((gain, at));
+            }
+        }
+        best.map(|(_, at)| at)
+    }
+
+    /// `new` took over `old`'s inode: checks their entries the kernel knows.
+    fn adopt_dir(&self, old: &Arc<Node>, new: &Arc<Node>, adopted: &mut Adopted) {
+        let (Ok(old_dir), Ok(new_dir)) = (old.dir(), new.dir()) else {
+            return;
+        };
+        let ino = new.ino();
+        // What the kernel cached of the directory itself, and the names it
+        // cached as absent, still hold if both show the same underlying
+        // directory, or none (only their explicit entries).
+        let same_contents =
+            same_backing(old, new) || (!shows_underlying(old) && !shows_underlying(new));
+        if !same_contents {
+            adopted.stale_attrs.push(ino);
+        }
+        for name in old_dir.negatives() {
+            if same_contents && !new_dir.has_explicit(&name) && new_dir.note_negative(&name) {
+                continue;
+            }
+            adopted.stale_entries.push((ino, name));
+        }
+        for (name, old_child) in old_dir.explicit_entries() {
+            if !self.kernel_knows(&old_child) {
+                continue;
+            }
+            let kept = new_dir
+                .explicit(&name)
+                .is_some_and(|new_child| self.adopt_child(&old_child, &new_child, adopted));
+            if kept {
+                adopted.kept += 1;
+            } else {
+                adopted.stale_entries.push((ino, name));
+            }
+        }
+        // Entries found in the old underlying directory: the new one is
+        // another directory (a writable mapping is a fresh scratch
+        // directory per action), so they are dropped.
+        let discovered: Vec<OsString> = old_dir.discovered().lock().keys().cloned().collect();
+        adopted
+            .stale_entries
+            .extend(discovered.into_iter().map(|name| (ino, name)));
+    }
+
+    /// Whether the kernel's entry for `old` can stand for `new`.
+    fn adopt_child(&self, old: &Arc<Node>, new: &Arc<Node>, adopted: &mut Adopted) -> bool {
+        // A new input is typed here rather than at its first lookup (which
+        // taking over makes unnecessary), by the lstat this needs anyway.
+        let fresh = match new.typed_kind() {
+            Some(_) => None,
+            None => match type_entry(new) {
+                Ok(st) => Some(st),
+                Err(_) => return false,
+            },
+        };
+        if old.is_dir() && new.is_dir() {
+            if !self.inodes.adopt_own(old.ino(), old, new) {
+                return false;
+            }
+            self.adopt_dir(old, new, adopted);
+            return true;
+        }
+        if !is_shareable(old) || !is_shareable(new) {
+            return false;
+        }
+        // The kernel caches the attributes (and pages) it was last given
+        // for the shared inode: keep it only if the file is still that.
+        let st = match fresh {
+            Some(st) => st,
+            None => match require_object(new).and_then(|object| object.stat()) {
+                Ok(st) => st,
+                Err(_) => return false,
+            },
+        };
+        self.inodes.adopt_shared(old.ino(), fingerprint(&st), new)
+    }
+
+    /// Whether the kernel holds an entry for `node` (a name it looked up).
+    fn kernel_knows(&self, node: &Node) -> bool {
+        if is_shareable(node) {
+            return node.ino() != 0 && self.inodes.get(node.ino()).is_some();
+        }
+        node.lookups.load(Ordering::Relaxed) > 0
+    }
+}
+
+/// A destroyed sandbox a new one may take over: its top directory and
+/// its number of mappings.
+pub(in crate::sandbox::tree) struct Candidate {
+    pub top: Arc<Node>,
+    pub mappings: usize,
+}
+
+/// About [`SAMPLES`] read-only inputs of the tree below `top` (of about
+/// `mappings` mappings), spread over it, with their paths.
+fn sample(top: &Node, mappings: usize) -> Vec<(Vec<OsString>, Arc<Node>)> {
+    let mut samples = Vec::with_capacity(SAMPLES);
+    let mut path = Vec::new();
+    let mut seen = 0;
+    sample_inputs(
+        top,
+        (mappings / SAMPLES).max(1),
+        &mut seen,
+        &mut path,
+        &mut samples,
+    );
+    samples
+}
+
+/// Collects every `stride`-th read-only input below `dir` (up to
+/// [`SAMPLES`]) with its path.
+fn sample_inputs(
+    dir: &Node,
+    stride: usize,
+    seen: &mut usize,
+    path: &mut Vec<OsString>,
+    samples: &mut Vec<(Vec<OsString>, Arc<Node>)>,
+) {
+    let Ok(data) = dir.dir() else {
+        return;
+    };
+    data.visit_explicit(|name, child| {
+        if samples.len() >= SAMPLES {
+            return;
+        }
+        path.push(name.to_owned());
+        if child.is_dir() {
+            sample_inputs(child, stride, seen, path, samples);
+        } else if may_be_shareable(child) {
+            if *seen % stride == 0 {
+                samples.push((path.clone(), child.clone()));
+            }
+            *seen += 1;
+        }
+        path.pop();
+    });
+}
+
+/// The node at `path` below `top`, through explicit entries.
+fn cached_at(top: &Arc<Node>, path: &[OsString]) -> Option<Arc<Node>> {
+    let mut node = top.clone();
+    for name in path {
+        let next = node.dir().ok()?.explicit(name)?;
+        node = next;
+    }
+    Some(node)
+}
+
+/// Whether two mapped nodes map the same name in the same directory.
+fn same_location(a: &Node, b: &Node) -> bool {
+    match (a.origin(), b.origin()) {
+        (Origin::Mapped(a), Origin::Mapped(b)) => a.anchor.same_dir(&b.anchor) && a.name == b.name,
+        _ => false,
+    }
+}
+
+/// Whether a directory shows the entries of an underlying directory (a
+/// directory made up for nested mappings does where a directory of its
+/// name exists underneath).
+fn shows_underlying(dir: &Node) -> bool {
+    match dir.origin() {
+        Origin::Virtual => false,
+        Origin::Mapped(_) => true,
+        Origin::Child { .. } => !matches!(backing_dir(dir), Ok(None)),
+    }
+}
+
+/// Whether two directories show the same underlying directory (or none).
+fn same_backing(old: &Node, new: &Node) -> bool {
+    match (old.origin(), new.origin()) {
+        (Origin::Virtual, Origin::Virtual) => true,
+        (Origin::Mapped(a), Origin::Mapped(b)) => a.anchor.same_dir(&b.anchor) && a.name == b.name,
+        _ => false,
+    }
+}

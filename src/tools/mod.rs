@@ -1,0 +1,9 @@
+//! The subcommands other than the daemon itself.
+
+pub mod calibrate;
+pub mod ctl;
+pub mod doctor;
+pub mod man;
+pub mod oneshot;
+pub mod progress;
+pub mod replay;
