@@ -10,6 +10,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::*;
@@ -127,6 +128,77 @@ fn auto_uses_the_ring_exactly_when_the_kernel_offers_it() {
         assert_eq!(stats["fuse_on_ring"], 0, "{stats}");
     }
     assert_eq!(d.terminate(), BY_SIGTERM);
+}
+
+/// Once INIT granted the ring, the kernel holds every request until each
+/// queue has registered; queues that cannot start (here: no descriptor
+/// left for their rings) must leave a mount that answers on /dev/fuse, or
+/// a daemon that exits 1, never a mount where every access hangs.
+#[test]
+fn queues_that_cannot_start_never_leave_a_hanging_mount() {
+    if !require(&[Need::Mount, Need::Root]) {
+        return;
+    }
+    // Around the daemon's own descriptors at mount time (stdio, signal
+    // socket pair, /dev/fuse and its copies): from none left for any ring
+    // to some rings but not all.
+    for limit in 9..=12 {
+        let fx = Fixture::new();
+        let input = fx.write("src/input", "data");
+        let mut command = Command::new("prlimit");
+        command
+            .arg(format!("--nofile={limit}:{limit}"))
+            .arg(bin())
+            .args(["--native_below=0", "--transport=auto"])
+            .arg(format!(
+                "--mapping=ro:/:{}",
+                input.parent().unwrap().display()
+            ))
+            .arg(fx.mnt())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(fx.path("daemon.log")).unwrap());
+        let mut daemon = command.spawn().unwrap();
+        let path = fx.mnt().join("input");
+        // Mounted, or the daemon gave up already.
+        let settled = wait_for(Duration::from_secs(10), || {
+            is_mounted(&fx.mnt()) || daemon.try_wait().unwrap().is_some()
+        });
+        assert!(
+            settled,
+            "limit {limit}: neither mounted nor ended\n{}",
+            fx.log()
+        );
+        let mut reader = Command::new("cat")
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let answered = wait_for(Duration::from_secs(10), || {
+            reader.try_wait().unwrap().is_some()
+        });
+        if !answered {
+            let _ = reader.kill();
+        }
+        let _ = reader.wait();
+        let status = daemon.try_wait().unwrap();
+        let _ = daemon.kill();
+        let _ = daemon.wait();
+        if is_mounted(&fx.mnt()) {
+            let _ = Command::new("umount").arg("-l").arg(fx.mnt()).status();
+        }
+        // The read may fail (the daemon itself may be out of descriptors
+        // for the file), but it returns.
+        assert!(
+            answered,
+            "limit {limit}: a read hangs in the mount\n{}",
+            fx.log()
+        );
+        if let Some(status) = status {
+            assert_eq!(status.code(), Some(1), "limit {limit}\n{}", fx.log());
+        }
+    }
 }
 
 /// Opens /dev/fuse to everyone until dropped (it is root-only here).

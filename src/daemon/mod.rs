@@ -320,7 +320,16 @@ fn start_transport<FS: fuser::Filesystem>(
                 );
                 Ok(Transport::IoUring)
             }
-            Err(err) => fall_back(format!("the io_uring queues could not start: {err}")),
+            Err(err) if err.classic_works => fall_back(format!(
+                "the io_uring queues could not start: {}",
+                err.error
+            )),
+            // The kernel holds requests for rings that will not come.
+            Err(err) => Err(DaemonError::Transport(format!(
+                "the io_uring queues could not start ({}), and the kernel would not go back \
+                 to /dev/fuse",
+                err.error
+            ))),
         }
     }
     #[cfg(not(target_os = "linux"))]
@@ -450,8 +459,8 @@ fn open_output(
     }
 }
 
-/// `transport`: on io_uring, `/dev/fuse` carries only FORGETs and the
-/// requests that come before the rings are ready, so one thread reads it.
+/// `transport`: on io_uring, `/dev/fuse` carries only FORGETs and
+/// INTERRUPTs, so one thread reads it.
 fn session_config(allow: Allow, transport: Transport) -> Config {
     let mut config = Config::default();
     config.mount_options = vec![

@@ -58,7 +58,7 @@ pub fn uring_available() -> Result<(), String> {
         .ok()
         .and_then(|v| v.trim().parse::<u32>().ok())
         .unwrap_or(0);
-    match disabled {
+    let allowed = match disabled {
         0 => Ok(()),
         1 if nix::unistd::geteuid().is_root() || in_io_uring_group() => Ok(()),
         1 => Err(format!(
@@ -69,7 +69,15 @@ pub fn uring_available() -> Result<(), String> {
             "io_uring is disabled ({IO_URING_DISABLED} is {disabled}): echo 0 > \
              {IO_URING_DISABLED} as root"
         )),
+    };
+    allowed?;
+    // A ring once INIT granted it and none can be made would hang the
+    // mount: make sure one can, before mounting.
+    #[cfg(target_os = "linux")]
+    if let Err(err) = super::uring::probe() {
+        return Err(format!("io_uring cannot be set up by this process: {err}"));
     }
+    Ok(())
 }
 
 #[cfg(not(target_os = "linux"))]

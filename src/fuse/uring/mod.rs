@@ -1,9 +1,13 @@
 //! The FUSE-over-io_uring transport (Linux 6.14+): one queue per possible
-//! CPU, each served by a thread pinned to that CPU, so that a request is
+//! CPU, each served by threads pinned to that CPU, so that a request is
 //! answered on the CPU of the process that made it. fuser keeps the
 //! mount, INIT and the `/dev/fuse` loop, which still carries FORGET,
-//! INTERRUPT, notifications and whatever arrives before every queue is
-//! registered.
+//! INTERRUPT and notifications.
+//!
+//! Once INIT granted the ring, the kernel holds every other request until
+//! each queue has an entry registered: if the queues cannot all start, the
+//! connection must be told to give the ring up (a REGISTER it refuses
+//! does that), or the mount would hang.
 
 mod abi;
 mod decode;
@@ -12,9 +16,11 @@ mod queue;
 mod serve;
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::mpsc::channel;
 use std::sync::Arc;
+
+use io_uring::{cqueue, squeue, types, IoUring};
 
 pub use serve::Acl;
 
@@ -67,21 +73,41 @@ fn payload_size() -> usize {
         .max(abi::FUSE_MIN_READ_BUFFER)
 }
 
+/// The queues could not all start.
+#[derive(Debug)]
+pub struct StartError {
+    pub error: io::Error,
+    /// Whether the kernel gave the ring up, so that requests flow on
+    /// `/dev/fuse`; if not, the mount cannot serve.
+    pub classic_works: bool,
+}
+
+/// Whether this process can make a ring of 128-byte SQEs (before
+/// mounting: io_uring may be disabled or restricted).
+pub fn probe() -> io::Result<()> {
+    IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+        .build(2)
+        .map(drop)
+}
+
 /// Sets up every queue on the mount's `/dev/fuse` descriptor and starts
-/// serving them; returns once each is registered (the kernel then sends
-/// requests on the rings), or with the first queue's failure (then the
-/// kernel keeps sending them on `/dev/fuse`). `pin`: pin each thread to
-/// its queue's CPU.
+/// serving them; returns the queue count once each queue has a thread
+/// registered (the kernel then sends requests on the rings). `pin`: pin
+/// each thread to its queue's CPU.
 pub fn start(
     device: BorrowedFd,
     dispatch: Arc<Dispatcher>,
     acl: Acl,
     pin: bool,
-) -> io::Result<usize> {
+) -> Result<usize, StartError> {
     let queues = queue_count();
-    let qids = u16::try_from(queues).map_err(|_| io::Error::other("too many CPUs"))?;
+    let Ok(qids) = u16::try_from(queues) else {
+        return Err(give_up(device, io::Error::other("too many CPUs")));
+    };
     let (ready, reports) = channel();
-    for qid in 0..qids {
+    let mut started = 0;
+    let mut failure = None;
+    'spawn: for qid in 0..qids {
         for thread in 0..THREADS_PER_QUEUE {
             let setup = queue::QueueSetup {
                 qid,
@@ -89,27 +115,76 @@ pub fn start(
                 payload_size: payload_size(),
                 pin,
             };
-            let device = device.as_fd().try_clone_to_owned()?;
             let (dispatch, ready) = (dispatch.clone(), ready.clone());
-            std::thread::Builder::new()
-                .name(format!("fuse-ring-{qid}.{thread}"))
-                .spawn(move || queue::run(setup, device, dispatch, acl, ready))?;
+            let spawned = device.as_fd().try_clone_to_owned().and_then(|device| {
+                std::thread::Builder::new()
+                    .name(format!("fuse-ring-{qid}.{thread}"))
+                    .spawn(move || queue::run(setup, device, dispatch, acl, ready))
+            });
+            match spawned {
+                Ok(_) => started += 1,
+                Err(err) => {
+                    failure = Some(err);
+                    break 'spawn;
+                }
+            }
         }
     }
     drop(ready);
-    for _ in 0..queues * THREADS_PER_QUEUE {
+    let mut registered = vec![false; queues];
+    for _ in 0..started {
         match reports.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                return Err(io::Error::new(
-                    err.kind(),
-                    format!("ring queue setup: {err}"),
-                ))
+            Ok((qid, Ok(()))) => registered[usize::from(qid)] = true,
+            Ok((qid, Err(err))) => {
+                log::warn!("ring queue {qid}: a thread could not start: {err}");
+                failure.get_or_insert(err);
             }
-            Err(_) => return Err(io::Error::other("a ring queue thread ended unready")),
+            Err(_) => {
+                failure.get_or_insert(io::Error::other("a ring queue thread ended unready"));
+            }
         }
     }
-    Ok(queues)
+    match failure {
+        None => Ok(queues),
+        // Every queue has a thread: the ring serves, one thread short.
+        Some(_) if registered.iter().all(|&r| r) => Ok(queues),
+        Some(err) => Err(give_up(device, err)),
+    }
+}
+
+/// Makes the kernel give the ring up for this connection: a REGISTER for
+/// a queue that does not exist fails, and the kernel then sends requests
+/// on `/dev/fuse` again.
+fn give_up(device: BorrowedFd, error: io::Error) -> StartError {
+    let refused = (|| {
+        let mut ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(2)?;
+        let sqe = queue::give_up_command(types::Fd(device.as_raw_fd()));
+        // SAFETY: the command carries no buffer the kernel could keep.
+        unsafe { ring.submission().push(&sqe) }
+            .map_err(|_| io::Error::other("submission queue full"))?;
+        ring.submit_and_wait(1)?;
+        let cqe = ring
+            .completion()
+            .next()
+            .ok_or_else(|| io::Error::other("no completion"))?;
+        match -cqe.result() {
+            libc::EINVAL => Ok(()),
+            errno => Err(io::Error::from_raw_os_error(errno)),
+        }
+    })();
+    match refused {
+        Ok(()) => StartError {
+            error,
+            classic_works: true,
+        },
+        Err(err) => {
+            log::error!("cannot make the kernel give the io_uring transport up: {err}");
+            StartError {
+                error,
+                classic_works: false,
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -103,6 +103,22 @@ fn command(qid: u16, cmd_op: u32, commit_id: u64, slot: &Slot, index: usize) -> 
     sqe
 }
 
+/// A REGISTER for a queue that does not exist: the kernel refuses it and
+/// gives the ring up for the connection (see `super::give_up`).
+pub fn give_up_command(device: types::Fd) -> squeue::Entry128 {
+    let req = fuse_uring_cmd_req {
+        flags: 0,
+        commit_id: 0,
+        qid: u16::MAX,
+        padding: [0; 6],
+    };
+    let mut cmd = [0u8; 80];
+    cmd[..size_of::<fuse_uring_cmd_req>()].copy_from_slice(abi::bytes_of(&req));
+    opcode::UringCmd80::new(device, FUSE_IO_URING_CMD_REGISTER)
+        .cmd(cmd)
+        .build()
+}
+
 /// Sets the SQE's `len` (the iovec count REGISTER reads), which the
 /// io-uring crate has no setter for on this opcode.
 fn set_len(sqe: &mut squeue::Entry128, len: u32) {
@@ -161,7 +177,7 @@ pub fn run(
     device: OwnedFd,
     dispatch: Arc<Dispatcher>,
     acl: Acl,
-    ready: Sender<io::Result<()>>,
+    ready: Sender<(u16, io::Result<()>)>,
 ) {
     let qid = setup.qid;
     let mut slots = Vec::new();
@@ -202,11 +218,11 @@ pub fn run(
     drop(device);
     let mut ring = match ring {
         Ok(ring) => {
-            let _ = ready.send(Ok(()));
+            let _ = ready.send((qid, Ok(())));
             ring
         }
         Err(err) => {
-            let _ = ready.send(Err(err));
+            let _ = ready.send((qid, Err(err)));
             return;
         }
     };
