@@ -57,7 +57,7 @@ fn every_bad_create_is_answered_with_a_precise_error_and_leaves_nothing() {
         (
             "d",
             sandbox("d", vec![ro("/same", &good), ro("/same", &good)]),
-            "mapped twice",
+            "Already mapped",
         ),
         (
             "e",
@@ -72,7 +72,7 @@ fn every_bad_create_is_answered_with_a_precise_error_and_leaves_nothing() {
                 underlying_path: "/u".into(),
                 ..Mapping::default()
             }),
-            "unknown prefix 77",
+            "Prefix 77 does not exist",
         ),
         (
             "g",
@@ -241,8 +241,8 @@ fn only_the_first_mapping_may_map_the_root() {
         let message = d.create_err(sandbox(id, mappings));
         assert!(
             message.contains(&format!("sandbox {id:?}"))
-                && message.contains(&format!("mapping #{bad} (\"/\""))
-                && message.contains("the root can be mapped only once, and only by the first"),
+                && message.contains(&format!("mapping #{bad}: Cannot map '/ -> "))
+                && message.contains("Root can be mapped at most once"),
             "{id}: {message}"
         );
         assert_no_trace(&d, id, &good);

@@ -67,8 +67,7 @@ fn the_first_bad_argument_is_reported_and_nothing_is_created_or_mounted() {
         // The mount's root must be a directory, mapped first if at all.
         (
             vec![format!("--mapping=ro:/:{}", good.display()), arg("", &mnt)],
-            "mapping #0 (\"/\"".to_owned()
-                + &format!(" -> {good:?}): the root can only be mapped to a directory"),
+            format!("mapping #0: Failed to map root: {good:?} is not a directory"),
         ),
         (
             vec![
@@ -76,7 +75,10 @@ fn the_first_bad_argument_is_reported_and_nothing_is_created_or_mounted() {
                 format!("--mapping=ro:/:{}", fx.path("src").display()),
                 arg("", &mnt),
             ],
-            "mapping #1 (\"/\"".to_owned(),
+            format!(
+                "mapping #1: Cannot map '/ -> {}': Root can be mapped at most once",
+                fx.path("src").display()
+            ),
         ),
         (
             vec![
@@ -84,14 +86,20 @@ fn the_first_bad_argument_is_reported_and_nothing_is_created_or_mounted() {
                 arg("--output", &output),
                 arg("", &no_mount_point),
             ],
-            format!("cannot open input {missing:?}"),
+            format!(
+                "Failed to open reconfiguration input '{}': No such file or directory",
+                missing.display()
+            ),
         ),
         (
             vec![
                 arg("--output", &missing_dir.join("out")),
                 arg("", &no_mount_point),
             ],
-            format!("cannot open output {:?}", missing_dir.join("out")),
+            format!(
+                "Failed to open reconfiguration output '{}': No such file or directory",
+                missing_dir.join("out").display()
+            ),
         ),
         (
             vec![

@@ -166,7 +166,7 @@ pub(crate) fn join_into<'p>(
     }
     let Some(base) = base(prefix) else {
         return Err(ResolveError(format!(
-            "{what} {tail:?} uses unknown prefix {prefix}"
+            "Prefix {prefix} does not exist ({what} {tail:?} uses it)"
         )));
     };
     if tail.starts_with('/') {
@@ -260,8 +260,13 @@ fn check_no_nul(value: &str, what: &str) -> Result<(), ResolveError> {
 /// Checks a sandbox id: it becomes one directory name at the top of the
 /// mount, so it must be a single, ordinary path component.
 pub fn validate_sandbox_id(id: &str) -> Result<(), ResolveError> {
+    // sandboxfs 0.2.0's words for an empty id; scripts grep for them.
+    if id.is_empty() {
+        return Err(ResolveError(
+            "sandbox id \"\": Identifier cannot be empty".to_owned(),
+        ));
+    }
     let problem = match id {
-        "" => "is empty",
         "." | ".." => "is a special directory name",
         _ if id.contains('/') => "contains '/'",
         _ if id.contains('\0') => "contains a NUL byte",

@@ -105,8 +105,13 @@ fn creatable(path: &Path) -> io::Result<()> {
                 .parent()
                 .filter(|p| !p.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
+            // The error first: it reads as the file's own ("No such file
+            // or directory"), as sandboxfs 0.2.0's open did.
             let metadata = std::fs::metadata(parent).map_err(|err| {
-                io::Error::new(err.kind(), format!("directory {parent:?}: {err}"))
+                io::Error::new(
+                    err.kind(),
+                    format!("{err} (stat of its directory {parent:?})"),
+                )
             })?;
             if !metadata.is_dir() {
                 return Err(io::Error::new(
@@ -117,7 +122,7 @@ fn creatable(path: &Path) -> io::Result<()> {
             access(parent, AccessFlags::W_OK | AccessFlags::X_OK).map_err(|err| {
                 io::Error::new(
                     io::Error::from(err).kind(),
-                    format!("directory {parent:?}: {err}"),
+                    format!("{err} (access of its directory {parent:?})"),
                 )
             })
         }

@@ -69,12 +69,17 @@ impl fmt::Display for DaemonError {
                 "--allow=root and --allow=other need 'user_allow_other' in /etc/fuse.conf \
                  when actionfs does not run as root",
             ),
-            DaemonError::Input { path, source } => {
-                write!(f, "cannot open input {path:?}: {source}")
-            }
-            DaemonError::Output { path, source } => {
-                write!(f, "cannot open output {path:?}: {source}")
-            }
+            // sandboxfs 0.2.0's words, which scripts grep for.
+            DaemonError::Input { path, source } => write!(
+                f,
+                "Failed to open reconfiguration input '{}': {source}",
+                path.display()
+            ),
+            DaemonError::Output { path, source } => write!(
+                f,
+                "Failed to open reconfiguration output '{}': {source}",
+                path.display()
+            ),
             DaemonError::Mapping(err) => write!(f, "--mapping: {err}"),
             DaemonError::Calibration(err) => write!(f, "{err}"),
             DaemonError::NativeDir(err) => write!(f, "native sandbox directory: {err}"),

@@ -432,7 +432,7 @@ mod tests {
         };
         assert_eq!(error_of("a"), None);
         let b = error_of("b").unwrap();
-        assert!(b.contains("unknown prefix 9"), "{b}");
+        assert!(b.contains("Prefix 9 does not exist"), "{b}");
         assert_eq!(error_of("c"), None, "prefix 3 came with the failed request");
         let calls = backend.calls.lock();
         let created: Vec<_> = calls

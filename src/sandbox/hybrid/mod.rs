@@ -159,7 +159,14 @@ impl Backend for Sandboxes {
         validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
         let _claimed = self.claim(id)?;
         if self.fs.has_sandbox(id) {
-            return Err(SandboxError::Exists(id.to_owned()).into());
+            // sandboxfs 0.2.0 added a second create's mappings to the
+            // sandbox and said "Already mapped" where they met; a sandbox is
+            // created whole here, so any second create is refused, in its
+            // words (docs/PARITY.md).
+            return Err(format!(
+                "sandbox {id:?}: Already mapped (the sandbox already exists; destroy it first)"
+            )
+            .into());
         }
         // Checked once (an lstat per mapped directory, none per input),
         // whichever backend builds it.
@@ -219,6 +226,7 @@ impl Backend for Sandboxes {
     }
 
     fn destroy(&self, id: &str) -> Result<(), Refusal> {
+        validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
         let _claimed = self.claim(id)?;
         if let Some(log) = &self.access_log {
             // Read before the tree goes; native sandboxes have nothing to say.

@@ -603,25 +603,22 @@ impl Draft {
                 continue;
             }
             let first_below = below[at];
-            if at == 0 && first_below >= mapped.index && self.sandbox.is_some() {
-                // A sandbox's root may be a file, served as that file.
+            if at == 0 && first_below == u32::MAX && self.sandbox.is_some() {
+                // A sandbox's root may be a file, served as that file, if
+                // nothing is mapped below it.
                 mapped.anchor = Some(anchor);
                 mapped.kind = kind;
                 continue;
             }
-            let (index, problem) = if at == 0 {
-                let problem = if first_below < mapped.index {
-                    Problem::NotADirectoryForNested
+            let (index, problem) =
+                if at == 0 && first_below > mapped.index && self.sandbox.is_none() {
+                    (mapped.index, Problem::RootNotADirectory)
+                } else if first_below < mapped.index {
+                    (mapped.index, Problem::NotADirectoryForNested)
                 } else {
-                    Problem::RootNotADirectory
+                    let walked = self.dir_path(at as u32);
+                    (first_below, Problem::BelowNonDirectory(walked))
                 };
-                (mapped.index, problem)
-            } else if first_below < mapped.index {
-                (mapped.index, Problem::NotADirectoryForNested)
-            } else {
-                let walked = self.dir_path(at as u32);
-                (first_below, Problem::BelowNonDirectory(walked))
-            };
             found.push((at, index, problem));
         }
         for (at, index, problem) in found {

@@ -67,16 +67,54 @@ pub enum Problem {
     RootNotFirst,
 }
 
+/// Where sandboxfs 0.2.0 refused the same mapping, the message carries its
+/// words (`Failed to map root`, `Cannot map '...'`, `Already mapped`, `Root
+/// can be mapped at most once`): scripts written for it grep for them. Our
+/// own context (the mapping's number, the syscall, why) stays around them.
 impl fmt::Display for PlanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "mapping #{} ({:?} -> {:?}): {}",
-            self.index, self.path, self.underlying, self.problem
-        )
+        let index = self.index;
+        let underlying = &self.underlying;
+        // sandboxfs named a mapping as `'PATH -> UNDERLYING'`.
+        let cannot_map = format!(
+            "mapping #{index}: Cannot map '{} -> {}'",
+            self.path,
+            underlying.display()
+        );
+        match &self.problem {
+            Problem::InsideMount(_) => write!(
+                f,
+                "mapping #{index} ({:?} -> {underlying:?}): {}",
+                self.path, self.problem
+            ),
+            Problem::Unusable(err) if self.path == "/" => write!(
+                f,
+                "mapping #{index}: Failed to map root: stat failed for {underlying:?}: lstat: {err}"
+            ),
+            Problem::Unusable(err) => {
+                write!(
+                    f,
+                    "{cannot_map}: Stat failed for {underlying:?}: lstat: {err}"
+                )
+            }
+            Problem::RootNotADirectory => write!(
+                f,
+                "mapping #{index}: Failed to map root: {underlying:?} is not a directory"
+            ),
+            Problem::MappedTwice => write!(f, "{cannot_map}: Already mapped"),
+            Problem::BelowNonDirectory(_) | Problem::NotADirectoryForNested => {
+                write!(f, "{cannot_map}: Already mapped ({})", self.problem)
+            }
+            Problem::RootNotFirst => write!(
+                f,
+                "{cannot_map}: Root can be mapped at most once ({})",
+                self.problem
+            ),
+        }
     }
 }
 
+/// Our own explanation of a problem, without sandboxfs's words.
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -95,8 +133,8 @@ impl fmt::Display for Problem {
             ),
             Problem::RootNotADirectory => f.write_str("the root can only be mapped to a directory"),
             Problem::RootNotFirst => f.write_str(
-                "the root can be mapped only once, and only by the first mapping (a mapping of \
-                 \"/\" replaces the directory the others are made in)",
+                "only the first mapping may map \"/\": it replaces the directory the others \
+                 are made in",
             ),
         }
     }
