@@ -136,7 +136,6 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         path: mount_point.clone(),
         source,
     })?;
-    created.keep();
     let mounted = stop::Mounted::new(&mount_point);
     let device = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned();
     if let Err(err) = &device {
@@ -155,6 +154,9 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
     log::info!("mounted at {mount_point:?}");
     // On error the session is dropped, which unmounts.
     let transport = start_transport(&session, &ring, &dispatch, &options, &why)?;
+    // Only a start that serves keeps what it made: queues that cannot
+    // start end it as one refused.
+    created.keep();
 
     let (events, event) = channel();
     {
