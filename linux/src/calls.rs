@@ -37,6 +37,15 @@ pub fn clone_file(
     Ok(())
 }
 
+/// FUSE_DEV_IOC_BACKING_CLOSE: _IOW(229, 2, uint32_t).
+const BACKING_CLOSE: libc::c_ulong = (1 << 30) | (4 << 16) | (229 << 8) | 2;
+
+/// Closes passthrough backing id `id` made on the FUSE connection `device`.
+pub fn close_backing(device: BorrowedFd<'_>, id: u32) -> io::Result<()> {
+    // SAFETY: the ioctl reads one u32 that lives for the call.
+    check(unsafe { libc::ioctl(device.as_raw_fd(), BACKING_CLOSE, &id) })
+}
+
 /// Whether renameat2(2) `flags` swap the two names.
 pub fn is_exchange(flags: u32) -> bool {
     flags & libc::RENAME_EXCHANGE != 0

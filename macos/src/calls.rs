@@ -33,6 +33,11 @@ pub fn clone_file(
     check(ret)
 }
 
+/// macOS FUSE has no passthrough, so no backing id is ever made.
+pub fn close_backing(_device: BorrowedFd<'_>, _id: u32) -> io::Result<()> {
+    Ok(())
+}
+
 /// macOS FUSE passes no rename flags; nothing is ever an exchange.
 pub fn is_exchange(_flags: u32) -> bool {
     false

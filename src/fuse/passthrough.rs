@@ -34,15 +34,9 @@ const SHARDS: usize = 16;
 /// when dropped. Made on the mount's `/dev/fuse` descriptor, so that every
 /// transport can answer with it.
 pub struct Backing {
-    // Read only to close the id, which only Linux has.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     device: Arc<OwnedFd>,
     id: u32,
 }
-
-/// FUSE_DEV_IOC_BACKING_CLOSE: _IOW(229, 2, uint32_t).
-#[cfg(target_os = "linux")]
-const BACKING_CLOSE: libc::c_ulong = (1 << 30) | (4 << 16) | (229 << 8) | 2;
 
 impl Backing {
     /// Registers `file` (FUSE_DEV_IOC_BACKING_OPEN; needs CAP_SYS_ADMIN).
@@ -61,19 +55,7 @@ impl Backing {
 
 impl Drop for Backing {
     fn drop(&mut self) {
-        // SAFETY: the ioctl reads one u32 that lives for the call.
-        #[cfg(target_os = "linux")]
-        let closed = unsafe {
-            libc::ioctl(
-                std::os::fd::AsRawFd::as_raw_fd(&*self.device),
-                BACKING_CLOSE,
-                &self.id,
-            )
-        };
-        #[cfg(not(target_os = "linux"))]
-        let closed = 0;
-        if closed < 0 {
-            let err = std::io::Error::last_os_error();
+        if let Err(err) = crate::sys::close_backing(self.device.as_fd(), self.id) {
             // After an unmount the connection is gone, and the id with it.
             if !matches!(err.raw_os_error(), Some(libc::ENOTCONN | libc::ENODEV)) {
                 log::warn!("cannot close passthrough backing id {}: {err}", self.id);

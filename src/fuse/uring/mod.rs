@@ -9,7 +9,7 @@
 //! connection must be told to give the ring up (a REGISTER it refuses
 //! does that), or the mount would hang.
 
-mod abi;
+use crate::sys::fuse_abi as abi;
 mod decode;
 mod encode;
 mod queue;
