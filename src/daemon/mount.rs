@@ -13,12 +13,15 @@ use crate::daemon::config::Allow;
 /// The kernel is asked, not its attribute cache: a daemon that served on
 /// io_uring queues is cut off only once the kernel has torn its rings down,
 /// a few milliseconds after it died, while cached attributes still answer.
-/// The first request in that window waits for the teardown and fails with
-/// ECONNABORTED.
+/// A request in that window waits for the teardown and fails with
+/// ECONNABORTED, or ECANCELED if it was on its way to a dying ring.
 pub fn is_stale(path: &Path) -> bool {
     matches!(
         stat_uncached(path),
-        Err(err) if matches!(err.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
+        Err(err) if matches!(
+            err.raw_os_error(),
+            Some(libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED)
+        )
     )
 }
 
