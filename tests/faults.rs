@@ -175,9 +175,10 @@ fn error_of(line: &str) -> Option<i32> {
 }
 
 /// After a SIGKILL the kernel ends requests with ENOTCONN (new ones) or
-/// ECONNABORTED (those in flight).
+/// ECONNABORTED (those in flight); on the io_uring transport, a request
+/// waiting on a ring that is torn down ends with ECANCELED.
 fn is_dead_connection(errno: i32) -> bool {
-    errno == libc::ENOTCONN || errno == libc::ECONNABORTED
+    errno == libc::ENOTCONN || errno == libc::ECONNABORTED || errno == libc::ECANCELED
 }
 
 /// Starts a daemon again on the stale mount `fx` left by a killed one, and
