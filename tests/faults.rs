@@ -218,10 +218,11 @@ fn kill_9_mid_write_loses_no_fsynced_byte_and_a_restart_recovers_the_mount() {
     kill_9_mid_write(&[]);
 }
 
-/// With an OPEN per open, and passthrough where the kernel has it (root).
+/// In the opt-in mode where files are opened without asking the daemon
+/// (the default now sends an OPEN per open).
 #[test]
-fn kill_9_mid_write_with_open_messages() {
-    kill_9_mid_write(&["--zero_message_opens=off"]);
+fn kill_9_mid_write_with_zero_message_opens() {
+    kill_9_mid_write(&["--zero_message_opens=on"]);
 }
 
 fn kill_9_mid_write(args: &[&str]) {
@@ -291,8 +292,8 @@ fn kill_9_mid_read_ends_the_reader_with_an_error_and_a_restart_recovers_the_moun
 }
 
 #[test]
-fn kill_9_mid_read_with_open_messages() {
-    kill_9_mid_read(&["--zero_message_opens=off"]);
+fn kill_9_mid_read_with_zero_message_opens() {
+    kill_9_mid_read(&["--zero_message_opens=on"]);
 }
 
 fn kill_9_mid_read(args: &[&str]) {
@@ -740,8 +741,8 @@ fn a_daemon_out_of_descriptors_fails_opens_and_serves_again_once_they_close() {
 }
 
 #[test]
-fn a_daemon_out_of_descriptors_with_open_messages() {
-    out_of_descriptors(&["--zero_message_opens=off"]);
+fn a_daemon_out_of_descriptors_with_zero_message_opens() {
+    out_of_descriptors(&["--zero_message_opens=on"]);
 }
 
 /// The daemon with a hard limit of 64 descriptors, and a process that
