@@ -2,6 +2,8 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
+
+use nix::errno::Errno;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 /// FICLONE works on regular files only: directories are walked.
@@ -43,7 +45,8 @@ const BACKING_CLOSE: libc::c_ulong = (1 << 30) | (4 << 16) | (229 << 8) | 2;
 /// Closes passthrough backing id `id` made on the FUSE connection `device`.
 pub fn close_backing(device: BorrowedFd<'_>, id: u32) -> io::Result<()> {
     // SAFETY: the ioctl reads one u32 that lives for the call.
-    check(unsafe { libc::ioctl(device.as_raw_fd(), BACKING_CLOSE, &id) })
+    Errno::result(unsafe { libc::ioctl(device.as_raw_fd(), BACKING_CLOSE, &id) })?;
+    Ok(())
 }
 
 /// Whether renameat2(2) `flags` swap the two names.
@@ -172,13 +175,15 @@ pub fn set_xattr(pinned: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32) 
             flags,
         )
     };
-    check(ret)
+    Errno::result(ret)?;
+    Ok(())
 }
 
 pub fn remove_xattr(pinned: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
     let path = pinned_path(pinned);
     // SAFETY: valid C strings.
-    check(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) })
+    Errno::result(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) })?;
+    Ok(())
 }
 
 /// Renames `from` in `from_dir` to `to` in `to_dir` unless `to` exists
@@ -199,15 +204,6 @@ pub fn rename_noreplace(
     )?)
 }
 
-/// A libc return value (-1 on failure) as a result with the errno.
-fn check(ret: libc::c_int) -> io::Result<()> {
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// Runs a get/list-style xattr call: with an empty buffer it returns the
 /// size needed.
 fn xattr_call(
@@ -219,5 +215,5 @@ fn xattr_call(
     } else {
         buf.as_mut_ptr().cast()
     };
-    usize::try_from(call(ptr, buf.len())).map_err(|_| io::Error::last_os_error())
+    Ok(Errno::result(call(ptr, buf.len()))? as usize)
 }

@@ -2,6 +2,8 @@
 
 use std::ffi::CStr;
 use std::io;
+
+use nix::errno::Errno;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 /// From <sys/clonefile.h>: do not follow a symlink in the source.
@@ -30,7 +32,8 @@ pub fn clone_file(
             CLONE_NOFOLLOW,
         )
     };
-    check(ret)
+    Errno::result(ret)?;
+    Ok(())
 }
 
 /// macOS FUSE has no passthrough, so no backing id is ever made.
@@ -148,12 +151,14 @@ pub fn set_xattr(pinned: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32) 
             flags,
         )
     };
-    check(ret)
+    Errno::result(ret)?;
+    Ok(())
 }
 
 pub fn remove_xattr(pinned: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
     // SAFETY: valid descriptor and C string.
-    check(unsafe { libc::fremovexattr(pinned.as_raw_fd(), name.as_ptr(), 0) })
+    Errno::result(unsafe { libc::fremovexattr(pinned.as_raw_fd(), name.as_ptr(), 0) })?;
+    Ok(())
 }
 
 /// Renames `from` in `from_dir` to `to` in `to_dir` unless `to` exists
@@ -174,16 +179,8 @@ pub fn rename_noreplace(
             libc::RENAME_EXCL,
         )
     };
-    check(ret)
-}
-
-/// A libc return value (-1 on failure) as a result with the errno.
-fn check(ret: libc::c_int) -> io::Result<()> {
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    Errno::result(ret)?;
+    Ok(())
 }
 
 /// Runs a get/list-style xattr call: with an empty buffer it returns the
@@ -197,5 +194,5 @@ fn xattr_call(
     } else {
         buf.as_mut_ptr().cast()
     };
-    usize::try_from(call(ptr, buf.len())).map_err(|_| io::Error::last_os_error())
+    Ok(Errno::result(call(ptr, buf.len()))? as usize)
 }
