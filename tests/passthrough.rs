@@ -79,6 +79,39 @@ fn with_passthrough_file_data_never_reaches_the_daemon() {
 }
 
 #[test]
+fn small_inputs_are_served_from_the_page_cache_so_a_read_costs_no_getattr() {
+    if !require(&[Need::Mount, Need::Root]) {
+        return;
+    }
+    // A compiler opens an input, reads it and fstats it. With passthrough
+    // every read makes the kernel drop the cached atime, so each fstat was
+    // a GETATTR round trip; a small input read from the page cache costs
+    // one READ, once.
+    let fx = Fixture::new();
+    let small = "#include <stdio.h>\n".repeat(100);
+    fs::write(fx.path("src/small.h"), &small).unwrap();
+    let d = fx.start_logged(&["--zero_message_opens=off", "--ttl=60s"], "debug");
+    d.create(sandbox("s", vec![ro("/small.h", &fx.path("src/small.h"))]));
+    let path = d.path("s/small.h");
+    let first = fs::metadata(&path).unwrap();
+    for _ in 0..20 {
+        let mut file = fs::File::open(&path).unwrap();
+        let mut read = String::new();
+        std::io::Read::read_to_string(&mut file, &mut read).unwrap();
+        assert_eq!(read, small);
+        assert_eq!(file.metadata().unwrap().len(), first.len());
+    }
+    assert_eq!(d.terminate(), BY_SIGTERM);
+    assert_eq!(requests_of(&fx, "open"), 20);
+    assert_eq!(requests_of(&fx, "read"), 1, "pages read once, then kept");
+    assert!(
+        requests_of(&fx, "getattr") <= 2,
+        "{} GETATTRs for 20 reads",
+        requests_of(&fx, "getattr")
+    );
+}
+
+#[test]
 fn passthrough_off_serves_data_through_the_daemon() {
     if !require(&[Need::Mount, Need::Root]) {
         return;

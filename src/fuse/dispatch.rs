@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use super::passthrough::{Backing, OpenMode, Passthrough};
+use super::passthrough::{self, Backing, OpenMode, Passthrough};
 use crate::daemon::config::ZeroMessageOpens;
 use crate::daemon::stats::{Op, Stats};
 use crate::sandbox::tree::{
@@ -165,10 +165,13 @@ impl Dispatcher {
                 None => Err(std::io::Error::from_raw_os_error(libc::EBADF)),
             }
         };
-        let backing_id = match self
-            .passthrough
-            .open(ino, opened.fh, opened.file_id, register)
-        {
+        let backing_id = match self.passthrough.open(
+            ino,
+            opened.fh,
+            opened.file_id,
+            passthrough::pays_for(opened.size, opened.writable),
+            register,
+        ) {
             OpenMode::Passthrough(backing) => Some(backing.id()),
             OpenMode::Cached => None,
             OpenMode::Busy => {

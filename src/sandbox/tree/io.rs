@@ -48,13 +48,19 @@ impl IoFile {
 
 /// An opened file: its handle, whether the kernel may keep its cached
 /// pages (read-only files that are the same file as at their last open),
-/// and which underlying file it is (device, inode), so that the shell can
-/// give all opens of one node the same passthrough backing file.
+/// which underlying file it is (device, inode), so that the shell can
+/// give all opens of one node the same passthrough backing file, and what
+/// the shell needs to decide whether passthrough pays (size, writable).
 #[derive(Clone, Copy, Debug)]
 pub struct Opened {
     pub fh: u64,
     pub keep_cache: bool,
     pub file_id: (u64, u64),
+    /// The file's size at open.
+    pub size: u64,
+    /// Whether the node may be written (a writable mapping or a file made
+    /// through the mount).
+    pub writable: bool,
 }
 
 /// Writes `data` at `offset` and returns how much was written. A write that
@@ -136,6 +142,8 @@ impl SandboxFs {
             fh,
             keep_cache,
             file_id: file_id(&st),
+            size: st.st_size.max(0) as u64,
+            writable: node.is_writable(),
         })
     }
 
@@ -275,6 +283,8 @@ impl SandboxFs {
                 fh: 0,
                 keep_cache: false,
                 file_id: file_id(st),
+                size: st.st_size.max(0) as u64,
+                writable: true,
             };
         }
         let (fh, open) = self.files.insert(OpenFile {
@@ -287,6 +297,8 @@ impl SandboxFs {
             fh,
             keep_cache: false,
             file_id: file_id(st),
+            size: st.st_size.max(0) as u64,
+            writable: true,
         }
     }
 
