@@ -62,6 +62,7 @@ fn forcing_io_uring_serves_on_the_ring_or_refuses_to_start() {
     }
     let d = fx.start_logged(&["--transport=io_uring"], "info");
     some_requests(&fx, &d);
+    assert_ring_threads_pinned_and_batch(d.client().pid());
     assert_eq!(d.terminate(), BY_SIGTERM);
     assert!(!is_mounted(&fx.mnt()));
     // Counted at exit, when no request (a RELEASEDIR after a close) is
@@ -74,6 +75,38 @@ fn forcing_io_uring_serves_on_the_ring_or_refuses_to_start() {
     assert!(fuse_requests(&stats, "lookup") > 0, "{stats}");
     assert_eq!(on_ring, not_forgets, "{stats}");
     assert!(fx.log().contains("transport: io_uring"), "{}", fx.log());
+}
+
+/// Every ring thread of daemon `pid` is pinned to one CPU and runs
+/// SCHED_BATCH (a request that does not block its sender must not preempt
+/// it: see the transport's queue).
+fn assert_ring_threads_pinned_and_batch(pid: u32) {
+    const SCHED_BATCH: u32 = 3;
+    let mut rings = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let comm = fs::read_to_string(task.join("comm")).unwrap_or_default();
+        if !comm.starts_with("fuse-ring-") {
+            continue;
+        }
+        rings += 1;
+        let stat = fs::read_to_string(task.join("stat")).unwrap();
+        // Fields after the parenthesised name; policy is field 41.
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        let policy: u32 = after_name.split(' ').nth(41 - 3).unwrap().parse().unwrap();
+        assert_eq!(policy, SCHED_BATCH, "{comm}: {stat}");
+        let status = fs::read_to_string(task.join("status")).unwrap();
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim();
+        assert!(
+            cpus.parse::<u32>().is_ok(),
+            "{comm}: pinned to one CPU, not {cpus}"
+        );
+    }
+    assert!(rings > 0, "no fuse-ring thread in daemon {pid}");
 }
 
 #[test]

@@ -146,6 +146,25 @@ fn pin_to(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// SCHED_BATCH: a request that does not block its sender (RELEASE after
+/// close(2), FORGET) wakes this thread without preempting the sender on
+/// the CPU they share, so it is served at the sender's next blocking
+/// request (an OPEN) in the same switch instead of costing one of its own.
+/// A blocking request frees the CPU at once either way. Measured (python
+/// open + read + close of a 2 KiB input, io_uring, root, 5 alternating
+/// runs of 50,000): 2.2 context switches per iteration instead of 3.4,
+/// median 19.7 us instead of 22.1 (caller pinned), 19.4 against 24.4
+/// (unpinned).
+fn never_preempt_on_wakeup() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain system call on the calling thread (pid 0) with a
+    // valid parameter block.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn new_ring(depth: u32) -> io::Result<IoUring<squeue::Entry128, cqueue::Entry>> {
     // One thread submits and reaps, and the kernel's work for it (copying
     // a request into our buffers) runs when it waits: no interrupts.
@@ -186,6 +205,9 @@ pub fn run(
             if let Err(err) = pin_to(qid.into()) {
                 log::warn!("ring queue {qid}: cannot pin to CPU {qid}: {err}");
             }
+        }
+        if let Err(err) = never_preempt_on_wakeup() {
+            log::debug!("ring queue {qid}: SCHED_BATCH refused: {err}");
         }
         let mut ring = new_ring(setup.depth * 2)?;
         ring.submitter()
