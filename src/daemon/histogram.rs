@@ -200,11 +200,8 @@ mod tests {
 
     #[test]
     fn memory_is_fixed_whatever_is_added() {
-        assert_eq!(
-            std::mem::size_of::<Histogram>(),
-            (BUCKETS + 1) * std::mem::size_of::<u64>()
-        );
-        assert!(BUCKETS < 256, "{BUCKETS}");
+        // 234 buckets and the sum: under 2 KiB per opcode.
+        assert_eq!(std::mem::size_of::<Histogram>(), 235 * 8);
         let h = Histogram::default();
         assert_eq!(h.summary(), None);
         for d in [Duration::ZERO, Duration::MAX, Duration::from_secs(3600)] {
