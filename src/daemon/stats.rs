@@ -5,11 +5,11 @@
 //! figures: sandboxes, nodes, descriptors, memory, CPU time), and SIGUSR1
 //! writes them to the log.
 //!
-//! A FUSE request costs one relaxed atomic increment when it comes in (a
-//! batched FORGET counts once per inode it forgets), two clock reads and
-//! two relaxed atomic adds to its operation's [`Histogram`] when its
-//! answer is ready; reconfiguration latencies are kept in a bounded sample
-//! per request kind.
+//! A FUSE request costs a relaxed atomic increment and a clock read when
+//! it comes in (a batched FORGET counts and is timed once per inode it
+//! forgets), and a clock read and two relaxed atomic adds to its
+//! operation's [`Histogram`] when its answer is ready; reconfiguration
+//! latencies are kept in a bounded sample per request kind.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
