@@ -477,3 +477,106 @@ fn the_recorded_bazel_streams_replay() {
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains("failed: 0"), "{stdout}");
 }
+
+/// Every FUSE request is timed: after real opens, reads, stats, listings
+/// and writes through the mount, each opcode the daemon was sent has
+/// service-time figures over exactly its requests (the counts at exit,
+/// when nothing is in flight), with p50 <= p90 <= p99 <= max, and `ctl
+/// stats` prints them on each opcode's row.
+#[test]
+fn every_opcode_sent_has_its_service_times_in_the_stats() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    // Data served by the daemon, so that READ and WRITE reach it.
+    let d = start_with_control(&fx, &["--passthrough=off", "--zero_message_opens=off"]);
+    let maps = ten_inputs(&fx);
+    let args = create_args("timed", &maps);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert!(ctl(&fx, &args).status.success());
+    for i in 0..10 {
+        let path = d.path(&format!("timed/ws/in{i}"));
+        assert_eq!(fs::read_to_string(&path).unwrap(), format!("input {i}"));
+        assert_eq!(fs::metadata(&path).unwrap().len(), 7);
+    }
+    let listed = fs::read_dir(d.path("timed/ws")).unwrap().count();
+    assert_eq!(listed, 10);
+    fs::write(d.path("timed/ws/out"), "written").unwrap();
+    assert_eq!(fs::read_to_string(fx.path("out/out")).unwrap(), "written");
+
+    let out = ctl(&fx, &["stats"]);
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8(out.stdout).unwrap();
+    let header = table.lines().find(|l| l.starts_with("opcode")).unwrap();
+    assert_eq!(
+        header
+            .split("   (")
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .count(),
+        12,
+        "opcode, count and 5 columns of 'X us': {header}"
+    );
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .filter(|l| l.starts_with("  "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.iter().any(|r| r[0] == "read"), "{table}");
+    for row in &rows {
+        assert_eq!(row.len(), 7, "{table}");
+        // A request counted but not answered yet when asked has none.
+        if row[2] != "-" {
+            let us: Vec<f64> = row[2..].iter().map(|c| c.parse().unwrap()).collect();
+            assert!(
+                us[1] <= us[2] && us[2] <= us[3] && us[3] <= us[4],
+                "{row:?}"
+            );
+        }
+    }
+    d.destroy("timed");
+    assert_eq!(d.terminate(), BY_SIGTERM);
+
+    let stats = fx.stats_at_exit();
+    let latency = stats["fuse_latency_us"].as_object().expect("latencies");
+    for op in [
+        "lookup",
+        "getattr",
+        "open",
+        "read",
+        "release",
+        "opendir",
+        "readdir",
+        "releasedir",
+        "create",
+        "write",
+    ] {
+        assert!(fuse_requests(&stats, op) > 0, "{op} was sent: {stats}");
+    }
+    for (op, n) in stats["fuse"].as_object().unwrap() {
+        let n = n.as_u64().unwrap();
+        let Some(l) = latency.get(op) else {
+            assert_eq!(n, 0, "{op} was sent but not timed: {stats}");
+            continue;
+        };
+        assert_eq!(l["count"].as_u64(), Some(n), "{op}: {stats}");
+        let us = |key: &str| l[key].as_f64().unwrap();
+        assert!(us("mean") > 0.0, "{op}: {l}");
+        assert!(
+            us("p50") <= us("p90") && us("p90") <= us("p99") && us("p99") <= us("max"),
+            "{op}: {l}"
+        );
+        assert!(us("mean") <= us("max"), "{op}: {l}");
+    }
+    assert_eq!(
+        latency.len(),
+        stats["fuse"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter(|n| *n != 0)
+            .count()
+    );
+}

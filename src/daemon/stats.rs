@@ -1,18 +1,23 @@
 //! What the daemon has done, counted while it runs: kernel requests (round
-//! trips) per FUSE operation, reconfiguration requests per kind with their
-//! latencies, and how sandboxes were built. `actionfs ctl stats` shows them
-//! (with live figures: sandboxes, nodes, descriptors, memory, CPU time),
-//! and SIGUSR1 writes them to the log.
+//! trips) per FUSE operation with the daemon's service time of each,
+//! reconfiguration requests per kind with their latencies, and how
+//! sandboxes were built. `actionfs ctl stats` shows them (with live
+//! figures: sandboxes, nodes, descriptors, memory, CPU time), and SIGUSR1
+//! writes them to the log.
 //!
-//! Counting a FUSE request is one relaxed atomic increment (a batched
-//! FORGET counts once per inode it forgets); latencies are kept in a
-//! bounded sample per request kind.
+//! A FUSE request costs a relaxed atomic increment and a clock read when
+//! it comes in (a batched FORGET counts and is timed once per inode it
+//! forgets), and a clock read and two relaxed atomic adds to its
+//! operation's [`Histogram`] when its answer is ready; reconfiguration
+//! latencies are kept in a bounded sample per request kind.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{json, Value};
+
+use super::histogram::Histogram;
 
 /// The FUSE operations, as counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,6 +233,8 @@ impl Latencies {
 /// the backend.
 pub struct Stats {
     ops: [AtomicU64; Op::ALL.len()],
+    /// Service time per operation: see [`Stats::timed`].
+    service: [Histogram; Op::ALL.len()],
     requests: [Mutex<Latencies>; 2],
     built: [AtomicU64; Built::ALL.len()],
     /// FUSE requests that arrived on an io_uring queue.
@@ -238,6 +245,7 @@ impl Default for Stats {
     fn default() -> Self {
         Stats {
             ops: std::array::from_fn(|_| AtomicU64::new(0)),
+            service: std::array::from_fn(|_| Histogram::default()),
             requests: std::array::from_fn(|_| Mutex::default()),
             built: std::array::from_fn(|_| AtomicU64::new(0)),
             on_ring: AtomicU64::new(0),
@@ -245,10 +253,39 @@ impl Default for Stats {
     }
 }
 
+/// One kernel request being served: counted when made, timed until
+/// dropped.
+#[must_use = "the request is timed until this is dropped"]
+pub struct Timed<'a> {
+    stats: &'a Stats,
+    op: Op,
+    start: Instant,
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        self.stats.service[self.op as usize].add(self.start.elapsed());
+    }
+}
+
 impl Stats {
     /// Counts one kernel request.
     pub fn op(&self, op: Op) {
         self.ops[op as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one kernel request and times its service until the guard
+    /// is dropped: the daemon's own time, from the dispatcher's entry to
+    /// its answer being ready. The transport's time (reading the request,
+    /// encoding and writing the answer) and the kernel's are not in it, so
+    /// it is not the round trip a caller sees.
+    pub fn timed(&self, op: Op) -> Timed<'_> {
+        self.op(op);
+        Timed {
+            stats: self,
+            op,
+            start: Instant::now(),
+        }
     }
 
     pub fn ops(&self, op: Op) -> u64 {
@@ -280,6 +317,25 @@ impl Stats {
             .map(|&op| (op.name().to_owned(), json!(self.ops(op))))
             .collect();
         let total: u64 = Op::ALL.iter().map(|&op| self.ops(op)).sum();
+        let latency: serde_json::Map<String, Value> = Op::ALL
+            .iter()
+            .filter_map(|&op| {
+                let s = self.service[op as usize].summary()?;
+                // Nanoseconds to microseconds, to the nanosecond.
+                let us = |ns: f64| ns.round() / 1000.0;
+                Some((
+                    op.name().to_owned(),
+                    json!({
+                        "count": s.count,
+                        "mean": us(s.mean),
+                        "p50": us(s.p50),
+                        "p90": us(s.p90),
+                        "p99": us(s.p99),
+                        "max": us(s.max),
+                    }),
+                ))
+            })
+            .collect();
         let requests: serde_json::Map<String, Value> = [RequestKind::Create, RequestKind::Destroy]
             .iter()
             .map(|&k| {
@@ -300,6 +356,7 @@ impl Stats {
             "fuse_requests": total,
             "fuse_on_ring": self.ring_requests(),
             "fuse": ops,
+            "fuse_latency_us": latency,
             "requests": requests,
             "built": built,
             "live": live,
@@ -356,6 +413,35 @@ mod tests {
         assert_eq!(json["requests"]["destroy"]["p50_us"], Value::Null);
         assert_eq!(json["built"]["native"], 1);
         assert_eq!(json["live"]["sandboxes"], 2);
+    }
+
+    #[test]
+    fn a_timed_request_counts_at_entry_and_times_until_its_answer() {
+        let stats = Stats::default();
+        for _ in 0..3 {
+            let _timed = stats.timed(Op::Getattr);
+        }
+        let open = stats.timed(Op::Open);
+        let json = stats.to_json(Value::Null);
+        assert_eq!(json["fuse"]["open"], 1, "counted as it came in");
+        assert!(
+            json["fuse_latency_us"].get("open").is_none(),
+            "not timed before its answer: {json}"
+        );
+        drop(open);
+        let json = stats.to_json(Value::Null);
+        assert_eq!(json["fuse"]["getattr"], 3);
+        let latency = &json["fuse_latency_us"];
+        assert_eq!(latency["getattr"]["count"], 3, "{json}");
+        assert_eq!(latency["open"]["count"], 1, "{json}");
+        let getattr = &latency["getattr"];
+        let us = |key: &str| getattr[key].as_f64().unwrap();
+        assert!(us("p50") <= us("p90") && us("p90") <= us("p99") && us("p99") <= us("max"));
+        assert!(us("mean") <= us("max"), "{json}");
+        assert!(
+            latency.get("lookup").is_none(),
+            "nothing sent, no entry: {json}"
+        );
     }
 
     #[test]

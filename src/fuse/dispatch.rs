@@ -4,7 +4,8 @@
 //! [`super::shell`], the io_uring queues) only decode requests and encode
 //! these answers.
 //!
-//! Everything decided per request lives here: the counters, the errno a
+//! Everything decided per request lives here: the counters and service
+//! times (a guard from [`Stats::timed`] per method), the errno a
 //! failure answers (with its debug log line, in one place:
 //! [`Dispatcher::failed`]), negative entries for absent names, passthrough
 //! or cached service for an open, and the requests answered ENOSYS so that
@@ -187,7 +188,7 @@ impl Dispatcher {
     }
 
     pub fn lookup(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> Answer<Entry> {
-        self.stats.op(Op::Lookup);
+        let _timed = self.stats.timed(Op::Lookup);
         let result = self.fs.lookup(parent, name);
         if let Err(err) = &result {
             if err.errno() == Errno::ENOENT
@@ -204,22 +205,22 @@ impl Dispatcher {
     }
 
     pub fn forget(&self, ino: u64, nlookup: u64) {
-        self.stats.op(Op::Forget);
+        let _timed = self.stats.timed(Op::Forget);
         self.fs.forget(ino, nlookup);
     }
 
     pub fn getattr(&self, ctx: &Ctx, ino: u64, fh: Option<u64>) -> Answer<Attr> {
-        self.stats.op(Op::Getattr);
+        let _timed = self.stats.timed(Op::Getattr);
         self.answer(ctx, "getattr", ino, self.fs.getattr(ino, fh))
     }
 
     pub fn setattr(&self, ctx: &Ctx, ino: u64, change: &SetAttr) -> Answer<Attr> {
-        self.stats.op(Op::Setattr);
+        let _timed = self.stats.timed(Op::Setattr);
         self.answer(ctx, "setattr", ino, self.fs.setattr(ino, change))
     }
 
     pub fn readlink(&self, ctx: &Ctx, ino: u64) -> Answer<Vec<u8>> {
-        self.stats.op(Op::Readlink);
+        let _timed = self.stats.timed(Op::Readlink);
         self.answer(ctx, "readlink", ino, self.fs.readlink(ino))
     }
 
@@ -232,7 +233,7 @@ impl Dispatcher {
         umask: u32,
         rdev: u32,
     ) -> Answer<Attr> {
-        self.stats.op(Op::Mknod);
+        let _timed = self.stats.timed(Op::Mknod);
         let result = self
             .fs
             .mknod(parent, name, mode & !umask, rdev, ctx.caller());
@@ -247,18 +248,18 @@ impl Dispatcher {
         mode: u32,
         umask: u32,
     ) -> Answer<Attr> {
-        self.stats.op(Op::Mkdir);
+        let _timed = self.stats.timed(Op::Mkdir);
         let result = self.fs.mkdir(parent, name, mode & !umask, ctx.caller());
         self.answer(ctx, "mkdir", parent, result)
     }
 
     pub fn unlink(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> Answer<()> {
-        self.stats.op(Op::Unlink);
+        let _timed = self.stats.timed(Op::Unlink);
         self.answer(ctx, "unlink", parent, self.fs.unlink(parent, name))
     }
 
     pub fn rmdir(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> Answer<()> {
-        self.stats.op(Op::Rmdir);
+        let _timed = self.stats.timed(Op::Rmdir);
         self.answer(ctx, "rmdir", parent, self.fs.rmdir(parent, name))
     }
 
@@ -269,7 +270,7 @@ impl Dispatcher {
         link_name: &OsStr,
         target: &Path,
     ) -> Answer<Attr> {
-        self.stats.op(Op::Symlink);
+        let _timed = self.stats.timed(Op::Symlink);
         let result = self.fs.symlink(parent, link_name, target, ctx.caller());
         self.answer(ctx, "symlink", parent, result)
     }
@@ -283,18 +284,18 @@ impl Dispatcher {
         newname: &OsStr,
         flags: u32,
     ) -> Answer<()> {
-        self.stats.op(Op::Rename);
+        let _timed = self.stats.timed(Op::Rename);
         let result = self.fs.rename(parent, name, newparent, newname, flags);
         self.answer(ctx, "rename", parent, result)
     }
 
     pub fn link(&self, ctx: &Ctx, ino: u64, newparent: u64, newname: &OsStr) -> Answer<Attr> {
-        self.stats.op(Op::Link);
+        let _timed = self.stats.timed(Op::Link);
         self.answer(ctx, "link", ino, self.fs.link(ino, newparent, newname))
     }
 
     pub fn open(&self, ctx: &Ctx, ino: u64, flags: i32) -> Answer<Open> {
-        self.stats.op(Op::Open);
+        let _timed = self.stats.timed(Op::Open);
         if self.zero_open.load(Ordering::Relaxed) {
             // The kernel takes ENOSYS as "open without asking from now on";
             // this open goes ahead too.
@@ -308,17 +309,17 @@ impl Dispatcher {
     }
 
     pub fn read(&self, ctx: &Ctx, ino: u64, fh: u64, offset: u64, size: u32) -> Answer<Vec<u8>> {
-        self.stats.op(Op::Read);
+        let _timed = self.stats.timed(Op::Read);
         self.answer(ctx, "read", ino, self.fs.read(ino, fh, offset, size))
     }
 
     pub fn write(&self, ctx: &Ctx, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Answer<u32> {
-        self.stats.op(Op::Write);
+        let _timed = self.stats.timed(Op::Write);
         self.answer(ctx, "write", ino, self.fs.write(ino, fh, offset, data))
     }
 
     pub fn flush(&self) -> Answer<()> {
-        self.stats.op(Op::Flush);
+        let _timed = self.stats.timed(Op::Flush);
         // Writes are already in the underlying file; nothing is buffered.
         // ENOSYS tells the kernel never to send FLUSH again, which saves a
         // round trip on every close(2) (close still returns 0).
@@ -326,18 +327,18 @@ impl Dispatcher {
     }
 
     pub fn release(&self, fh: u64) {
-        self.stats.op(Op::Release);
+        let _timed = self.stats.timed(Op::Release);
         self.passthrough.release(fh);
         self.fs.release(fh);
     }
 
     pub fn fsync(&self, ctx: &Ctx, ino: u64, fh: u64, datasync: bool) -> Answer<()> {
-        self.stats.op(Op::Fsync);
+        let _timed = self.stats.timed(Op::Fsync);
         self.answer(ctx, "fsync", ino, self.fs.fsync(ino, fh, datasync))
     }
 
     pub fn opendir(&self, ctx: &Ctx, ino: u64) -> Answer<u64> {
-        self.stats.op(Op::Opendir);
+        let _timed = self.stats.timed(Op::Opendir);
         self.answer(ctx, "opendir", ino, self.fs.opendir(ino))
     }
 
@@ -350,24 +351,24 @@ impl Dispatcher {
         offset: u64,
         add: impl FnMut(u64, DirEntry) -> bool,
     ) -> Answer<()> {
-        self.stats.op(Op::Readdir);
+        let _timed = self.stats.timed(Op::Readdir);
         self.answer(ctx, "readdir", ino, self.fs.readdir(fh, offset, add))
     }
 
     pub fn releasedir(&self, fh: u64) {
-        self.stats.op(Op::Releasedir);
+        let _timed = self.stats.timed(Op::Releasedir);
         self.fs.releasedir(fh);
     }
 
     pub fn fsyncdir(&self) -> Answer<()> {
-        self.stats.op(Op::Fsyncdir);
+        let _timed = self.stats.timed(Op::Fsyncdir);
         // Directory changes are made by syscalls on the underlying file
         // system; syncing them is its business.
         Ok(())
     }
 
     pub fn statfs(&self, ctx: &Ctx, ino: u64) -> Answer<StatFs> {
-        self.stats.op(Op::Statfs);
+        let _timed = self.stats.timed(Op::Statfs);
         self.answer(ctx, "statfs", ino, self.fs.statfs(ino))
     }
 
@@ -379,28 +380,28 @@ impl Dispatcher {
         value: &[u8],
         flags: i32,
     ) -> Answer<()> {
-        self.stats.op(Op::Setxattr);
+        let _timed = self.stats.timed(Op::Setxattr);
         let result = self.fs.setxattr(ino, name, value, flags);
         self.answer(ctx, "setxattr", ino, result)
     }
 
     pub fn getxattr(&self, ctx: &Ctx, ino: u64, name: &OsStr, size: u32) -> Answer<XattrReply> {
-        self.stats.op(Op::Getxattr);
+        let _timed = self.stats.timed(Op::Getxattr);
         self.answer(ctx, "getxattr", ino, self.fs.getxattr(ino, name, size))
     }
 
     pub fn listxattr(&self, ctx: &Ctx, ino: u64, size: u32) -> Answer<XattrReply> {
-        self.stats.op(Op::Listxattr);
+        let _timed = self.stats.timed(Op::Listxattr);
         self.answer(ctx, "listxattr", ino, self.fs.listxattr(ino, size))
     }
 
     pub fn removexattr(&self, ctx: &Ctx, ino: u64, name: &OsStr) -> Answer<()> {
-        self.stats.op(Op::Removexattr);
+        let _timed = self.stats.timed(Op::Removexattr);
         self.answer(ctx, "removexattr", ino, self.fs.removexattr(ino, name))
     }
 
     pub fn access(&self) -> Answer<()> {
-        self.stats.op(Op::Access);
+        let _timed = self.stats.timed(Op::Access);
         // Mounted with default_permissions: the kernel checks modes itself.
         Ok(())
     }
@@ -414,7 +415,7 @@ impl Dispatcher {
         umask: u32,
         flags: i32,
     ) -> Answer<(Attr, Open)> {
-        self.stats.op(Op::Create);
+        let _timed = self.stats.timed(Op::Create);
         let result = self
             .fs
             .create(parent, name, mode & !umask, flags, ctx.caller())
@@ -441,7 +442,7 @@ impl Dispatcher {
         length: u64,
         mode: i32,
     ) -> Answer<()> {
-        self.stats.op(Op::Fallocate);
+        let _timed = self.stats.timed(Op::Fallocate);
         let result = self.fs.fallocate(ino, fh, offset, length, mode);
         self.answer(ctx, "fallocate", ino, result)
     }

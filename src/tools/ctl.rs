@@ -168,7 +168,7 @@ fn list_table(answer: &Value) -> String {
 
 /// `ctl stats` for people: sandboxes and memory, create and destroy
 /// latencies, and the FUSE requests per opcode that were sent (an opcode
-/// never sent gets no row).
+/// never sent gets no row) with the daemon's service time percentiles.
 fn stats_table(stats: &Value) -> String {
     use std::fmt::Write as _;
     let live = &stats["live"];
@@ -237,10 +237,46 @@ fn stats_table(stats: &Value) -> String {
         "\nFUSE requests: {} in all",
         number(&stats["fuse_requests"])
     );
+    // A daemon older than the service times has none: its table stays as
+    // it was.
+    let Some(latencies) = stats.get("fuse_latency_us") else {
+        for (op, n) in sent {
+            let _ = writeln!(out, "  {op:<12} {n:>10}");
+        }
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "{:<14} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}   (the daemon's service time, not the round trip)",
+        "opcode", "count", "mean us", "p50 us", "p90 us", "p99 us", "max us"
+    );
     for (op, n) in sent {
-        let _ = writeln!(out, "  {op:<12} {n:>10}");
+        // No entry: counted but not yet answered when the daemon was asked.
+        let latency = &latencies[op.as_str()];
+        let us = |key: &str| latency[key].as_f64().map_or_else(|| "-".to_owned(), micros);
+        let _ = writeln!(
+            out,
+            "  {op:<12} {n:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            us("mean"),
+            us("p50"),
+            us("p90"),
+            us("p99"),
+            us("max")
+        );
     }
     out
+}
+
+/// Microseconds to about three significant digits: service times are a
+/// few microseconds, so 1.86 rather than 2.
+fn micros(us: f64) -> String {
+    if us < 10.0 {
+        format!("{us:.2}")
+    } else if us < 100.0 {
+        format!("{us:.1}")
+    } else {
+        format!("{us:.0}")
+    }
 }
 
 #[cfg(test)]
@@ -295,5 +331,55 @@ mod tests {
             create.contains("1.500") && create.contains("2.500"),
             "{create}"
         );
+        // A daemon without service times: the rows stay as they were.
+        assert!(!table.contains("mean us"), "{table}");
+    }
+
+    #[test]
+    fn the_stats_table_gives_each_opcode_its_service_times_in_microseconds() {
+        let stats = json!({
+            "fuse_requests": 13,
+            "fuse": {"lookup": 9, "getattr": 3, "open": 1, "write": 0},
+            "fuse_latency_us": {
+                "lookup": {"count": 9, "mean": 2.412, "p50": 1.856, "p90": 3.84, "p99": 15.36, "max": 16.384},
+                "getattr": {"count": 3, "mean": 0.9, "p50": 0.84, "p90": 0.84, "p99": 1.088, "max": 1.152},
+            },
+            "requests": {"create": {}, "destroy": {}},
+            "built": {},
+            "live": {},
+        });
+        let table = stats_table(&stats);
+        let header = table.lines().find(|l| l.starts_with("opcode")).unwrap();
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("  ")).collect();
+        assert_eq!(rows.len(), 3, "{table}");
+        let cells =
+            |row: &str| -> Vec<String> { row.split_whitespace().map(str::to_owned).collect() };
+        assert_eq!(
+            cells(rows[0]),
+            ["lookup", "9", "2.41", "1.86", "3.84", "15.4", "16.4"],
+            "{table}"
+        );
+        assert_eq!(
+            cells(rows[1]),
+            ["getattr", "3", "0.90", "0.84", "0.84", "1.09", "1.15"],
+            "{table}"
+        );
+        // Counted, not yet answered: no figures.
+        assert_eq!(
+            cells(rows[2]),
+            ["open", "1", "-", "-", "-", "-", "-"],
+            "{table}"
+        );
+        // The columns line up under their headings.
+        for row in &rows {
+            assert_eq!(row.len(), 14 + 11 + 5 * 10, "{row:?} in\n{table}");
+            for heading in ["count", "mean us", "p50 us", "p99 us", "max us"] {
+                let end = header.find(heading).unwrap() + heading.len();
+                assert_ne!(row.as_bytes()[end - 1], b' ', "{heading}: {row:?}");
+            }
+        }
+        assert!(header.contains("not the round trip"), "{header}");
+        assert_eq!(micros(123.4), "123");
+        assert_eq!(micros(0.064), "0.06");
     }
 }
