@@ -135,8 +135,10 @@ struct ServeArgs {
     #[arg(long)]
     xattrs: bool,
     /// auto: the kernel reads and writes files directly (FUSE
-    /// passthrough, Linux 6.9+, needs CAP_SYS_ADMIN), falling back,
-    /// logged, to serving data through the daemon; off: always the daemon
+    /// passthrough, Linux 6.9+, needs CAP_SYS_ADMIN) for writable files
+    /// and read-only ones of 64 KiB or more (smaller ones are kept in the
+    /// page cache), falling back, logged, to serving data through the
+    /// daemon; off: always the daemon
     #[arg(long, value_name = "auto|off", default_value = "auto", value_parser = ["auto", "off"])]
     passthrough: String,
     /// off (default): every open asks the daemon, which keeps the opened
