@@ -538,3 +538,78 @@ fn a_third_signal_ends_the_daemon_and_what_is_open_then_fails() {
         "errno {after}"
     );
 }
+
+/// `len` bytes of `fill`, with a line break every 64 bytes.
+fn large_text(fill: char, len: usize) -> String {
+    (0..len)
+        .map(|i| if i % 64 == 63 { '\n' } else { fill })
+        .collect()
+}
+
+#[test]
+fn large_inputs_served_by_passthrough_behave_as_the_files_they_map() {
+    if !require(&[Need::Mount, Need::Root]) {
+        return;
+    }
+    // Inputs of 64 KiB or more are read by the kernel itself as root
+    // (passthrough); smaller ones from the page cache, which the tests
+    // above cover. The same cases, on the passthrough path.
+    const SIZE: usize = 200 * 1024;
+    let fx = Fixture::new();
+    let rewritten = fx.write("src/rewritten", &large_text('a', SIZE));
+    let replaced = fx.write("src/replaced", &large_text('b', SIZE));
+    let removed = fx.write("src/removed", &large_text('c', SIZE));
+    let d = fx.start_logged(&["--zero_message_opens=off", "--ttl=60s"], "debug");
+    d.create(sandbox(
+        "s",
+        vec![
+            ro("/rewritten", &rewritten),
+            ro("/replaced", &replaced),
+            ro("/removed", &removed),
+        ],
+    ));
+    for name in ["rewritten", "replaced", "removed"] {
+        assert_eq!(
+            read_plain(&d.path(&format!("s/{name}"))).unwrap().len(),
+            SIZE
+        );
+    }
+
+    // Rewritten in place, shorter: the next open reads the new bytes and
+    // shows the new size.
+    let shorter = large_text('A', SIZE / 2 + 100);
+    fs::write(&rewritten, &shorter).unwrap();
+    let mut opened = File::open(d.path("s/rewritten")).unwrap();
+    assert_eq!(opened.metadata().unwrap().len(), shorter.len() as u64);
+    assert_eq!(read_rest(&mut opened).unwrap(), shorter);
+    drop(opened);
+
+    // Replaced by a rename over it (the old file kept open underneath, so
+    // that its inode number is not reused at once): the new file.
+    let keep_old = File::open(&replaced).unwrap();
+    let new_text = large_text('B', SIZE + 4096);
+    let tmp = fx.path("src/replaced.tmp");
+    fs::write(&tmp, &new_text).unwrap();
+    fs::rename(&tmp, &replaced).unwrap();
+    let mut opened = File::open(d.path("s/replaced")).unwrap();
+    assert_eq!(read_rest(&mut opened).unwrap(), new_text);
+    assert_eq!(opened.metadata().unwrap().nlink(), 1);
+    drop((opened, keep_old));
+
+    // Open, then removed underneath before its first read: still the
+    // original bytes, with no link left.
+    let held = File::open(d.path("s/removed")).unwrap();
+    fs::remove_file(&removed).unwrap();
+    let mut first = vec![0u8; 64];
+    std::os::unix::fs::FileExt::read_exact_at(&held, &mut first, 0).unwrap();
+    assert_eq!(first, large_text('c', 64).into_bytes());
+    assert_eq!(held.metadata().unwrap().nlink(), 0);
+    assert_eq!(held.metadata().unwrap().len(), SIZE as u64);
+    drop(held);
+
+    assert_eq!(d.terminate(), BY_SIGTERM);
+    // The data went by passthrough: no READ reached the daemon.
+    let stats = fx.stats_at_exit();
+    assert!(fuse_requests(&stats, "open") >= 6, "{stats}");
+    assert_eq!(fuse_requests(&stats, "read"), 0, "{stats}");
+}
