@@ -181,6 +181,31 @@ fn is_dead_connection(errno: i32) -> bool {
     errno == libc::ENOTCONN || errno == libc::ECONNABORTED || errno == libc::ECANCELED
 }
 
+/// Kills `d` with SIGKILL while `helper` (named `who` in messages) works
+/// through its mount, reads the helper's lines while `progress` takes
+/// them, and returns the errno of the line that ends them, which must say
+/// the connection died.
+fn kill_9_under(
+    d: Daemon,
+    helper: &Helper,
+    who: &str,
+    mut progress: impl FnMut(&str) -> bool,
+) -> i32 {
+    kill_9(d);
+    let failure = loop {
+        let line = helper.line();
+        if !progress(&line) {
+            break line;
+        }
+    };
+    let errno = error_of(&failure).unwrap_or_else(|| panic!("{who}: {failure}"));
+    assert!(
+        is_dead_connection(errno),
+        "the {who} should see the connection end, not errno {errno}"
+    );
+    errno
+}
+
 /// Starts a daemon again on the stale mount `fx` left by a killed one, and
 /// checks that it serves `rel` (a path in sandbox `s`) with `expected`.
 fn restart_serves(
@@ -253,19 +278,13 @@ fn kill_9_mid_write(args: &[&str]) {
             .parse()
             .unwrap_or_else(|_| panic!("writer: {line}\n{}", fx.log()));
     }
-    kill_9(d);
-    let failure = loop {
-        let line = writer.line();
-        match line.parse::<u64>() {
-            Ok(n) => acknowledged = n,
-            Err(_) => break line,
+    let errno = kill_9_under(d, &writer, "writer", |line| match line.parse::<u64>() {
+        Ok(n) => {
+            acknowledged = n;
+            true
         }
-    };
-    let errno = error_of(&failure).unwrap_or_else(|| panic!("writer: {failure}"));
-    assert!(
-        is_dead_connection(errno),
-        "the writer should see the connection end, not errno {errno}"
-    );
+        Err(_) => false,
+    });
     let underlying = fs::read(fx.path("scratch/out")).unwrap();
     eprintln!(
         "{args:?}: {acknowledged} chunks fsynced, then errno {errno}; {} bytes underneath",
@@ -318,19 +337,8 @@ fn kill_9_mid_read(args: &[&str]) {
         assert!(line.starts_with("pass "), "reader: {line}\n{}", fx.log());
         passes += 1;
     }
-    kill_9(d);
-    let failure = loop {
-        let line = reader.line();
-        if !line.starts_with("pass ") {
-            break line;
-        }
-    };
-    let errno = error_of(&failure).unwrap_or_else(|| panic!("reader: {failure}"));
+    let errno = kill_9_under(d, &reader, "reader", |line| line.starts_with("pass "));
     eprintln!("{args:?}: the reader saw errno {errno} after {passes}+ whole passes");
-    assert!(
-        is_dead_connection(errno),
-        "the reader should see the connection end, not errno {errno}"
-    );
     restart_serves(&fx, args, mappings, "s/big", &content);
 }
 
@@ -440,10 +448,6 @@ for line in sys.stdin:
     except OSError as e:
         print("error", e.errno, flush=True)
 "#;
-
-fn signal_of(status: std::process::ExitStatus) -> Option<i32> {
-    std::os::unix::process::ExitStatusExt::signal(&status)
-}
 
 #[test]
 fn sigterm_with_a_file_held_open_keeps_serving_and_retrying_and_a_second_detaches() {

@@ -265,12 +265,17 @@ pub const BY_SIGTERM: i32 = 128 + libc::SIGTERM;
 
 /// An exit status as a shell shows it (128 + N for a death by signal N).
 pub fn shell_status(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
+    match (status.code(), signal_of(status)) {
         (Some(code), _) => code,
         (None, Some(signal)) => 128 + signal,
         (None, None) => -1,
     }
+}
+
+/// The signal that ended a process, if one did: unlike [`shell_status`],
+/// tells a death by SIGTERM from an exit with status 143.
+pub fn signal_of(status: std::process::ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(&status)
 }
 
 /// Stops a daemon as Bazel does, forcing it if a busy mount holds it up,
