@@ -181,6 +181,18 @@ fn is_dead_connection(errno: i32) -> bool {
     errno == libc::ENOTCONN || errno == libc::ECONNABORTED || errno == libc::ECANCELED
 }
 
+/// The fixture of a test that mounts, with a guard that unmounts whatever
+/// is left at its mount point; `None` (the test is skipped) where the
+/// machine cannot mount.
+fn mounted_fixture() -> Option<(Fixture, UnmountOnDrop)> {
+    if !require(&[Need::Mount]) {
+        return None;
+    }
+    let fx = Fixture::new();
+    let unmount = UnmountOnDrop(fx.mnt());
+    Some((fx, unmount))
+}
+
 /// Kills `d` with SIGKILL while `helper` (named `who` in messages) works
 /// through its mount, reads the helper's lines while `progress` takes
 /// them, and returns the errno of the line that ends them, which must say
@@ -251,11 +263,9 @@ fn kill_9_mid_write_with_zero_message_opens() {
 }
 
 fn kill_9_mid_write(args: &[&str]) {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     let mappings = vec![rw("/ws", &fx.path("scratch"))];
     let d = fx.start(args);
     d.create(sandbox("s", mappings.clone()));
@@ -316,11 +326,9 @@ fn kill_9_mid_read_with_zero_message_opens() {
 }
 
 fn kill_9_mid_read(args: &[&str]) {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     let input = fx.path("src/big");
     let content: Vec<u8> = (0..256).flat_map(chunk).collect(); // 4 MiB
     fs::write(&input, &content).unwrap();
@@ -451,11 +459,9 @@ for line in sys.stdin:
 
 #[test]
 fn sigterm_with_a_file_held_open_keeps_serving_and_retrying_and_a_second_detaches() {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     let input = fx.write("src/in", "held input");
     fx.write("src/other", "other input");
     let mut d = fx.start_logged(&[], "info");
@@ -533,12 +539,7 @@ struct RawDaemon {
 
 impl RawDaemon {
     fn start(fx: &Fixture, args: &[&str]) -> RawDaemon {
-        let mut child = fx
-            .command(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = fx.spawn_piped(args);
         let answers = lines_of(child.stdout.take().unwrap());
         RawDaemon {
             child: Reaped(child),
@@ -549,11 +550,9 @@ impl RawDaemon {
 
 #[test]
 fn input_closed_mid_request_answers_every_complete_one_and_the_mount_stays_up() {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     let input = fx.write("src/in", "data");
     let mut d = RawDaemon::start(&fx, &[]);
     let mut stream = String::new();
@@ -632,11 +631,9 @@ const READERS: usize = 4;
 
 #[test]
 fn two_hundred_sandboxes_of_a_thousand_mappings_under_four_readers_answer_every_request() {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     for n in 0..MAPPINGS {
         fx.write(&format!("src/d{}/f{n}", n % 10), &format!("input {n}\n"));
     }
@@ -753,12 +750,10 @@ fn a_daemon_out_of_descriptors_with_zero_message_opens() {
 /// holds 200 files of its sandbox open at once.
 fn out_of_descriptors(args: &[&str]) {
     use std::os::unix::process::CommandExt;
-    if !require(&[Need::Mount]) {
-        return;
-    }
     const FILES: usize = 200;
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    let Some((fx, _unmount)) = mounted_fixture() else {
+        return;
+    };
     let mut mappings = Vec::new();
     for n in 0..FILES {
         let input = fx.write(&format!("src/f{n}"), &format!("file {n}\n"));
@@ -880,11 +875,9 @@ fn stash_pools(native_dir: &Path) -> Vec<String> {
 
 #[test]
 fn kill_9_in_hybrid_mode_and_a_restart_clears_what_the_killed_daemon_left_in_the_native_dir() {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     let input = fx.write("src/in", "data");
     let native_dir = fx.path("mnt.native");
     let hybrid = ["--native_below=100"];
@@ -928,19 +921,12 @@ fn kill_9_in_hybrid_mode_and_a_restart_clears_what_the_killed_daemon_left_in_the
 
 #[test]
 fn answers_nobody_reads_hold_up_requests_but_not_the_mount() {
-    if !require(&[Need::Mount]) {
-        return;
-    }
     const REQUESTS: usize = 5_000;
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    let Some((fx, _unmount)) = mounted_fixture() else {
+        return;
+    };
     let input = fx.write("src/in", "data");
-    let mut child = fx
-        .command(&[])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = fx.spawn_piped(&[]);
     let mut stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
     let pid = child.id();
@@ -991,11 +977,9 @@ fn answers_nobody_reads_hold_up_requests_but_not_the_mount() {
 
 #[test]
 fn kill_9_mid_create_leaves_a_stale_mount_and_socket_that_a_restart_takes_over() {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     let input = fx.write("src/in", "data");
     let socket = fx.path("control.sock");
     let control = format!("--control={}", socket.display());

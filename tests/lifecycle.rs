@@ -250,12 +250,7 @@ fn a_closed_output_keeps_the_mount_serving() {
     }
     let fx = Fixture::new();
     let input = fx.write("src/in", "data");
-    let mut child = fx
-        .command(&[])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = fx.spawn_piped(&[]);
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     stdin.write_all(br#"{"C":{"i":"empty","m":[]}}"#).unwrap();

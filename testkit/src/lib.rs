@@ -129,6 +129,16 @@ impl Fixture {
         self.start_command(command)
     }
 
+    /// The daemon with its standard input and output piped to the test,
+    /// for tests that write requests and read answers byte by byte.
+    pub fn spawn_piped(&self, args: &[&str]) -> std::process::Child {
+        self.command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot start {}: {err}", bin()))
+    }
+
     pub fn start_command(&self, command: Command) -> Daemon {
         let client = Client::start(command)
             .unwrap_or_else(|err| panic!("daemon did not start: {err}\nlog:\n{}", self.log()));
