@@ -114,6 +114,18 @@ fn encode_at(
     }
 }
 
+/// A fresh daemon of each contender, each on a fixture of its own.
+fn start_each(contenders: &[Contender]) -> Vec<(Fixture, Daemon)> {
+    contenders
+        .iter()
+        .map(|c| {
+            let fixture = Fixture::new();
+            let daemon = fixture.start_command(fixture.command_of(&c.binary, &[]));
+            (fixture, daemon)
+        })
+        .collect()
+}
+
 /// Sends `request` and waits for a successful answer; returns the time,
 /// and the CPU time the daemon's request threads spent meanwhile.
 fn create(daemon: &Daemon, request: &Encoded) -> (Duration, Duration) {
@@ -191,14 +203,7 @@ fn status_kib(pid: u32, key: &str) -> u64 {
 /// would; daemons alternate round by round.
 fn first_lookups(contenders: &[Contender], root: &Path, scratch: &Path, files: &[PathBuf]) {
     const ROUNDS: usize = 21;
-    let running: Vec<(Fixture, Daemon)> = contenders
-        .iter()
-        .map(|c| {
-            let fixture = Fixture::new();
-            let daemon = fixture.start_command(fixture.command_of(&c.binary, &[]));
-            (fixture, daemon)
-        })
-        .collect();
+    let running = start_each(contenders);
     let names: Vec<std::ffi::CString> = files
         .iter()
         .map(|f| std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap())
@@ -437,14 +442,7 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|");
     for (shape, request) in &shapes {
-        let running: Vec<(Fixture, Daemon)> = contenders
-            .iter()
-            .map(|c| {
-                let fixture = Fixture::new();
-                let daemon = fixture.start_command(fixture.command_of(&c.binary, &[]));
-                (fixture, daemon)
-            })
-            .collect();
+        let running = start_each(&contenders);
         let reps = reps_for(request.mappings);
         let mut times: Vec<Vec<Duration>> = vec![Vec::new(); contenders.len()];
         let mut cpus: Vec<Vec<Duration>> = vec![Vec::new(); contenders.len()];

@@ -181,6 +181,43 @@ fn is_dead_connection(errno: i32) -> bool {
     errno == libc::ENOTCONN || errno == libc::ECONNABORTED || errno == libc::ECANCELED
 }
 
+/// The fixture of a test that mounts, with a guard that unmounts whatever
+/// is left at its mount point; `None` (the test is skipped) where the
+/// machine cannot mount.
+fn mounted_fixture() -> Option<(Fixture, UnmountOnDrop)> {
+    if !require(&[Need::Mount]) {
+        return None;
+    }
+    let fx = Fixture::new();
+    let unmount = UnmountOnDrop(fx.mnt());
+    Some((fx, unmount))
+}
+
+/// Kills `d` with SIGKILL while `helper` (named `who` in messages) works
+/// through its mount, reads the helper's lines while `progress` takes
+/// them, and returns the errno of the line that ends them, which must say
+/// the connection died.
+fn kill_9_under(
+    d: Daemon,
+    helper: &Helper,
+    who: &str,
+    mut progress: impl FnMut(&str) -> bool,
+) -> i32 {
+    kill_9(d);
+    let failure = loop {
+        let line = helper.line();
+        if !progress(&line) {
+            break line;
+        }
+    };
+    let errno = error_of(&failure).unwrap_or_else(|| panic!("{who}: {failure}"));
+    assert!(
+        is_dead_connection(errno),
+        "the {who} should see the connection end, not errno {errno}"
+    );
+    errno
+}
+
 /// Starts a daemon again on the stale mount `fx` left by a killed one, and
 /// checks that it serves `rel` (a path in sandbox `s`) with `expected`.
 fn restart_serves(
@@ -226,11 +263,9 @@ fn kill_9_mid_write_with_zero_message_opens() {
 }
 
 fn kill_9_mid_write(args: &[&str]) {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     let mappings = vec![rw("/ws", &fx.path("scratch"))];
     let d = fx.start(args);
     d.create(sandbox("s", mappings.clone()));
@@ -253,19 +288,13 @@ fn kill_9_mid_write(args: &[&str]) {
             .parse()
             .unwrap_or_else(|_| panic!("writer: {line}\n{}", fx.log()));
     }
-    kill_9(d);
-    let failure = loop {
-        let line = writer.line();
-        match line.parse::<u64>() {
-            Ok(n) => acknowledged = n,
-            Err(_) => break line,
+    let errno = kill_9_under(d, &writer, "writer", |line| match line.parse::<u64>() {
+        Ok(n) => {
+            acknowledged = n;
+            true
         }
-    };
-    let errno = error_of(&failure).unwrap_or_else(|| panic!("writer: {failure}"));
-    assert!(
-        is_dead_connection(errno),
-        "the writer should see the connection end, not errno {errno}"
-    );
+        Err(_) => false,
+    });
     let underlying = fs::read(fx.path("scratch/out")).unwrap();
     eprintln!(
         "{args:?}: {acknowledged} chunks fsynced, then errno {errno}; {} bytes underneath",
@@ -297,11 +326,9 @@ fn kill_9_mid_read_with_zero_message_opens() {
 }
 
 fn kill_9_mid_read(args: &[&str]) {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     let input = fx.path("src/big");
     let content: Vec<u8> = (0..256).flat_map(chunk).collect(); // 4 MiB
     fs::write(&input, &content).unwrap();
@@ -318,19 +345,8 @@ fn kill_9_mid_read(args: &[&str]) {
         assert!(line.starts_with("pass "), "reader: {line}\n{}", fx.log());
         passes += 1;
     }
-    kill_9(d);
-    let failure = loop {
-        let line = reader.line();
-        if !line.starts_with("pass ") {
-            break line;
-        }
-    };
-    let errno = error_of(&failure).unwrap_or_else(|| panic!("reader: {failure}"));
+    let errno = kill_9_under(d, &reader, "reader", |line| line.starts_with("pass "));
     eprintln!("{args:?}: the reader saw errno {errno} after {passes}+ whole passes");
-    assert!(
-        is_dead_connection(errno),
-        "the reader should see the connection end, not errno {errno}"
-    );
     restart_serves(&fx, args, mappings, "s/big", &content);
 }
 
@@ -441,17 +457,11 @@ for line in sys.stdin:
         print("error", e.errno, flush=True)
 "#;
 
-fn signal_of(status: std::process::ExitStatus) -> Option<i32> {
-    std::os::unix::process::ExitStatusExt::signal(&status)
-}
-
 #[test]
 fn sigterm_with_a_file_held_open_keeps_serving_and_retrying_and_a_second_detaches() {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     let input = fx.write("src/in", "held input");
     fx.write("src/other", "other input");
     let mut d = fx.start_logged(&[], "info");
@@ -529,12 +539,7 @@ struct RawDaemon {
 
 impl RawDaemon {
     fn start(fx: &Fixture, args: &[&str]) -> RawDaemon {
-        let mut child = fx
-            .command(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = fx.spawn_piped(args);
         let answers = lines_of(child.stdout.take().unwrap());
         RawDaemon {
             child: Reaped(child),
@@ -545,11 +550,9 @@ impl RawDaemon {
 
 #[test]
 fn input_closed_mid_request_answers_every_complete_one_and_the_mount_stays_up() {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     let input = fx.write("src/in", "data");
     let mut d = RawDaemon::start(&fx, &[]);
     let mut stream = String::new();
@@ -628,11 +631,9 @@ const READERS: usize = 4;
 
 #[test]
 fn two_hundred_sandboxes_of_a_thousand_mappings_under_four_readers_answer_every_request() {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     for n in 0..MAPPINGS {
         fx.write(&format!("src/d{}/f{n}", n % 10), &format!("input {n}\n"));
     }
@@ -749,12 +750,10 @@ fn a_daemon_out_of_descriptors_with_zero_message_opens() {
 /// holds 200 files of its sandbox open at once.
 fn out_of_descriptors(args: &[&str]) {
     use std::os::unix::process::CommandExt;
-    if !require(&[Need::Mount]) {
-        return;
-    }
     const FILES: usize = 200;
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    let Some((fx, _unmount)) = mounted_fixture() else {
+        return;
+    };
     let mut mappings = Vec::new();
     for n in 0..FILES {
         let input = fx.write(&format!("src/f{n}"), &format!("file {n}\n"));
@@ -876,11 +875,9 @@ fn stash_pools(native_dir: &Path) -> Vec<String> {
 
 #[test]
 fn kill_9_in_hybrid_mode_and_a_restart_clears_what_the_killed_daemon_left_in_the_native_dir() {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     let input = fx.write("src/in", "data");
     let native_dir = fx.path("mnt.native");
     let hybrid = ["--native_below=100"];
@@ -924,19 +921,12 @@ fn kill_9_in_hybrid_mode_and_a_restart_clears_what_the_killed_daemon_left_in_the
 
 #[test]
 fn answers_nobody_reads_hold_up_requests_but_not_the_mount() {
-    if !require(&[Need::Mount]) {
-        return;
-    }
     const REQUESTS: usize = 5_000;
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    let Some((fx, _unmount)) = mounted_fixture() else {
+        return;
+    };
     let input = fx.write("src/in", "data");
-    let mut child = fx
-        .command(&[])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = fx.spawn_piped(&[]);
     let mut stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
     let pid = child.id();
@@ -987,11 +977,9 @@ fn answers_nobody_reads_hold_up_requests_but_not_the_mount() {
 
 #[test]
 fn kill_9_mid_create_leaves_a_stale_mount_and_socket_that_a_restart_takes_over() {
-    if !require(&[Need::Mount]) {
+    let Some((fx, _unmount)) = mounted_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    let _unmount = UnmountOnDrop(fx.mnt());
+    };
     let input = fx.write("src/in", "data");
     let socket = fx.path("control.sock");
     let control = format!("--control={}", socket.display());

@@ -3,6 +3,7 @@
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -25,8 +26,11 @@ fn daemon_with_sandbox(fx: &Fixture) -> Daemon {
     d
 }
 
-fn signal_of(status: std::process::ExitStatus) -> Option<i32> {
-    std::os::unix::process::ExitStatusExt::signal(&status)
+/// A daemon with sandbox `s` mapping `/in` to `input`, read-only.
+fn daemon_with_input(fx: &Fixture, input: &Path) -> Daemon {
+    let d = fx.start(&[]);
+    d.create(sandbox("s", vec![ro("/in", input)]));
+    d
 }
 
 #[test]
@@ -231,9 +235,7 @@ fn end_of_input_keeps_the_mount_serving() {
         return;
     }
     let fx = Fixture::new();
-    let input = fx.write("src/in", "data");
-    let d = fx.start(&[]);
-    d.create(sandbox("s", vec![ro("/in", &input)]));
+    let d = daemon_with_input(&fx, &fx.write("src/in", "data"));
     d.client().close_input();
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(fs::read_to_string(d.path("s/in")).unwrap(), "data");
@@ -248,12 +250,7 @@ fn a_closed_output_keeps_the_mount_serving() {
     }
     let fx = Fixture::new();
     let input = fx.write("src/in", "data");
-    let mut child = fx
-        .command(&[])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = fx.spawn_piped(&[]);
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     stdin.write_all(br#"{"C":{"i":"empty","m":[]}}"#).unwrap();
@@ -292,8 +289,7 @@ fn a_stale_mount_from_a_killed_daemon_is_cleared_at_start() {
     }
     let fx = Fixture::new();
     let input = fx.write("src/in", "data");
-    let mut first = fx.start(&[]);
-    first.create(sandbox("s", vec![ro("/in", &input)]));
+    let mut first = daemon_with_input(&fx, &input);
     let mut client = first.client.take().unwrap();
     client.signal(libc::SIGKILL).unwrap();
     client.wait().unwrap();
@@ -311,8 +307,7 @@ fn a_stale_mount_from_a_killed_daemon_is_cleared_at_start() {
     );
     std::mem::forget(first); // its Drop would clear the mount we want to test with
 
-    let second = fx.start(&[]);
-    second.create(sandbox("s", vec![ro("/in", &input)]));
+    let second = daemon_with_input(&fx, &input);
     assert_eq!(fs::read_to_string(second.path("s/in")).unwrap(), "data");
     assert_eq!(second.terminate(), BY_SIGTERM);
     assert!(

@@ -174,20 +174,45 @@ fn check_report(scenario: &str, report: &serde_json::Value, must_fail: &[&str], 
     }
 }
 
-#[test]
-fn a_directory_swapped_for_a_symlink_under_a_writable_mapping_leads_nowhere() {
+/// Runs the attack `scenario` (then its `extra` arguments) on sandbox
+/// directory `dir`, `ws` over the attacker's writable tree or `ro` over the
+/// read-only one, in every open mode; `check` judges each report. Then the
+/// protected directory must be untouched and the daemon stop cleanly.
+fn attack_in_every_open_mode(
+    scenario: &str,
+    dir: &str,
+    extra: &[&str],
+    check: impl Fn(&str, &Target, &serde_json::Value),
+) {
     if !require(&[Need::Mount, Need::Root]) {
         return;
     }
     for open_mode in OPEN_MODES {
         let t = Target::new();
         let d = t.start(open_mode);
-        let report = t.attack(&[
-            "swap-dir",
-            &t.view(&d, "s/ws"),
-            t.under_rw.to_str().unwrap(),
+        let under = match dir {
+            "ws" => &t.under_rw,
+            "ro" => &t.under_ro,
+            _ => panic!("no sandbox directory {dir:?}"),
+        };
+        let view = t.view(&d, &format!("s/{dir}"));
+        let mut args = vec![
+            scenario,
+            &view,
+            under.to_str().unwrap(),
             t.protected.to_str().unwrap(),
-        ]);
+        ];
+        args.extend(extra);
+        let report = t.attack(&args);
+        check(open_mode, &t, &report);
+        t.assert_untouched();
+        assert_eq!(d.terminate(), BY_SIGTERM);
+    }
+}
+
+#[test]
+fn a_directory_swapped_for_a_symlink_under_a_writable_mapping_leads_nowhere() {
+    attack_in_every_open_mode("swap-dir", "ws", &[], |open_mode, t, report| {
         // Everything below the swapped directory fails as the walk meets the
         // symlink, whether the kernel cached a name there or not.
         let every_op = [
@@ -212,48 +237,35 @@ fn a_directory_swapped_for_a_symlink_under_a_writable_mapping_leads_nowhere() {
         ];
         check_report(
             &format!("swap-dir {open_mode}"),
-            &report,
+            report,
             &every_op,
             &["ELOOP"],
         );
-        t.assert_untouched();
         assert!(
             !t.under_rw.join("stolen").exists(),
             "a link to the secret was made"
         );
-        assert_eq!(d.terminate(), BY_SIGTERM);
-    }
+    });
 }
 
 #[test]
 fn a_file_swapped_for_a_symlink_is_never_followed() {
-    if !require(&[Need::Mount, Need::Root]) {
-        return;
-    }
-    for open_mode in OPEN_MODES {
-        let t = Target::new();
-        let d = t.start(open_mode);
-        let report = t.attack(&[
-            "swap-last",
-            &t.view(&d, "s/ws"),
-            t.under_rw.to_str().unwrap(),
-            t.protected.to_str().unwrap(),
-        ]);
+    attack_in_every_open_mode("swap-last", "ws", &[], |open_mode, t, report| {
         if open_mode.ends_with("off") {
             // Each open resolves the name again: opening, truncating or
             // chmodding the symlink itself is refused; a link or a time
             // change acts on the symlink, never on its target.
             check_report(
                 "swap-last read/write",
-                &report,
+                report,
                 &["read", "write"],
                 &["ELOOP"],
             );
-            check_report("swap-last truncate", &report, &["truncate"], &["EINVAL"]);
+            check_report("swap-last truncate", report, &["truncate"], &["EINVAL"]);
             // (Python spells EOPNOTSUPP as ENOTSUP, its Linux alias.)
             check_report(
                 "swap-last chmod",
-                &report,
+                report,
                 &["chmod"],
                 &["ENOTSUP", "EOPNOTSUPP"],
             );
@@ -262,7 +274,7 @@ fn a_file_swapped_for_a_symlink_is_never_followed() {
             // mount open for the kernel's inode; like any open descriptor
             // it keeps acting on that file, now renamed, and never on
             // what took its name.
-            check_report("swap-last zero-open", &report, &[], &[]);
+            check_report("swap-last zero-open", report, &[], &[]);
             let original = t.under_rw.join("secret.orig");
             assert_eq!(report["read"], "ok:mine", "{report}");
             assert_eq!(report["write"], "ok", "{report}");
@@ -271,62 +283,38 @@ fn a_file_swapped_for_a_symlink_is_never_followed() {
             assert_eq!(report["chmod"], "ok", "{report}");
             assert_eq!(fs::metadata(&original).unwrap().mode() & 0o777, 0o777);
         }
-        t.assert_untouched();
-        assert_eq!(d.terminate(), BY_SIGTERM);
-    }
+    });
 }
 
 #[test]
 fn a_directory_swapped_for_a_symlink_under_a_read_only_mapping_leads_nowhere() {
-    if !require(&[Need::Mount, Need::Root]) {
-        return;
-    }
-    for open_mode in OPEN_MODES {
-        let t = Target::new();
-        let d = t.start(open_mode);
-        let report = t.attack(&[
-            "swap-ro",
-            &t.view(&d, "s/ro"),
-            t.under_ro.to_str().unwrap(),
-            t.protected.to_str().unwrap(),
-        ]);
+    attack_in_every_open_mode("swap-ro", "ro", &[], |open_mode, _, report| {
         check_report(
             &format!("swap-ro {open_mode}"),
-            &report,
+            report,
             &["stat", "read", "list", "getxattr", "listxattr"],
             &["ELOOP"],
         );
-        t.assert_untouched();
-        assert_eq!(d.terminate(), BY_SIGTERM);
-    }
+    });
 }
 
 #[test]
 fn racing_swaps_never_let_an_operation_through() {
-    if !require(&[Need::Mount, Need::Root]) {
-        return;
-    }
-    for open_mode in OPEN_MODES {
-        let t = Target::new();
-        let d = t.start(open_mode);
-        let attempts = 10_000;
-        let report = t.attack(&[
-            "race",
-            &t.view(&d, "s/ws"),
-            t.under_rw.to_str().unwrap(),
-            t.protected.to_str().unwrap(),
-            &attempts.to_string(),
-        ]);
-        eprintln!("race {open_mode}: {report}");
-        assert_eq!(report["attempts"], attempts);
-        assert_eq!(report["leaked"], serde_json::json!([]));
-        // The race was real: the directory moved thousands of times, and
-        // operations still went through while it was a real directory.
-        assert!(report["swaps"].as_u64().unwrap() >= 1000, "{report}");
-        assert!(report["ok"].as_u64().unwrap() > 0, "{report}");
-        t.assert_untouched();
-        assert_eq!(d.terminate(), BY_SIGTERM);
-    }
+    let attempts = 10_000;
+    attack_in_every_open_mode(
+        "race",
+        "ws",
+        &[&attempts.to_string()],
+        |open_mode, _, report| {
+            eprintln!("race {open_mode}: {report}");
+            assert_eq!(report["attempts"], attempts);
+            assert_eq!(report["leaked"], serde_json::json!([]));
+            // The race was real: the directory moved thousands of times, and
+            // operations still went through while it was a real directory.
+            assert!(report["swaps"].as_u64().unwrap() >= 1000, "{report}");
+            assert!(report["ok"].as_u64().unwrap() > 0, "{report}");
+        },
+    );
 }
 
 #[test]

@@ -129,6 +129,16 @@ impl Fixture {
         self.start_command(command)
     }
 
+    /// The daemon with its standard input and output piped to the test,
+    /// for tests that write requests and read answers byte by byte.
+    pub fn spawn_piped(&self, args: &[&str]) -> std::process::Child {
+        self.command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot start {}: {err}", bin()))
+    }
+
     pub fn start_command(&self, command: Command) -> Daemon {
         let client = Client::start(command)
             .unwrap_or_else(|err| panic!("daemon did not start: {err}\nlog:\n{}", self.log()));
@@ -265,12 +275,17 @@ pub const BY_SIGTERM: i32 = 128 + libc::SIGTERM;
 
 /// An exit status as a shell shows it (128 + N for a death by signal N).
 pub fn shell_status(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
+    match (status.code(), signal_of(status)) {
         (Some(code), _) => code,
         (None, Some(signal)) => 128 + signal,
         (None, None) => -1,
     }
+}
+
+/// The signal that ended a process, if one did: unlike [`shell_status`],
+/// tells a death by SIGTERM from an exit with status 143.
+pub fn signal_of(status: std::process::ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(&status)
 }
 
 /// Stops a daemon as Bazel does, forcing it if a busy mount holds it up,

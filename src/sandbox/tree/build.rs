@@ -8,7 +8,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::attr::FileKind;
 use super::name::Name;
@@ -57,22 +57,27 @@ fn draft_node(draft: &mut Draft, at: u32, origin: Origin, inherited_writable: bo
             children.push((name, Arc::new(node)));
         }
         for (name, sub) in subdirs {
-            // Below a real directory, a directory made up for nested
-            // mappings merges with the underlying one of the same name.
             let name = Name::new(OsStr::from_bytes(draft.name(name)));
-            let child_origin = if has_underlying {
-                Origin::Child {
-                    parent: this.clone(),
-                    name: name.clone(),
-                }
-            } else {
-                Origin::Virtual
-            };
+            let child_origin = made_up_origin(has_underlying, this, &name);
             let node = draft_node(draft, sub, child_origin, has_underlying && writable);
             children.push((name, node));
         }
         Node::new_dir(writable, origin, children)
     })
+}
+
+/// The origin of directory `name`, made up for nested mappings below
+/// `parent`: below a real directory it merges with the underlying one of
+/// the same name, below a made-up one it has none.
+fn made_up_origin(parent_has_underlying: bool, parent: &Weak<Node>, name: &Name) -> Origin {
+    if parent_has_underlying {
+        Origin::Child {
+            parent: parent.clone(),
+            name: name.clone(),
+        }
+    } else {
+        Origin::Virtual
+    }
 }
 
 /// Where a mapped object is found: a directory is its own anchor, anything
@@ -109,17 +114,8 @@ fn into_node(entry: Entry, origin: Origin, inherited_writable: bool) -> Arc<Node
             .children
             .into_iter()
             .map(|(name, child)| {
-                // Below a real directory, a directory made up for nested
-                // mappings merges with the underlying one of the same name.
                 let name = Name::new(&name);
-                let child_origin = if has_underlying {
-                    Origin::Child {
-                        parent: this.clone(),
-                        name: name.clone(),
-                    }
-                } else {
-                    Origin::Virtual
-                };
+                let child_origin = made_up_origin(has_underlying, this, &name);
                 let node = into_node(child, child_origin, has_underlying && writable);
                 (name, node)
             })
