@@ -317,7 +317,11 @@ fn a_replaced_input_is_read_as_the_new_file_at_its_next_open() {
                     shown,
                     "{view:?} {how} {ttl} {mode}: the old inode"
                 );
-                assert_eq!(fs::metadata(&view).unwrap().ino(), st.ino());
+                assert_eq!(
+                    fs::metadata(&view).unwrap().ino(),
+                    st.ino(),
+                    "{view:?} {how} {ttl} {mode}: a stat after the open"
+                );
                 shown = st.ino();
                 drop(keep_old);
             }

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::attr::{file_id, fingerprint};
@@ -80,9 +81,9 @@ impl SandboxFs {
             }
         };
         let kind = kind_of(&st);
-        let child = {
+        let (child, ino) = {
             let mut discovered = dir.discovered().lock();
-            match discovered.get(name) {
+            let child = match discovered.get(name) {
                 // Same name, same type, and for a non-directory the same
                 // object (not one replaced underneath): the same node.
                 Some(known)
@@ -103,9 +104,14 @@ impl SandboxFs {
                     discovered.insert(name.to_owned(), node.clone());
                     node
                 }
-            }
+            };
+            // Counted under the directory's lock, which `forget` takes
+            // before it drops a node whose last lookup went: a forget
+            // racing this lookup then either sees the new count and keeps
+            // the node, or drops it before this lookup picks a node.
+            let ino = self.inodes.remember(&child);
+            (child, ino)
         };
-        let ino = self.inodes.remember(&child);
         self.inodes
             .shown_object(ino, fingerprint(&st), file_id(&st));
         Ok(self.shown(&child, Attr::from_stat(ino, &st)))
@@ -149,9 +155,12 @@ impl SandboxFs {
             if let Some(parent) = parent.upgrade() {
                 if let Ok(dir) = parent.dir() {
                     let mut discovered = dir.discovered().lock();
+                    // Not if a lookup answered meanwhile took it again (it
+                    // counts under this lock): the kernel holds it anew.
                     if discovered
                         .get(name.as_os_str())
                         .is_some_and(|n| Arc::ptr_eq(n, &node))
+                        && node.lookups.load(Ordering::Relaxed) == 0
                     {
                         discovered.remove(name.as_os_str());
                     }

@@ -195,6 +195,46 @@ fn forgetting_discovered_nodes_returns_their_memory() {
 }
 
 #[test]
+fn a_lookup_racing_the_forget_of_a_name_keeps_one_inode_for_it() {
+    // The kernel forgets a name's inode (its last lookup) while another
+    // lookup of the name is being answered: the answered inode must stay
+    // the name's, or the next lookup hands out a second inode for the same
+    // file while the kernel still holds the first (a stat after an open
+    // showed another inode; seen on io_uring, where FORGET travels on
+    // /dev/fuse beside the ring's LOOKUPs).
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    fs::create_dir_all(&tree).unwrap();
+    fs::write(tree.join("f"), "f").unwrap();
+    let fs = new_fs(dir.path());
+    fs.create_sandbox("s", &[mapping("/t", &tree, false)])
+        .unwrap();
+    let t = walk(&fs, "/s/t").unwrap();
+    let name = OsStr::new("f");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        // Lookups the kernel drops at once (a revalidation's).
+        scope.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let ino = fs.lookup(t, name).unwrap().ino;
+                fs.forget(ino, 1);
+            }
+        });
+        // A process holding the name between two lookups of it.
+        for round in 0..200_000 {
+            let held = fs.lookup(t, name).unwrap().ino;
+            let again = fs.lookup(t, name).unwrap().ino;
+            if again != held {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                panic!("round {round}: inode {again} for a name the kernel holds as {held}");
+            }
+            fs.forget(held, 2);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+}
+
+#[test]
 fn a_renamed_directory_takes_its_known_children_along() {
     let dir = tempfile::tempdir().unwrap();
     let scratch = dir.path().join("scratch");
