@@ -93,6 +93,16 @@ pub enum OpenMode<B> {
     Busy,
 }
 
+impl<B> OpenMode<B> {
+    /// Passthrough on `backing` if the inode has one, else cached.
+    fn of(backing: &Option<Arc<B>>) -> OpenMode<B> {
+        match backing {
+            Some(backing) => OpenMode::Passthrough(backing.clone()),
+            None => OpenMode::Cached,
+        }
+    }
+}
+
 /// What the kernel has open for one inode.
 struct InodeOpens<B> {
     backing: Option<Arc<B>>,
@@ -163,38 +173,25 @@ impl<B> Passthrough<B> {
                 }
                 Some(entry) => {
                     entry.opens += 1;
-                    match &entry.backing {
-                        Some(backing) => OpenMode::Passthrough(backing.clone()),
-                        None => OpenMode::Cached,
-                    }
-                }
-                None if !wanted => {
-                    inodes.insert(
-                        ino,
-                        InodeOpens {
-                            backing: None,
-                            file_id,
-                            opens: 1,
-                        },
-                    );
-                    OpenMode::Cached
+                    OpenMode::of(&entry.backing)
                 }
                 None => {
-                    let backing = match register() {
-                        Ok(backing) => Some(Arc::new(backing)),
-                        Err(err) if err.raw_os_error() == Some(libc::EPERM) => {
-                            self.disable("registering a backing file needs CAP_SYS_ADMIN");
-                            return OpenMode::Cached;
-                        }
-                        Err(err) => {
-                            log::info!("inode {ino}: no passthrough for this file: {err}");
-                            None
+                    let backing = if !wanted {
+                        None
+                    } else {
+                        match register() {
+                            Ok(backing) => Some(Arc::new(backing)),
+                            Err(err) if err.raw_os_error() == Some(libc::EPERM) => {
+                                self.disable("registering a backing file needs CAP_SYS_ADMIN");
+                                return OpenMode::Cached;
+                            }
+                            Err(err) => {
+                                log::info!("inode {ino}: no passthrough for this file: {err}");
+                                None
+                            }
                         }
                     };
-                    let mode = match &backing {
-                        Some(backing) => OpenMode::Passthrough(backing.clone()),
-                        None => OpenMode::Cached,
-                    };
+                    let mode = OpenMode::of(&backing);
                     inodes.insert(
                         ino,
                         InodeOpens {

@@ -277,27 +277,24 @@ impl SandboxFs {
         st: &FileStat,
     ) -> Opened {
         let writable = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
-        if self.zero_message_opens() {
+        let fh = if self.zero_message_opens() {
             self.inode_files.keep(ino, writable, file);
-            return Opened {
-                fh: 0,
-                keep_cache: false,
-                file_id: file_id(st),
-                size: st.st_size.max(0) as u64,
-                writable: true,
-            };
-        }
-        let (fh, open) = self.files.insert(OpenFile {
-            file,
-            writable: (flags & libc::O_ACCMODE) != libc::O_RDONLY,
-            ino,
-        });
-        self.hold(ino, HeldFd::File(open));
+            0
+        } else {
+            let (fh, open) = self.files.insert(OpenFile {
+                file,
+                writable,
+                ino,
+            });
+            self.hold(ino, HeldFd::File(open));
+            fh
+        };
         Opened {
             fh,
             keep_cache: false,
             file_id: file_id(st),
             size: st.st_size.max(0) as u64,
+            // Made through the mount: in a writable directory.
             writable: true,
         }
     }
