@@ -1,20 +1,28 @@
-//! The reconfiguration protocol of sandboxfs 0.2, as spoken by actionfs.
+//! The wire formats actionfs speaks.
 //!
-//! A daemon mounts a file system and reads requests on its standard input;
-//! each request creates or destroys one sandbox, a top-level directory of the
-//! mount. It answers each request with one line on its standard output. See
-//! `SPEC.md` beside this crate for the full wire format.
+//! - The reconfiguration protocol of sandboxfs 0.2 (Bazel's
+//!   `--experimental_use_sandboxfs`): a daemon mounts a file system and
+//!   reads JSON requests on its standard input; each request creates or
+//!   destroys one sandbox, a top-level directory of the mount. It answers
+//!   each request with one line on its standard output. See `SPEC.md` beside
+//!   this crate for the full wire format.
+//! - Bazel's sandbox backend protocol (`BINARY serve`), in [`backend`]:
+//!   length-delimited protobuf requests and responses over standard input
+//!   and output.
 //!
 //! Read the modules in this order:
-//! - [`types`]: the messages, field by field;
+//! - [`types`]: the sandboxfs messages, field by field;
 //! - [`frame`]: how a byte stream is cut into JSON values;
 //! - [`codec`]: how those values become requests, and responses bytes;
 //! - [`inplace`]: the same, for creates, without building the request;
 //! - [`resolve`]: how prefixes and mapping paths become absolute paths;
-//! - [`client`]: driving a daemon from Rust.
+//! - [`client`]: driving a sandboxfs daemon from Rust;
+//! - [`backend`]: the sandbox backend protocol, whose module doc lists its
+//!   own modules in order (messages, framing, digests, trees, client).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod backend;
 pub mod client;
 pub mod codec;
 pub mod frame;
