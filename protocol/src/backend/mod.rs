@@ -5,8 +5,12 @@
 //! standard output, each carrying its request's `rid`, in any order. Every
 //! message is preceded by its length as a varint.
 //!
-//! [`sandbox`] and [`reapi`] hold the messages, generated from the `.proto`
-//! files under `proto/` by prost (see `proto/SOURCES.md`).
+//! Read the modules in this order:
+//! - [`sandbox`] and [`reapi`]: the messages, generated from the `.proto`
+//!   files under `proto/` by prost (see `proto/SOURCES.md`);
+//! - [`frame`]: how messages are cut out of a byte stream and written to one.
+
+pub mod frame;
 
 /// The generated code, nested by protobuf package as prost's cross-package
 /// paths (`super::super::build::...`) expect. The files are prost-build's
