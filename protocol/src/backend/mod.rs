@@ -8,9 +8,13 @@
 //! Read the modules in this order:
 //! - [`sandbox`] and [`reapi`]: the messages, generated from the `.proto`
 //!   files under `proto/` by prost (see `proto/SOURCES.md`);
-//! - [`frame`]: how messages are cut out of a byte stream and written to one.
+//! - [`frame`]: how messages are cut out of a byte stream and written to one;
+//! - [`digest`]: SHA-256 digests as the protocol spells them;
+//! - [`tree`]: building the REAPI Merkle tree a manifest points to.
 
+pub mod digest;
 pub mod frame;
+pub mod tree;
 
 /// The generated code, nested by protobuf package as prost's cross-package
 /// paths (`super::super::build::...`) expect. The files are prost-build's
