@@ -10,8 +10,10 @@
 //!   files under `proto/` by prost (see `proto/SOURCES.md`);
 //! - [`frame`]: how messages are cut out of a byte stream and written to one;
 //! - [`digest`]: SHA-256 digests as the protocol spells them;
-//! - [`tree`]: building the REAPI Merkle tree a manifest points to.
+//! - [`tree`]: building the REAPI Merkle tree a manifest points to;
+//! - [`client`]: driving a backend from Rust, as Bazel does.
 
+pub mod client;
 pub mod digest;
 pub mod frame;
 pub mod tree;
