@@ -8,7 +8,7 @@
 //!   this crate for the full wire format.
 //! - Bazel's sandbox backend protocol (`BINARY serve`), in [`backend`]:
 //!   length-delimited protobuf requests and responses over standard input
-//!   and output.
+//!   and output. See `BACKEND.md` beside this crate.
 //!
 //! Read the modules in this order:
 //! - [`types`]: the sandboxfs messages, field by field;

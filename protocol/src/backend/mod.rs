@@ -3,7 +3,8 @@
 //! Bazel starts a backend and sends it protobuf [`sandbox::Request`]s on its
 //! standard input; the backend answers with [`sandbox::Response`]s on its
 //! standard output, each carrying its request's `rid`, in any order. Every
-//! message is preceded by its length as a varint.
+//! message is preceded by its length as a varint. See `BACKEND.md` beside
+//! this crate for the whole protocol.
 //!
 //! Read the modules in this order:
 //! - [`sandbox`] and [`reapi`]: the messages, generated from the `.proto`
