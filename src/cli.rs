@@ -44,6 +44,7 @@ pub enum Command {
     Calibrate(CalibrateArgs),
     Ctl(crate::tools::ctl::CtlArgs),
     Replay(crate::tools::replay::ReplayArgs),
+    ReplayActions(crate::tools::replay_actions::ReplayActionsArgs),
     Doctor(crate::tools::doctor::DoctorArgs),
     /// `actionfs man`: print the manual page, or write every page to a
     /// directory.
@@ -327,6 +328,66 @@ stderr when that is a terminal."
         #[arg(last = true, value_name = "DAEMON FLAGS")]
         daemon_flags: Vec<String>,
     },
+    /// Replay the actions of a Bazel execution log through a sandbox
+    /// backend and baselines, check each output's digest, and time them
+    #[command(
+        override_usage = "actionfs replay-actions --execlog FILE --exec-root DIR [OPTIONS]",
+        long_about = "Replays the actions of a Bazel execution log (--execution_log_json_file) \
+in each mode: serve (through `actionfs serve`, as Bazel's sandbox backend runner does), \
+unsandboxed (Bazel's local strategy, in a fresh exec root) and symlinks (Bazel's classic \
+symlink sandbox). Checks every output against the log's digest and prints each mode's wall \
+time. Exits 1 unless every action succeeded and every output matched in every mode. Shows \
+its progress on stderr when that is a terminal."
+    )]
+    ReplayActions {
+        /// The JSON execution log of a local build (Bazel's
+        /// --execution_log_json_file)
+        #[arg(long, value_name = "FILE")]
+        execlog: PathBuf,
+        /// The exec root of the build that wrote the log (bazel info
+        /// execution_root), which holds every input
+        #[arg(long = "exec-root", value_name = "DIR")]
+        exec_root: PathBuf,
+        /// Actions at once (default: CPUs)
+        #[arg(long, value_name = "N", value_parser = parse_positive)]
+        jobs: Option<usize>,
+        /// Modes to replay in, alternating: serve, unsandboxed, symlinks
+        #[arg(
+            long,
+            value_name = "MODE,...",
+            value_delimiter = ',',
+            default_value = "serve,unsandboxed,symlinks",
+            value_parser = parse_replay_mode
+        )]
+        modes: Vec<crate::tools::replay_actions::Mode>,
+        /// Replays of the whole log per mode, for the timings
+        #[arg(long, value_name = "K", default_value = "1", value_parser = parse_positive)]
+        runs: usize,
+        /// An option for the backend, sent in Negotiate (repeatable), e.g.
+        /// --backend-opt=--native_below=0
+        #[arg(long = "backend-opt", value_name = "OPT", allow_hyphen_values = true)]
+        backend_opts: Vec<String>,
+        /// The backend binary, run as `BIN serve --workspace DIR` (default:
+        /// this actionfs)
+        #[arg(long, value_name = "BIN")]
+        backend: Option<PathBuf>,
+        /// In mode serve, push each input as content: its path (location)
+        /// or its bytes (inline); default: none, read from the exec root
+        #[arg(
+            long,
+            value_name = "default|location|inline",
+            default_value = "default",
+            value_parser = parse_content
+        )]
+        content: crate::tools::replay_actions::ContentMode,
+        /// Where each mode's exec root goes (missing or empty; default: a
+        /// new directory in the temporary directory)
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Keep the output directory (each mode's last run)
+        #[arg(long)]
+        keep: bool,
+    },
     /// Check whether this machine can mount and serve fast sandboxes, and
     /// say what the daemon would choose here
     #[command(
@@ -597,6 +658,35 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             populate,
             daemon_flags,
         }),
+        Sub::ReplayActions {
+            execlog,
+            exec_root,
+            jobs,
+            modes,
+            runs,
+            backend_opts,
+            backend,
+            content,
+            out,
+            keep,
+        } => Command::ReplayActions(crate::tools::replay_actions::ReplayActionsArgs {
+            execlog,
+            exec_root,
+            jobs: jobs
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+            modes: modes
+                .iter()
+                .enumerate()
+                .filter(|(i, m)| !modes[..*i].contains(m))
+                .map(|(_, m)| *m)
+                .collect(),
+            runs,
+            backend_opts,
+            backend,
+            content,
+            out,
+            keep,
+        }),
         Sub::Calibrate {
             quick,
             sizes,
@@ -655,6 +745,16 @@ fn parse_transport(text: &str) -> Result<Asked, String> {
 
 fn parse_method(text: &str) -> Result<Method, String> {
     Method::parse(text).ok_or_else(|| "takes symlink, hardlink, clone, copy or auto".to_owned())
+}
+
+fn parse_replay_mode(text: &str) -> Result<crate::tools::replay_actions::Mode, String> {
+    crate::tools::replay_actions::Mode::parse(text)
+        .ok_or_else(|| "takes serve, unsandboxed or symlinks".to_owned())
+}
+
+fn parse_content(text: &str) -> Result<crate::tools::replay_actions::ContentMode, String> {
+    crate::tools::replay_actions::ContentMode::parse(text)
+        .ok_or_else(|| "takes default, location or inline".to_owned())
 }
 
 fn parse_native_below(text: &str) -> Result<NativeBelow, String> {
@@ -821,6 +921,69 @@ mod tests {
         ));
         for args in [&["--help", "--bogus"][..], &["--bogus", "--version"][..]] {
             assert!(usage(args).contains("--bogus"), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn replay_actions_defaults_and_backend_options() {
+        use crate::tools::replay_actions::{ContentMode, Mode};
+        let Ok(Command::ReplayActions(r)) =
+            parse_strs(&["replay-actions", "--execlog", "l.json", "--exec-root=/e"])
+        else {
+            panic!("replay-actions did not parse");
+        };
+        assert_eq!(r.modes, [Mode::Serve, Mode::Unsandboxed, Mode::Symlinks]);
+        assert_eq!(
+            (r.runs, r.content, r.keep),
+            (1, ContentMode::Default, false)
+        );
+        assert!(r.jobs > 0 && r.backend.is_none() && r.backend_opts.is_empty());
+        let Ok(Command::ReplayActions(r)) = parse_strs(&[
+            "replay-actions",
+            "--execlog=l.json",
+            "--exec-root",
+            "/e",
+            "--modes=symlinks,serve,symlinks",
+            "--backend-opt",
+            "--native_below=0",
+            "--backend-opt=--ttl=1s",
+            "--jobs=3",
+            "--runs",
+            "5",
+            "--content=inline",
+            "--keep",
+        ]) else {
+            panic!("replay-actions did not parse");
+        };
+        assert_eq!(r.modes, [Mode::Symlinks, Mode::Serve]);
+        assert_eq!(r.backend_opts, ["--native_below=0", "--ttl=1s"]);
+        assert_eq!(
+            (r.jobs, r.runs, r.content, r.keep),
+            (3, 5, ContentMode::Inline, true)
+        );
+        for (args, expected) in [
+            (&["replay-actions", "--exec-root=/e"][..], "--execlog"),
+            (
+                &[
+                    "replay-actions",
+                    "--execlog=l",
+                    "--exec-root=/e",
+                    "--runs=0",
+                ][..],
+                "positive",
+            ),
+            (
+                &[
+                    "replay-actions",
+                    "--execlog=l",
+                    "--exec-root=/e",
+                    "--content=copy",
+                ][..],
+                "location",
+            ),
+        ] {
+            let err = usage(args);
+            assert!(err.contains(expected), "{args:?}: {err}");
         }
     }
 

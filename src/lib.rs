@@ -27,7 +27,7 @@
 //!   and unmount, the request loop, signals, statistics, the control
 //!   socket, the access log and recording.
 //! - [`tools`]: every subcommand but the daemon: `ctl`, `replay`,
-//!   `calibrate`, `doctor`, `man` and `completions`, `materialize` and
+//!   `replay-actions`, `calibrate`, `doctor`, `man` and `completions`, `materialize` and
 //!   `rmtree`, and the progress line they share.
 //! - [`cli`]: the one command-line grammar; `main.rs` dispatches on it.
 //! - `sys`: the platform's mechanisms, from the `linux/` or `macos/` crate.

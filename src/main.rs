@@ -47,6 +47,7 @@ fn main() -> ExitCode {
         Ok(Command::Calibrate(args)) => exit(actionfs::tools::calibrate::run(&args)),
         Ok(Command::Ctl(args)) => exit(actionfs::tools::ctl::run(&args)),
         Ok(Command::Replay(args)) => exit(actionfs::tools::replay::run(&args)),
+        Ok(Command::ReplayActions(args)) => exit(actionfs::tools::replay_actions::run(&args)),
         Ok(Command::Doctor(args)) => exit(actionfs::tools::doctor::run(&args)),
         Ok(Command::Man { dir }) => exit(actionfs::tools::man::run(dir.as_deref())),
         Ok(Command::Completions(shell)) => exit(actionfs::tools::man::completions(shell)),

@@ -7,12 +7,13 @@ use std::process::{Command, Output};
 
 use actionfs_testkit::bin;
 
-const SUBCOMMANDS: [&str; 8] = [
+const SUBCOMMANDS: [&str; 9] = [
     "materialize",
     "rmtree",
     "calibrate",
     "ctl",
     "replay",
+    "replay-actions",
     "doctor",
     "man",
     "completions",
@@ -71,6 +72,7 @@ fn help_lists_each_subcommand_with_its_own_description_and_one_mountpoint() {
             "calibrate" => "recommend --native_below",
             "ctl" => "control socket",
             "replay" => "recorded with --record",
+            "replay-actions" => "execution log",
             "doctor" => "this machine",
             "man" => "manual page",
             "completions" => "completions",
@@ -176,7 +178,7 @@ fn the_man_page_and_completions_come_from_the_definition() {
     }
     for sub in SUBCOMMANDS {
         assert!(
-            page.contains(&format!("actionfs\\-{sub}(1)")),
+            page.contains(&format!("actionfs\\-{}(1)", sub.replace('-', "\\-"))),
             "{sub}: {page}"
         );
     }

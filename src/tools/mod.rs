@@ -7,3 +7,4 @@ pub mod man;
 pub mod oneshot;
 pub mod progress;
 pub mod replay;
+pub mod replay_actions;

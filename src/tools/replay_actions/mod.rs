@@ -1,0 +1,282 @@
+//! `actionfs replay-actions --execlog FILE --exec-root DIR`: replays the
+//! actions of a real Bazel build, read from its JSON execution log, in
+//! several sandbox modes, checks every output against the log's digest,
+//! and times each mode: the conformance test of `actionfs serve` on real
+//! actions, and its benchmark.
+//!
+//! The log (Bazel 4.2.3's `--execution_log_json_file`, see [`execlog`])
+//! gives each action's argv, environment, inputs and outputs with their
+//! SHA-256 digests. DIR is the exec root of the build that wrote it
+//! (`<output_base>/execroot/<ws>`, `bazel info execution_root`): after a
+//! local build it holds every input, generated ones included. Actions
+//! served from a cache, failed ones and those without outputs are skipped
+//! ([`plan`]). Each mode puts outputs in its own fresh exec root,
+//! `<out>/<mode>/execroot/<ws>`, never in DIR:
+//! - `serve` ([`serve`]): through a sandbox backend, as Bazel 7+'s
+//!   `SandboxBackendSpawnRunner` does (Push, Create, run, Collect,
+//!   Destroy);
+//! - `unsandboxed` ([`unsandboxed`]): Bazel's local strategy, in a fresh
+//!   exec root that links to DIR's sources and makes generated files anew;
+//! - `symlinks` ([`symlinks`]): Bazel's classic sandbox, a symlink per
+//!   input in a fresh directory per action.
+//!
+//! Actions run at most `--jobs` at once, each once the earlier actions
+//! making its inputs are done, first in the log's order first ([`pool`]).
+//! `--runs K` repeats every mode K times, alternating modes (A1 B1 A2 B2),
+//! so that machine noise hits all alike. The wall time of a run covers the
+//! actions only: not starting a backend or staging an exec root, not
+//! stopping the backend, not comparing outputs. The outputs of the actions
+//! that succeeded are compared after each run ([`report`]).
+//!
+//! Exit status 0 only if, in every mode and run, every action succeeded,
+//! every output matched, and every backend exited 0.
+
+mod execlog;
+mod plan;
+mod pool;
+mod report;
+mod run;
+mod serve;
+mod symlinks;
+mod unsandboxed;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+pub use serve::ContentMode;
+
+use plan::Action;
+use report::Report;
+use run::{make_dir, remove, results_root};
+
+use crate::tools::progress::Progress;
+
+/// A way to run actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Serve,
+    Unsandboxed,
+    Symlinks,
+}
+
+impl Mode {
+    pub fn parse(text: &str) -> Option<Mode> {
+        match text {
+            "serve" => Some(Mode::Serve),
+            "unsandboxed" => Some(Mode::Unsandboxed),
+            "symlinks" => Some(Mode::Symlinks),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Serve => "serve",
+            Mode::Unsandboxed => "unsandboxed",
+            Mode::Symlinks => "symlinks",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ReplayActionsArgs {
+    pub execlog: PathBuf,
+    pub exec_root: PathBuf,
+    pub jobs: usize,
+    /// In the order given, each once.
+    pub modes: Vec<Mode>,
+    pub runs: usize,
+    /// Negotiate's options, in order.
+    pub backend_opts: Vec<String>,
+    /// `None`: this executable.
+    pub backend: Option<PathBuf>,
+    pub content: ContentMode,
+    /// Where the modes' exec roots go; `None`: a fresh temporary directory.
+    pub out: Option<PathBuf>,
+    pub keep: bool,
+}
+
+/// One run of one mode: replays actions, from any thread.
+trait Session: Sync {
+    /// Replays `action` (`index` in the plan); Ok if it succeeded and its
+    /// outputs are in the mode's exec root.
+    fn replay(&self, index: usize, action: &Action) -> Result<(), String>;
+
+    /// Ends the run; a note for the run's line, if any.
+    fn finish(self: Box<Self>) -> Result<Option<String>, String> {
+        Ok(None)
+    }
+}
+
+pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
+    let exec_root = std::fs::canonicalize(&args.exec_root)
+        .map_err(|err| format!("--exec-root {}: {err}", args.exec_root.display()))?;
+    let text = std::fs::read_to_string(&args.execlog)
+        .map_err(|err| format!("--execlog {}: {err}", args.execlog.display()))?;
+    let spawns =
+        execlog::parse(&text).map_err(|err| format!("{}: {err}", args.execlog.display()))?;
+    let total = spawns.len();
+    let plan = plan::plan(spawns, &exec_root)?;
+    let skipped: Vec<String> = plan
+        .skipped
+        .iter()
+        .map(|(why, n)| format!("{n} {}", why.describe()))
+        .collect();
+    println!(
+        "replay-actions: {total} spawns in {}: {} to replay, {} skipped{}",
+        args.execlog.display(),
+        plan.actions.len(),
+        total - plan.actions.len(),
+        if skipped.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", skipped.join(", "))
+        }
+    );
+    if plan.actions.is_empty() {
+        return Err("no action to replay".to_owned());
+    }
+    let trees = if args.modes.contains(&Mode::Serve) {
+        serve::trees(&plan)?
+    } else {
+        Vec::new()
+    };
+    let backend = match &args.backend {
+        Some(bin) => bin.clone(),
+        None => std::env::current_exe().map_err(|err| format!("finding this executable: {err}"))?,
+    };
+    let out = Out::make(args.out.as_deref(), args.keep)?;
+    let deps: Vec<Vec<usize>> = plan.actions.iter().map(|a| a.deps.clone()).collect();
+    let mut report = Report::new(&args.modes);
+    for run in 1..=args.runs {
+        for &mode in &args.modes {
+            let mode_dir = out.path.join(mode.name());
+            remove(&mode_dir)?;
+            make_dir(&mode_dir)?;
+            let started = match mode {
+                Mode::Serve => serve::Serve::start(
+                    &plan,
+                    &trees,
+                    &mode_dir,
+                    &backend,
+                    &args.backend_opts,
+                    args.content,
+                )
+                .map(|s| Box::new(s) as Box<dyn Session>),
+                Mode::Unsandboxed => unsandboxed::Unsandboxed::start(&plan, &mode_dir)
+                    .map(|(s, _staged)| Box::new(s) as Box<dyn Session>),
+                Mode::Symlinks => symlinks::Symlinks::start(&plan, &mode_dir)
+                    .map(|s| Box::new(s) as Box<dyn Session>),
+            };
+            let session = match started {
+                Ok(session) => session,
+                Err(why) => {
+                    println!("{} run {run}: could not start: {why}", mode.name());
+                    report.run_failed(mode, run, &why);
+                    continue;
+                }
+            };
+            let mut progress = Progress::new(
+                format!("{} run {run}/{}", mode.name(), args.runs),
+                plan.actions.len(),
+            );
+            let clock = Instant::now();
+            let outcomes = pool::run(
+                &deps,
+                args.jobs,
+                mode == Mode::Unsandboxed,
+                &mut progress,
+                &|i| session.replay(i, &plan.actions[i]),
+            );
+            let elapsed = clock.elapsed();
+            drop(progress);
+            let finished = session.finish();
+            let mut line = report.record(
+                mode,
+                run,
+                &plan,
+                elapsed,
+                &outcomes,
+                &results_root(&mode_dir, &plan.workspace),
+            );
+            match finished {
+                Ok(Some(note)) => line.push_str(&format!(", {note}")),
+                Ok(None) => {}
+                Err(why) => {
+                    line.push_str(&format!(", {why}"));
+                    report.run_failed(mode, run, &why);
+                }
+            }
+            println!("{line}");
+        }
+    }
+    print!("{}", report.render(&plan));
+    out.finish()?;
+    if report.ok() {
+        Ok(())
+    } else {
+        let (mismatches, failures) = report.problems();
+        Err(format!(
+            "replay-actions failed: {mismatches} outputs differ from the log, {failures} failures"
+        ))
+    }
+}
+
+/// The output directory: made here (or given, then empty or missing), and
+/// removed at the end unless kept.
+struct Out {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl Out {
+    fn make(given: Option<&Path>, keep: bool) -> Result<Out, String> {
+        let path = match given {
+            Some(path) => {
+                make_dir(path)?;
+                let empty = std::fs::read_dir(path)
+                    .map_err(|err| format!("--out {}: {err}", path.display()))?
+                    .next()
+                    .is_none();
+                if !empty {
+                    return Err(format!("--out {} is not empty", path.display()));
+                }
+                path.to_owned()
+            }
+            None => {
+                let base = std::env::temp_dir();
+                let mut n = 0u32;
+                loop {
+                    let path = base.join(format!("actionfs-replay.{}.{n}", std::process::id()));
+                    match std::fs::create_dir(&path) {
+                        Ok(()) => break path,
+                        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
+                        Err(err) => return Err(format!("mkdir {}: {err}", path.display())),
+                    }
+                }
+            }
+        };
+        let path =
+            std::fs::canonicalize(&path).map_err(|err| format!("{}: {err}", path.display()))?;
+        Ok(Out { path, keep })
+    }
+
+    fn finish(mut self) -> Result<(), String> {
+        let path = std::mem::take(&mut self.path);
+        if self.keep {
+            println!("kept: {}", path.display());
+            Ok(())
+        } else {
+            remove(&path)
+        }
+    }
+}
+
+impl Drop for Out {
+    /// On an early return: nothing is left behind unless asked.
+    fn drop(&mut self) {
+        if !self.keep && !self.path.as_os_str().is_empty() {
+            let _ = remove(&self.path);
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! What every mode shares: running an action's command line, and the few
+//! file operations around it.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::plan::Action;
+use crate::sandbox::materialize::remove_tree;
+
+/// Lines of the action's stderr (or stdout) kept in a failure's message.
+const TAIL_LINES: usize = 10;
+
+/// A wrapper argv and environment put around the action (a backend's
+/// custom confinement).
+pub struct Wrapper<'a> {
+    pub argv: &'a [String],
+    pub env: &'a HashMap<String, String>,
+}
+
+/// Runs the action's argv in `cwd` with exactly the logged environment
+/// (plus the wrapper's), stdin empty; Ok if it exits 0. A relative program
+/// path with a slash (`bazel-out/host/bin/tool`) is taken from `cwd`, as
+/// Bazel does.
+pub fn command(action: &Action, cwd: &Path, wrapper: Option<&Wrapper>) -> Result<(), String> {
+    let mut argv: Vec<String> = action.argv.clone();
+    if argv[0].contains('/') && !argv[0].starts_with('/') {
+        argv[0] = cwd.join(&argv[0]).to_string_lossy().into_owned();
+    }
+    if let Some(wrapper) = wrapper {
+        argv.splice(0..0, wrapper.argv.iter().cloned());
+    }
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .env_clear()
+        .envs(action.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+    if let Some(wrapper) = wrapper {
+        command.envs(wrapper.env);
+    }
+    let output = command
+        .output()
+        .map_err(|err| format!("cannot run {:?} in {}: {err}", argv[0], cwd.display()))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let said = if output.stderr.is_empty() {
+        &output.stdout
+    } else {
+        &output.stderr
+    };
+    let said = String::from_utf8_lossy(said);
+    let lines: Vec<&str> = said.lines().collect();
+    let tail = lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n    ");
+    Err(format!(
+        "{} in {}{}",
+        output.status,
+        cwd.display(),
+        if tail.is_empty() {
+            String::new()
+        } else {
+            format!(":\n    {tail}")
+        }
+    ))
+}
+
+/// Makes the directory that holds `root/rel`, and those above it.
+pub fn make_parent(root: &Path, rel: &str) -> Result<(), String> {
+    let path = root.join(rel);
+    match path.parent() {
+        Some(parent) => make_dir(parent),
+        None => Ok(()),
+    }
+}
+
+pub fn make_dir(path: &Path) -> Result<(), String> {
+    fs::create_dir_all(path).map_err(|err| format!("mkdir -p {}: {err}", path.display()))
+}
+
+/// Removes `path` and all below it like `rm -rf`; nothing there is fine.
+pub fn remove(path: &Path) -> Result<(), String> {
+    match fs::symlink_metadata(path) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(format!("{}: {err}", path.display())),
+        Ok(_) => remove_tree(path).map(drop).map_err(|err| err.to_string()),
+    }
+}
+
+/// Where a mode's outputs land: `<mode dir>/execroot/<workspace>`.
+pub fn results_root(mode_dir: &Path, workspace: &str) -> PathBuf {
+    mode_dir.join("execroot").join(workspace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn action(argv: &[&str], env: &[(&str, &str)]) -> Action {
+        Action {
+            number: 1,
+            mnemonic: "Test".into(),
+            argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            inputs: vec![],
+            outputs: vec![],
+            expected: vec![],
+            deps: vec![],
+        }
+    }
+
+    #[test]
+    fn runs_with_exactly_the_logged_environment_and_tells_failures() {
+        let dir = std::env::temp_dir().join(format!("replay-run-{}", std::process::id()));
+        make_dir(&dir.join("bin")).unwrap();
+        let env = [("ONLY", "this")];
+        command(
+            &action(&["/bin/sh", "-c", "env > seen; exit 0"], &env),
+            &dir,
+            None,
+        )
+        .unwrap();
+        let seen = fs::read_to_string(dir.join("seen")).unwrap();
+        assert!(seen.contains("ONLY=this"), "{seen}");
+        assert!(!seen.contains("HOME="), "{seen}");
+
+        // A relative program with a slash runs from the working directory.
+        fs::write(
+            dir.join("bin/tool"),
+            "#!/bin/sh\necho from tool >&2\nexit 3\n",
+        )
+        .unwrap();
+        fs::set_permissions(
+            dir.join("bin/tool"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let err = command(&action(&["bin/tool"], &[]), &dir, None).unwrap_err();
+        assert!(
+            err.contains("exit status: 3") && err.contains("from tool"),
+            "{err}"
+        );
+
+        let wrapped_env = HashMap::from([("W".to_owned(), "1".to_owned())]);
+        let wrapper = ["/usr/bin/env".to_owned()];
+        command(
+            &action(&["/bin/sh", "-c", "test \"$W$ONLY\" = 1this"], &env),
+            &dir,
+            Some(&Wrapper {
+                argv: &wrapper,
+                env: &wrapped_env,
+            }),
+        )
+        .unwrap();
+        remove(&dir).unwrap();
+        remove(&dir).unwrap();
+        assert!(!dir.exists());
+    }
+}

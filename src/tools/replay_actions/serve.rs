@@ -1,0 +1,437 @@
+//! Mode `serve`: each action through a sandbox backend (`actionfs serve`),
+//! as Bazel's `SandboxBackendSpawnRunner` drives one.
+//!
+//! One backend per run, started as `BIN serve --workspace <exec root>` and
+//! negotiated with the `--backend-opt` values as options. Per action: its
+//! input tree (`<ws>/<exec path>` for each input, built once before the
+//! runs) is pushed, only the directory blobs (and, with `--content`, the
+//! content entries) this backend has not been sent yet; Create (on
+//! MissingContent, exactly the named digests are pushed and Create is
+//! retried, 3 attempts in all, as Bazel does); the action runs in
+//! `<Ok.path>/<ws>` with `/tmp` mapped (`writable_dirs`) to a fresh
+//! scratch directory; on success Collect into this mode's exec root;
+//! Destroy; the scratch directory is removed.
+//!
+//! Without `--content`, no leaf has a content entry, so the backend reads
+//! each from the default place, `Manifest.exec_root/<ws>/<exec path>`: the
+//! original exec root. `--content=location` pushes every leaf as its path
+//! there, `--content=inline` as its bytes, to exercise the backend's store.
+//!
+//! The answer to Create may ask for a confinement: a custom one wraps the
+//! action's argv; none (Bazel would then use its own jail) or unconfined
+//! run the action as it is. So with no jail, `/tmp` in the action is the
+//! host's `/tmp`: `writable_dirs` is sent but only a jail would apply it.
+//!
+//! Every answer is awaited at most `SANDBOX_BACKEND_REQUEST_TIMEOUT_SECS`
+//! (default 60, as Bazel); after a timeout the backend is killed at the end
+//! of the run, not closed.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use actionfs_protocol::backend::client::{Client, ClientError};
+use actionfs_protocol::backend::digest::HASH_FUNCTION;
+use actionfs_protocol::backend::sandbox::{
+    self, collect, content, create, destroy, negotiate, request::Op, response,
+};
+use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
+
+use super::plan::{Action, Plan};
+use super::run::{self, make_dir, remove, results_root, Wrapper};
+use super::Session;
+
+/// Create attempts per action, MissingContent answers included (Bazel's).
+const CREATE_ATTEMPTS: usize = 3;
+
+/// What is pushed as content for each leaf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentMode {
+    /// Nothing: the backend reads leaves from the default place.
+    Default,
+    /// Each leaf's path in the exec root.
+    Location,
+    /// Each leaf's bytes.
+    Inline,
+}
+
+impl ContentMode {
+    pub fn parse(text: &str) -> Option<ContentMode> {
+        match text {
+            "default" | "none" => Some(ContentMode::Default),
+            "location" => Some(ContentMode::Location),
+            "inline" => Some(ContentMode::Inline),
+            _ => None,
+        }
+    }
+}
+
+/// The input tree of each action, as the backend sees it: every input at
+/// `<ws>/<exec path>`, and the workspace directory even when empty.
+pub fn trees(plan: &Plan) -> Result<Vec<Tree>, String> {
+    plan.actions
+        .iter()
+        .map(|action| {
+            let mut builder = TreeBuilder::new();
+            builder
+                .add_dir(&plan.workspace)
+                .map_err(|err| err.to_string())?;
+            for input in &action.inputs {
+                builder
+                    .add_file(
+                        &format!("{}/{}", plan.workspace, input.path),
+                        input.digest.clone(),
+                        input.executable,
+                    )
+                    .map_err(|err| format!("the input tree of {}: {err}", action.name()))?;
+            }
+            Ok(builder.build())
+        })
+        .collect()
+}
+
+pub struct Serve<'a> {
+    plan: &'a Plan,
+    trees: &'a [Tree],
+    content: ContentMode,
+    client: Client,
+    /// Digest hashes (blobs and content) this backend was sent.
+    pushed: Mutex<HashSet<String>>,
+    /// `<mode dir>/execroot`: Collect's exec root.
+    collect_root: String,
+    /// `<mode dir>/execroot/<ws>`.
+    results: PathBuf,
+    /// `<mode dir>/tmp`: a scratch directory per action below it.
+    scratch: PathBuf,
+    timeout: Duration,
+    /// A request went unanswered: kill the backend at the end.
+    timed_out: AtomicBool,
+}
+
+impl<'a> Serve<'a> {
+    /// Starts the backend and negotiates.
+    pub fn start(
+        plan: &'a Plan,
+        trees: &'a [Tree],
+        mode_dir: &Path,
+        backend: &Path,
+        options: &[String],
+        content: ContentMode,
+    ) -> Result<Serve<'a>, String> {
+        let results = results_root(mode_dir, &plan.workspace);
+        let scratch = mode_dir.join("tmp");
+        make_dir(&results)?;
+        make_dir(&scratch)?;
+        let mut command = Command::new(backend);
+        command.arg("serve").arg("--workspace").arg(&plan.exec_root);
+        let client = Client::spawn(command)
+            .map_err(|err| format!("cannot start {} serve: {err}", backend.display()))?;
+        let timeout = Duration::from_secs(
+            std::env::var("SANDBOX_BACKEND_REQUEST_TIMEOUT_SECS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(60),
+        );
+        let serve = Serve {
+            plan,
+            trees,
+            content,
+            client,
+            pushed: Mutex::new(HashSet::new()),
+            collect_root: mode_dir.join("execroot").to_string_lossy().into_owned(),
+            results,
+            scratch,
+            timeout,
+            timed_out: AtomicBool::new(false),
+        };
+        let negotiated = serve.call(
+            "",
+            Op::Negotiate(sandbox::Negotiate {
+                options: options.to_vec(),
+                versions: vec![sandbox::Version::Version1 as i32],
+            }),
+        );
+        let refused = match negotiated {
+            Ok(response::Result::Negotiate(negotiate::Result {
+                outcome: Some(negotiate::result::Outcome::Ok(_)),
+            })) => None,
+            Ok(response::Result::Negotiate(negotiate::Result {
+                outcome: Some(negotiate::result::Outcome::Error(err)),
+            })) => Some(format!("the backend refused Negotiate: {}", err.message)),
+            Ok(other) => Some(format!("Negotiate answered {other:?}")),
+            Err(err) => Some(format!("Negotiate: {err}")),
+        };
+        match refused {
+            None => Ok(serve),
+            Some(why) => {
+                let status = Box::new(serve).finish();
+                Err(match status {
+                    Ok(Some(note)) | Err(note) => format!("{why} ({note})"),
+                    Ok(None) => why,
+                })
+            }
+        }
+    }
+
+    /// Sends `op` and waits for its answer, at most the timeout.
+    fn call(&self, id: &str, op: Op) -> Result<response::Result, String> {
+        let answer = self.client.send(id, op).map_err(|err| err.to_string())?;
+        match answer.recv_timeout(self.timeout) {
+            Ok(Ok(response)) => response
+                .result
+                .ok_or_else(|| ClientError::WrongAnswer.to_string()),
+            Ok(Err(err)) => Err(err.to_string()),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                self.timed_out.store(true, Ordering::Relaxed);
+                Err(format!("no answer in {} s", self.timeout.as_secs()))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(ClientError::Closed.to_string())
+            }
+        }
+    }
+
+    /// A content entry for the leaf at exec path `path`.
+    fn content(&self, path: &str) -> Result<sandbox::Content, String> {
+        let host = self.plan.exec_root.join(path);
+        let source = match self.content {
+            ContentMode::Inline => content::Source::Inline(
+                std::fs::read(&host).map_err(|err| format!("reading {}: {err}", host.display()))?,
+            ),
+            ContentMode::Default | ContentMode::Location => {
+                content::Source::Location(host.to_string_lossy().into_owned())
+            }
+        };
+        Ok(sandbox::Content {
+            retention: sandbox::Retention::Reuse as i32,
+            source: Some(source),
+        })
+    }
+
+    /// Pushes what of the action's tree (and, with `--content`, its
+    /// leaves) this backend was not sent; or, with `only`, exactly those
+    /// digests.
+    fn push(&self, action: &Action, tree: &Tree, only: Option<&[String]>) -> Result<(), String> {
+        let mut pushed = self
+            .pushed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut push = sandbox::Push::default();
+        match only {
+            None => {
+                for (hash, blob) in &tree.blobs {
+                    if !pushed.contains(hash) {
+                        push.blobs.insert(hash.clone(), blob.clone());
+                    }
+                }
+                if self.content != ContentMode::Default {
+                    for input in &action.inputs {
+                        let hash = &input.digest.hash;
+                        if !pushed.contains(hash) && !push.content.contains_key(hash) {
+                            push.content
+                                .insert(hash.clone(), self.content(&input.path)?);
+                        }
+                    }
+                }
+            }
+            Some(hashes) => {
+                let leaves: HashMap<&str, &str> = action
+                    .inputs
+                    .iter()
+                    .map(|input| (input.digest.hash.as_str(), input.path.as_str()))
+                    .collect();
+                for hash in hashes {
+                    if let Some(blob) = tree.blobs.get(hash) {
+                        push.blobs.insert(hash.clone(), blob.clone());
+                    } else if let Some(path) = leaves.get(hash.as_str()) {
+                        push.content.insert(hash.clone(), self.content(path)?);
+                    } else {
+                        return Err(format!(
+                            "the backend asked for {hash}, which is not in the action's tree"
+                        ));
+                    }
+                }
+            }
+        }
+        if push.blobs.is_empty() && push.content.is_empty() {
+            return Ok(());
+        }
+        let hashes: Vec<String> = push
+            .blobs
+            .keys()
+            .chain(push.content.keys())
+            .cloned()
+            .collect();
+        self.client
+            .push(push)
+            .map_err(|err| format!("Push: {err}"))?;
+        pushed.extend(hashes);
+        Ok(())
+    }
+
+    fn manifest(&self, action: &Action, tree: &Tree, tmp: &Path) -> sandbox::Manifest {
+        let ws = &self.plan.workspace;
+        sandbox::Manifest {
+            mnemonic: action.mnemonic.clone(),
+            exec_root: self
+                .plan
+                .exec_root
+                .parent()
+                .expect("the exec root is absolute and has a basename")
+                .to_string_lossy()
+                .into_owned(),
+            hash_function: HASH_FUNCTION.to_owned(),
+            input_root_digest: Some(tree.root.clone()),
+            outputs: action
+                .outputs
+                .iter()
+                .map(|output| {
+                    (
+                        format!("/{ws}/{}", output.path),
+                        sandbox::Output {
+                            r#type: if output.dir { "dir" } else { "file" }.to_owned(),
+                            dest: String::new(),
+                        },
+                    )
+                })
+                .collect(),
+            writable_dirs: HashMap::from([("/tmp".to_owned(), tmp.to_string_lossy().into_owned())]),
+            confinement_setting: None,
+        }
+    }
+
+    /// Creates the sandbox, pushing what the backend says it misses;
+    /// returns its answer.
+    fn create(
+        &self,
+        id: &str,
+        action: &Action,
+        tree: &Tree,
+        manifest: &sandbox::Manifest,
+    ) -> Result<create::result::Ok, String> {
+        for attempt in 1..=CREATE_ATTEMPTS {
+            let answer = self.call(
+                id,
+                Op::Create(sandbox::Create {
+                    manifest: Some(manifest.clone()),
+                }),
+            );
+            let outcome = match answer {
+                Ok(response::Result::Create(create::Result { outcome })) => outcome,
+                Ok(other) => return Err(format!("Create answered {other:?}")),
+                Err(err) => return Err(format!("Create: {err}")),
+            };
+            match outcome {
+                Some(create::result::Outcome::Ok(ok)) => return Ok(ok),
+                Some(create::result::Outcome::Error(err)) => {
+                    return Err(format!("Create: {}", err.message))
+                }
+                Some(create::result::Outcome::MissingContent(missing)) => {
+                    if attempt == CREATE_ATTEMPTS {
+                        return Err(format!(
+                            "Create: still missing {} digests after {CREATE_ATTEMPTS} attempts: {}",
+                            missing.digest_hashes.len(),
+                            missing.digest_hashes.join(" ")
+                        ));
+                    }
+                    self.push(action, tree, Some(&missing.digest_hashes))?;
+                }
+                None => return Err("Create: an answer with no outcome".to_owned()),
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    /// Runs the action in the sandbox and collects its outputs.
+    fn run_and_collect(
+        &self,
+        id: &str,
+        action: &Action,
+        created: &create::result::Ok,
+    ) -> Result<(), String> {
+        let cwd = Path::new(&created.path).join(&self.plan.workspace);
+        match &created.confinement {
+            Some(create::result::ok::Confinement::Custom(custom)) => {
+                if custom.wrapper.is_empty() {
+                    return Err("Create: a custom confinement with no wrapper".to_owned());
+                }
+                let wrapper = Wrapper {
+                    argv: &custom.wrapper,
+                    env: &custom.env,
+                };
+                run::command(action, &cwd, Some(&wrapper))?;
+            }
+            Some(create::result::ok::Confinement::Unconfined(_)) | None => {
+                run::command(action, &cwd, None)?;
+            }
+        }
+        for output in &action.outputs {
+            run::make_parent(&self.results, &output.path)?;
+        }
+        match self.call(
+            id,
+            Op::Collect(sandbox::Collect {
+                exec_root: self.collect_root.clone(),
+            }),
+        ) {
+            Ok(response::Result::Collect(collect::Result {
+                outcome: Some(collect::result::Outcome::Ok(_)),
+            })) => Ok(()),
+            Ok(response::Result::Collect(collect::Result {
+                outcome: Some(collect::result::Outcome::Error(err)),
+            })) => Err(format!("Collect: {}", err.message)),
+            Ok(other) => Err(format!("Collect answered {other:?}")),
+            Err(err) => Err(format!("Collect: {err}")),
+        }
+    }
+
+    fn destroy(&self, id: &str) -> Result<(), String> {
+        match self.call(id, Op::Destroy(sandbox::Destroy {})) {
+            Ok(response::Result::Destroy(destroy::Result {
+                outcome: Some(destroy::result::Outcome::Ok(_)),
+            })) => Ok(()),
+            Ok(response::Result::Destroy(destroy::Result {
+                outcome: Some(destroy::result::Outcome::Error(err)),
+            })) => Err(format!("Destroy: {}", err.message)),
+            Ok(other) => Err(format!("Destroy answered {other:?}")),
+            Err(err) => Err(format!("Destroy: {err}")),
+        }
+    }
+}
+
+impl Session for Serve<'_> {
+    fn replay(&self, index: usize, action: &Action) -> Result<(), String> {
+        let tree = &self.trees[index];
+        let id = format!("a{}", action.number);
+        let tmp = self.scratch.join(&id);
+        make_dir(&tmp)?;
+        let result = self.push(action, tree, None).and_then(|()| {
+            let manifest = self.manifest(action, tree, &tmp);
+            let created = self.create(&id, action, tree, &manifest)?;
+            let ran = self.run_and_collect(&id, action, &created);
+            let destroyed = self.destroy(&id);
+            ran.and(destroyed)
+        });
+        let removed = remove(&tmp);
+        result.and(removed)
+    }
+
+    /// Closes the backend's input and waits for it to exit, which must be
+    /// with status 0; kills it instead if a request timed out.
+    fn finish(self: Box<Self>) -> Result<Option<String>, String> {
+        if self.timed_out.load(Ordering::Relaxed) {
+            // Dropping the client kills the backend.
+            drop(self.client);
+            return Err("the backend was killed: a request went unanswered".to_owned());
+        }
+        match self.client.close() {
+            Ok(Some(status)) if status.success() => Ok(Some(format!("backend {status}"))),
+            Ok(Some(status)) => Err(format!("the backend ended with {status}")),
+            Ok(None) => Ok(None),
+            Err(err) => Err(format!("closing the backend: {err}")),
+        }
+    }
+}

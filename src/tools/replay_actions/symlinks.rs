@@ -1,0 +1,83 @@
+//! Mode `symlinks`: Bazel's classic sandbox. Per action, a fresh
+//! directory holds one symlink per input to the original exec root and the
+//! outputs' parent directories; the action runs there, its outputs are
+//! moved into this mode's exec root, and the directory is deleted.
+
+use std::collections::HashSet;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use super::plan::{Action, Plan};
+use super::run::{self, make_dir, remove, results_root};
+use super::Session;
+
+pub struct Symlinks<'a> {
+    plan: &'a Plan,
+    /// `<mode dir>/execroot/<ws>`: where outputs are moved to.
+    results: PathBuf,
+    /// `<mode dir>/sandbox`: one directory per action below it.
+    sandboxes: PathBuf,
+}
+
+impl<'a> Symlinks<'a> {
+    pub fn start(plan: &'a Plan, mode_dir: &Path) -> Result<Symlinks<'a>, String> {
+        let results = results_root(mode_dir, &plan.workspace);
+        let sandboxes = mode_dir.join("sandbox");
+        make_dir(&results)?;
+        make_dir(&sandboxes)?;
+        Ok(Symlinks {
+            plan,
+            results,
+            sandboxes,
+        })
+    }
+
+    fn build_and_run(&self, action: &Action, root: &Path) -> Result<(), String> {
+        make_dir(root)?;
+        let mut made: HashSet<PathBuf> = HashSet::new();
+        for input in &action.inputs {
+            let link = root.join(&input.path);
+            if let Some(parent) = link.parent() {
+                if !made.contains(parent) {
+                    make_dir(parent)?;
+                    made.insert(parent.to_owned());
+                }
+            }
+            let target = self.plan.exec_root.join(&input.path);
+            symlink(&target, &link).map_err(|err| {
+                format!("symlink {} -> {}: {err}", link.display(), target.display())
+            })?;
+        }
+        for output in &action.outputs {
+            if output.dir {
+                make_dir(&root.join(&output.path))?;
+            } else {
+                run::make_parent(root, &output.path)?;
+            }
+        }
+        run::command(action, root, None)?;
+        for output in &action.outputs {
+            let from = root.join(&output.path);
+            if std::fs::symlink_metadata(&from).is_err() {
+                // Not made: the comparison says so if the log has it.
+                continue;
+            }
+            let to = self.results.join(&output.path);
+            run::make_parent(&self.results, &output.path)?;
+            remove(&to)?;
+            std::fs::rename(&from, &to)
+                .map_err(|err| format!("moving {} to {}: {err}", from.display(), to.display()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Session for Symlinks<'_> {
+    fn replay(&self, _index: usize, action: &Action) -> Result<(), String> {
+        let base = self.sandboxes.join(action.number.to_string());
+        let root = base.join("execroot").join(&self.plan.workspace);
+        let result = self.build_and_run(action, &root);
+        let removed = remove(&base).map_err(|err| format!("removing the sandbox: {err}"));
+        result.and(removed)
+    }
+}
