@@ -1,0 +1,436 @@
+//! `actionfs replay-actions` on a hand-written execution log, without
+//! Bazel: an exec root in a temporary directory as a local build leaves
+//! it, and a log in Bazel 4.2.3's JSON format whose actions are /bin/sh
+//! commands. Serve-mode tests need `actionfs serve`; until this binary has
+//! it, they run only with ACTIONFS_SERVE_READY=1.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use actionfs_protocol::backend::digest::sha256_hex;
+use actionfs_testkit::bin;
+use actionfs_testkit::tier::{require, Need};
+use serde_json::{json, Value};
+
+const WS: &str = "ws";
+
+/// An exec root (`<dir>/execroot/ws`) after a local build of three
+/// actions, and the log of that build (plus two spawns to skip).
+struct Build {
+    dir: tempfile::TempDir,
+    spawns: Vec<Value>,
+}
+
+fn digest(bytes: &[u8]) -> Value {
+    json!({
+        "hash": sha256_hex(bytes),
+        "sizeBytes": bytes.len().to_string(),
+        "hashFunctionName": "SHA-256"
+    })
+}
+
+fn file(path: &str, bytes: &[u8]) -> Value {
+    json!({"path": path, "digest": digest(bytes)})
+}
+
+fn spawn(argv: &[&str], inputs: Vec<Value>, listed: &[&str], actual: Vec<Value>) -> Value {
+    json!({
+        "commandArgs": argv,
+        "environmentVariables": [
+            {"name": "PATH", "value": "/usr/bin:/bin"},
+            {"name": "GREETING", "value": "hello from the log"}
+        ],
+        "platform": {"properties": []},
+        "inputs": inputs,
+        "listedOutputs": listed,
+        "remotable": true,
+        "cacheable": true,
+        "timeoutMillis": "0",
+        "progressMessage": "Executing genrule",
+        "mnemonic": "Genrule",
+        "actualOutputs": actual,
+        "runner": "local",
+        "remoteCacheHit": false,
+        "status": "",
+        "exitCode": 0,
+        "remoteCacheable": true
+    })
+}
+
+const A: &[u8] = b"alpha\n";
+const B: &[u8] = b"beta\n";
+const TOOL: &[u8] = b"#!/bin/sh\nmkdir -p \"$2/sub\" && cp \"$1\" \"$2/copy\" && wc -l < \"$1\" > \"$2/sub/count\" && echo \"$GREETING\" >> \"$2/sub/count\"\n";
+const AB: &[u8] = b"alpha\nbeta\n";
+const UPPER: &[u8] = b"ALPHA\nBETA\nhello from the log\n";
+const COUNT: &[u8] = b"2\nhello from the log\n";
+
+impl Build {
+    fn new() -> Build {
+        let dir = tempfile::tempdir().unwrap();
+        let build = Build {
+            dir,
+            spawns: Vec::new(),
+        };
+        // Sources reached through a top-level symlink, as Bazel's exec
+        // root reaches the workspace.
+        let src = build.dir.path().join("workspace/src");
+        fs::create_dir_all(&src).unwrap();
+        fs::write(src.join("a.txt"), A).unwrap();
+        fs::write(src.join("b.txt"), B).unwrap();
+        fs::write(src.join("tool.sh"), TOOL).unwrap();
+        fs::set_permissions(src.join("tool.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+        let root = build.exec_root();
+        fs::create_dir_all(&root).unwrap();
+        std::os::unix::fs::symlink(&src, root.join("src")).unwrap();
+        // What the build made.
+        for (path, bytes) in [
+            ("bazel-out/bin/ab.txt", AB),
+            ("bazel-out/bin/upper.txt", UPPER),
+            ("bazel-out/bin/tree/copy", AB),
+            ("bazel-out/bin/tree/sub/count", COUNT),
+        ] {
+            let path = root.join(path);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, bytes).unwrap();
+        }
+        let mut build = build;
+        build.spawns = vec![
+            spawn(
+                &["/bin/sh", "-c", "cat src/a.txt src/b.txt > bazel-out/bin/ab.txt"],
+                vec![file("src/a.txt", A), file("src/b.txt", B)],
+                &["bazel-out/bin/ab.txt"],
+                vec![file("bazel-out/bin/ab.txt", AB)],
+            ),
+            // Skipped: served from a cache.
+            json!({
+                "commandArgs": ["/bin/false"],
+                "listedOutputs": ["bazel-out/bin/cached"],
+                "mnemonic": "Genrule",
+                "runner": "remote cache hit",
+                "remoteCacheHit": true,
+                "status": "",
+                "exitCode": 0
+            }),
+            // A generated input, the environment, a file output.
+            spawn(
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "tr a-z A-Z < bazel-out/bin/ab.txt > bazel-out/bin/upper.txt && echo \"$GREETING\" >> bazel-out/bin/upper.txt",
+                ],
+                vec![file("bazel-out/bin/ab.txt", AB)],
+                &["bazel-out/bin/upper.txt"],
+                vec![file("bazel-out/bin/upper.txt", UPPER)],
+            ),
+            // Skipped: no outputs.
+            spawn(&["/bin/true"], vec![], &[], vec![]),
+            // A tree artifact output, a tool run by its exec path.
+            spawn(
+                &["src/tool.sh", "bazel-out/bin/ab.txt", "bazel-out/bin/tree"],
+                vec![file("src/tool.sh", TOOL), file("bazel-out/bin/ab.txt", AB)],
+                &["bazel-out/bin/tree"],
+                vec![
+                    file("bazel-out/bin/tree/copy", AB),
+                    file("bazel-out/bin/tree/sub/count", COUNT),
+                ],
+            ),
+        ];
+        build
+    }
+
+    fn exec_root(&self) -> PathBuf {
+        self.dir.path().join("execroot").join(WS)
+    }
+
+    fn out(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+
+    /// Writes the log as Bazel does: pretty objects, one after another.
+    fn log(&self) -> PathBuf {
+        let path = self.dir.path().join("exec.json");
+        let text: String = self
+            .spawns
+            .iter()
+            .map(|s| serde_json::to_string_pretty(s).unwrap())
+            .collect();
+        fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn replay(&self, extra: &[&str]) -> Output {
+        let log = self.log();
+        let out = Command::new(bin())
+            .arg("replay-actions")
+            .arg("--execlog")
+            .arg(&log)
+            .arg("--exec-root")
+            .arg(self.exec_root())
+            .arg("--out")
+            .arg(self.out())
+            .args(extra)
+            .output()
+            .unwrap();
+        eprintln!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// Every file under the exec root with its bytes (through the source
+    /// symlink too).
+    fn snapshot(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        fn walk(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+            for entry in fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else {
+                    out.push((path.clone(), fs::read(&path).unwrap()));
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(&self.exec_root(), &mut files);
+        files.sort();
+        files
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn replays_unsandboxed_and_in_symlink_sandboxes_matching_the_log() {
+    let build = Build::new();
+    let before = build.snapshot();
+    let out = build.replay(&[
+        "--modes",
+        "unsandboxed,symlinks",
+        "--jobs",
+        "2",
+        "--runs",
+        "2",
+    ]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("5 spawns in")
+            && text.contains("3 to replay, 2 skipped (1 cache hit, 1 no outputs)"),
+        "{text}"
+    );
+    for mode in ["unsandboxed", "symlinks"] {
+        for run in [1, 2] {
+            assert!(
+                text.contains(&format!(
+                    "{mode} run {run}: 3/3 actions ok, 4 outputs compared, 0 mismatches"
+                )),
+                "{text}"
+            );
+        }
+    }
+    assert!(
+        text.contains("/unsandboxed") && text.contains("1.00x"),
+        "{text}"
+    );
+    // The original exec root is as it was, and nothing is left behind.
+    assert_eq!(build.snapshot(), before);
+    assert!(!build.out().exists(), "{:?} left behind", build.out());
+}
+
+#[test]
+fn keep_leaves_each_modes_exec_root() {
+    let build = Build::new();
+    let out = build.replay(&["--modes=symlinks,unsandboxed", "--keep"]);
+    assert!(out.status.success(), "{out:?}");
+    for mode in ["symlinks", "unsandboxed"] {
+        let results = build.out().join(mode).join("execroot").join(WS);
+        assert_eq!(
+            fs::read(results.join("bazel-out/bin/upper.txt")).unwrap(),
+            UPPER
+        );
+        assert_eq!(
+            fs::read(results.join("bazel-out/bin/tree/sub/count")).unwrap(),
+            COUNT
+        );
+    }
+    // Per-action sandboxes are gone even when kept.
+    let sandboxes = build.out().join("symlinks/sandbox");
+    assert_eq!(fs::read_dir(sandboxes).unwrap().count(), 0);
+    assert!(stdout(&out).contains(&format!("kept: {}", build.out().display())));
+}
+
+#[test]
+fn a_wrong_logged_digest_fails_naming_the_output_in_each_mode() {
+    let mut build = Build::new();
+    let wrong = b"something else\n";
+    build.spawns[2]["actualOutputs"][0]["digest"] = digest(wrong);
+    let out = build.replay(&["--modes", "unsandboxed,symlinks"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    for mode in ["unsandboxed", "symlinks"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("MISMATCH {mode} run 1:")))
+            .unwrap_or_else(|| panic!("no mismatch for {mode}: {text}"));
+        assert!(
+            line.contains("#3 Genrule")
+                && line.contains("bazel-out/bin/upper.txt")
+                && line.contains(&format!("expected {}", sha256_hex(wrong)))
+                && line.contains(&format!("got {}", sha256_hex(UPPER))),
+            "{line}"
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("2 outputs differ from the log"),
+        "{out:?}"
+    );
+    assert!(!build.out().exists());
+}
+
+#[test]
+fn a_failed_action_fails_the_replay_and_unsandboxed_skips_what_needs_it() {
+    let mut build = Build::new();
+    build.spawns[0]["commandArgs"] = json!(["/bin/sh", "-c", "echo broken >&2; exit 7"]);
+    let out = build.replay(&["--modes", "unsandboxed,symlinks"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text.contains(
+            "FAILED unsandboxed run 1: #1 Genrule (bazel-out/bin/ab.txt) failed: exit status: 7"
+        ) && text.contains("broken"),
+        "{text}"
+    );
+    // Its dependents read a file it did not make: not run.
+    assert!(
+        text.contains(
+            "FAILED unsandboxed run 1: #3 Genrule (bazel-out/bin/upper.txt) not run: #1 Genrule"
+        ),
+        "{text}"
+    );
+    // A symlink sandbox reads the original exec root: they run and match.
+    assert!(text.contains("symlinks run 1: 2/3 actions ok"), "{text}");
+}
+
+#[test]
+fn usage_errors_and_bad_logs_are_told() {
+    let build = Build::new();
+    let out = Command::new(bin())
+        .args([
+            "replay-actions",
+            "--execlog",
+            "x",
+            "--exec-root",
+            "y",
+            "--modes",
+            "fuse",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("serve, unsandboxed or symlinks"));
+
+    let log = build.dir.path().join("bad.json");
+    fs::write(&log, "{\"commandArgs\": [\"true\"]} {").unwrap();
+    let out = Command::new(bin())
+        .arg("replay-actions")
+        .arg("--execlog")
+        .arg(&log)
+        .arg("--exec-root")
+        .arg(build.exec_root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.json") && err.contains("1 spawns read"),
+        "{err}"
+    );
+}
+
+/// Whether this binary has `actionfs serve` (the sandbox backend); until
+/// it does, serve tests run only when asked with ACTIONFS_SERVE_READY=1.
+fn serve_ready() -> bool {
+    if std::env::var_os("ACTIONFS_SERVE_READY").is_some_and(|v| v == "1") {
+        return true;
+    }
+    eprintln!("skipped: set ACTIONFS_SERVE_READY=1 once actionfs has `serve`");
+    false
+}
+
+#[test]
+fn replays_through_serve_in_each_content_mode_and_backend_option() {
+    if !serve_ready() || !require(&[Need::Mount]) {
+        return;
+    }
+    let build = Build::new();
+    let before = build.snapshot();
+    let base = build.dir.path().join("base");
+    fs::create_dir_all(&base).unwrap();
+    let sandbox_base = format!("--backend-opt=--sandbox_base={}", base.display());
+    for extra in [
+        &["--content=default"][..],
+        &["--content=location"][..],
+        &["--content=inline"][..],
+        &["--backend-opt=--native_below=0"][..],
+        &["--backend-opt=--native_below=1000000000"][..],
+    ] {
+        let mut args = vec![
+            "--modes=serve,unsandboxed",
+            "--jobs=2",
+            "--runs=2",
+            &sandbox_base,
+        ];
+        args.extend_from_slice(extra);
+        let out = build.replay(&args);
+        let text = stdout(&out);
+        assert!(out.status.success(), "{extra:?}: {out:?}");
+        for run in [1, 2] {
+            assert!(
+                text.contains(&format!(
+                    "serve run {run}: 3/3 actions ok, 4 outputs compared, 0 mismatches"
+                )) && text.contains("backend exit status: 0"),
+                "{extra:?}: {text}"
+            );
+        }
+        assert!(!build.out().exists());
+        assert_eq!(
+            fs::read_dir(&base).unwrap().count(),
+            0,
+            "{extra:?}: left in the base"
+        );
+    }
+    assert_eq!(build.snapshot(), before);
+}
+
+#[test]
+fn serve_names_a_wrong_digest_and_a_refused_option() {
+    if !serve_ready() || !require(&[Need::Mount]) {
+        return;
+    }
+    let mut build = Build::new();
+    build.spawns[4]["actualOutputs"][1]["digest"] = digest(b"not the count");
+    let out = build.replay(&["--modes=serve"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("MISMATCH serve run 1: #5 Genrule")
+                && l.contains("bazel-out/bin/tree/sub/count")),
+        "{text}"
+    );
+
+    let out = build.replay(&["--modes=serve", "--backend-opt=--no_such_option"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text.contains("serve run 1: could not start: the backend refused Negotiate")
+            && text.contains("--no_such_option"),
+        "{text}"
+    );
+}
