@@ -63,6 +63,16 @@ pub enum Retention {
     SingleUse,
 }
 
+/// What the store knows of a content digest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Present,
+    /// Held once, then evicted or spent.
+    Gone,
+    /// Never put.
+    Absent,
+}
+
 /// What the store holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Usage {
@@ -83,6 +93,10 @@ const SUBDIRS: [&str; 3] = ["c", "x", "tmp"];
 
 struct State {
     index: Index,
+    /// Content that was held and is gone (evicted, or single-use and
+    /// spent): a sandbox needing it must have it pushed again, not read
+    /// from elsewhere.
+    gone: std::collections::HashSet<Digest>,
     /// Over the bound with only pinned entries left (logged once).
     over_bound: bool,
 }
@@ -211,6 +225,7 @@ impl ContentStore {
             max_bytes,
             state: Mutex::new(State {
                 index: Index::default(),
+                gone: Default::default(),
                 over_bound: false,
             }),
             next_temp: AtomicU64::new(0),
@@ -234,6 +249,22 @@ impl ContentStore {
             entries: state.index.entries(),
             bytes: state.index.bytes(),
             pinned: state.index.pinned(),
+        }
+    }
+
+    /// Whether content `hash` is held, was held and is gone, or was never
+    /// held (a bad key is absent).
+    pub fn lookup(&self, hash: &str) -> Lookup {
+        let Some(digest) = Digest::parse(hash) else {
+            return Lookup::Absent;
+        };
+        let state = self.state.lock();
+        if state.index.find(&digest, Kind::Content).is_some() {
+            Lookup::Present
+        } else if state.gone.contains(&digest) {
+            Lookup::Gone
+        } else {
+            Lookup::Absent
         }
     }
 
@@ -468,7 +499,7 @@ impl ContentStore {
         for slot in state.index.unpin(sandbox, None) {
             if state.index.is_spent(slot) {
                 let removed = state.index.remove(slot);
-                self.remove_files(&removed);
+                self.remove_files(&mut state, &removed);
             }
         }
         self.evict(&mut state, None);
@@ -579,6 +610,7 @@ impl ContentStore {
         })?;
         temp.armed = false;
         let slot = state.index.insert(*digest, Kind::Content, size, single_use);
+        state.gone.remove(digest);
         self.evict(&mut state, Some(slot));
         Ok(())
     }
@@ -633,7 +665,7 @@ impl ContentStore {
             match state.index.lru_head() {
                 Some(slot) if Some(slot) != protect => {
                     let removed = state.index.remove(slot);
-                    self.remove_files(&removed);
+                    self.remove_files(state, &removed);
                 }
                 _ => break,
             }
@@ -651,10 +683,11 @@ impl ContentStore {
 
     /// Unlinks an entry's files (under the index lock, so that a push of
     /// the same digest cannot rename its file in between).
-    fn remove_files(&self, removed: &Removed) {
+    fn remove_files(&self, state: &mut State, removed: &Removed) {
         if removed.kind != Kind::Content {
             return;
         }
+        state.gone.insert(removed.digest);
         let hash = removed.digest.hex();
         let name = file_name(&hash);
         let mut dirs = vec![(&self.content, &self.content_path)];
