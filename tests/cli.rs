@@ -7,12 +7,13 @@ use std::process::{Command, Output};
 
 use actionfs_testkit::bin;
 
-const SUBCOMMANDS: [&str; 8] = [
+const SUBCOMMANDS: [&str; 9] = [
     "materialize",
     "rmtree",
     "calibrate",
     "ctl",
     "replay",
+    "serve",
     "doctor",
     "man",
     "completions",
@@ -72,6 +73,7 @@ fn help_lists_each_subcommand_with_its_own_description_and_one_mountpoint() {
             "ctl" => "control socket",
             "replay" => "recorded with --record",
             "doctor" => "this machine",
+            "serve" => "sandbox backend protocol",
             "man" => "manual page",
             "completions" => "completions",
             "materialize" => "real files",
