@@ -10,22 +10,15 @@
 //! sandbox base is a fresh directory below `ACTIONFS_BENCH_DIR`, default
 //! the temporary directory). Run: `cargo bench --bench serve_create`.
 
+mod serve_common;
+
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use actionfs_protocol::backend::client::Client;
 use actionfs_protocol::backend::digest::digest_of;
 use actionfs_protocol::backend::sandbox::{create, Manifest, Push};
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use serve_common::{env_or, Served};
 
 fn tree(inputs: usize, generation: usize) -> Tree {
     let mut tb = TreeBuilder::new();
@@ -78,31 +71,10 @@ fn main() {
     }
     let inputs = env_or("ACTIONFS_BENCH_INPUTS", 5000);
     let runs = env_or("ACTIONFS_BENCH_RUNS", 31);
-    let parent = std::env::var_os("ACTIONFS_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    let dir = tempfile::tempdir_in(parent).unwrap();
-    let exec_root = dir.path().join("execroot");
-    std::fs::create_dir_all(exec_root.join("ws")).unwrap();
-    let bin = env!("CARGO_BIN_EXE_actionfs");
-    let mut child = Command::new(bin)
-        .args(["serve", "--workspace"])
-        .arg(exec_root.join("ws"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let client = Client::new(
-        Box::new(child.stdin.take().unwrap()),
-        Box::new(child.stdout.take().unwrap()),
-    );
-    let mut options = vec![format!("--sandbox_base={}", dir.path().display())];
-    if let Ok(extra) = std::env::var("ACTIONFS_BENCH_OPTS") {
-        options.extend(extra.split_whitespace().map(str::to_owned));
-    }
-    println!("{inputs} inputs, options {options:?}");
-    client.negotiate(options).unwrap();
-    let exec_root = exec_root.display().to_string();
+    let served = Served::start(&[]);
+    let client = &served.client;
+    println!("{inputs} inputs");
+    let exec_root = served.exec_root();
     let timed_create = |id: &str, tree: &Tree| {
         let started = Instant::now();
         let answer = client.create(id, manifest(tree, &exec_root)).unwrap();
@@ -128,7 +100,5 @@ fn main() {
     }
     summary("cold", cold);
     summary("seen", seen);
-    client.close().unwrap();
-    let status = child.wait().unwrap();
-    assert!(status.success());
+    served.stop();
 }
