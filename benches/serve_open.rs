@@ -83,7 +83,12 @@ fn main() {
     let native = std::fs::read_dir(served.dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("actionfs-serve-"))
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("actionfs-serve-")
+        })
         .unwrap()
         .join("store/c")
         .join(sha256_hex(&bytes));
