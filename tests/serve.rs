@@ -545,6 +545,11 @@ fn bad_input_gets_an_error_and_the_backend_keeps_serving() {
         let err = b.create_error("out", b.manifest(&good, &[(key, "file")]));
         assert!(err.contains(key), "{key}: {err}");
     }
+    // Outputs where the input tree has a file, or below one.
+    for key in ["/ws/f", "/ws/f/below"] {
+        let err = b.create_error("out", b.manifest(&good, &[(key, "file")]));
+        assert!(err.contains("as a file or symlink"), "{key}: {err}");
+    }
     // Another hash function.
     let mut md5 = b.manifest(&good, &[]);
     md5.hash_function = "MD5".into();

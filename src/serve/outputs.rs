@@ -7,7 +7,9 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
-use super::tree::{check_name, Walked};
+use std::collections::HashMap;
+
+use super::tree::{check_name, Checked, Walked};
 
 /// One declared output, checked.
 #[derive(Clone, Debug)]
@@ -77,32 +79,29 @@ pub fn check_sandbox_path(path: &str) -> Result<(), String> {
 }
 
 /// Refuses an output the input tree already holds as a file or symlink,
-/// or below one: the action could not write it.
+/// or below one (the action could not write it), and a directory output
+/// the tree holds as a directory.
 pub fn check_against_tree(outputs: &[Output], walked: &Walked) -> Result<(), String> {
     if outputs.is_empty() {
         return Ok(());
     }
-    let leaves: std::collections::HashSet<&str> = walked
-        .files
+    let dirs: HashMap<&str, &Checked> = walked
+        .dirs
         .iter()
-        .map(|f| f.path.as_str())
-        .chain(walked.symlinks.iter().map(|(p, _)| p.as_str()))
+        .map(|(path, dir)| (path.as_str(), &**dir))
         .collect();
     for output in outputs {
         let mut prefix = output.path.as_str();
-        loop {
-            if leaves.contains(prefix) {
+        while let Some((parent, name)) = prefix.rsplit_once('/') {
+            if dirs.get(parent).is_some_and(|dir| dir.has_leaf(name)) {
                 return Err(format!(
                     "output {:?}: the input tree holds {prefix:?} as a file or symlink",
                     output.path
                 ));
             }
-            match prefix.rsplit_once('/') {
-                Some((parent, _)) => prefix = parent,
-                None => break,
-            }
+            prefix = parent;
         }
-        if output.dir && walked.dirs.contains(output.path.as_str()) {
+        if output.dir && dirs.contains_key(output.path.as_str()) {
             return Err(format!(
                 "output {:?}: a directory output the input tree already holds",
                 output.path

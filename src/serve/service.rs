@@ -194,20 +194,20 @@ impl Service {
 
         // Content the store holds comes from it (pinned for this sandbox);
         // the rest from the default place.
-        let mut from_store = Vec::new();
+        let found = self.store.lookup_all(walked.files().map(|(_, f)| f.digest));
         let mut evicted = Vec::new();
         let mut default_place = false;
         {
             let refused = self.refused.lock();
-            for (index, file) in walked.files.iter().enumerate() {
-                match self.store.lookup(&file.hash) {
-                    Lookup::Present => from_store.push(index),
-                    Lookup::Gone => evicted.push(file.hash.clone()),
+            for ((dir, file), found) in walked.files().zip(&found) {
+                match found {
+                    Lookup::Present => {}
+                    Lookup::Gone => evicted.push(file.hash.to_string()),
                     // Pushed, but refused: not to be read from elsewhere.
-                    Lookup::Absent if refused.contains_key(&file.hash) => {
+                    Lookup::Absent if refused.contains_key(&*file.hash) => {
                         return Err(format!(
-                            "input {:?}: its pushed content was refused: {}",
-                            file.path, refused[&file.hash]
+                            "input {dir}/{}: its pushed content was refused: {}",
+                            file.name, refused[&*file.hash]
                         )
                         .into())
                     }
@@ -226,24 +226,18 @@ impl Service {
             )
             .into());
         }
-        let wanted: Vec<(&str, bool)> = from_store
-            .iter()
-            .map(|&i| (walked.files[i].hash.as_str(), walked.files[i].executable))
+        let wanted: Vec<(&str, bool)> = walked
+            .files()
+            .zip(&found)
+            .filter(|(_, found)| **found == Lookup::Present)
+            .map(|((_, file), _)| (&*file.hash, file.executable))
             .collect();
         let stored = match self.store.acquire(id, &wanted) {
             Ok(stored) => stored,
             Err(AcquireError::Missing(missing)) => return Err(self.missing(missing.hashes)),
             Err(AcquireError::Store(err)) => return Err(err.to_string().into()),
         };
-        let made = self.make(
-            id,
-            &walked,
-            &outs,
-            &writable,
-            exec_root,
-            &from_store,
-            &stored,
-        );
+        let made = self.make(id, &walked, &outs, &writable, exec_root, &found, stored);
         match made {
             Ok(scratch) => {
                 self.live.lock().insert(
@@ -272,8 +266,8 @@ impl Service {
         outs: &[Output],
         writable: &[(&String, &String)],
         exec_root: &Path,
-        from_store: &[usize],
-        stored: &[PathBuf],
+        found: &[Lookup],
+        stored: Vec<PathBuf>,
     ) -> Result<PathBuf, String> {
         let ws = walked.workspace.as_str();
         let scratch = self.dirs.scratch.join(id);
@@ -282,7 +276,7 @@ impl Service {
             let ws_dir = scratch.join(ws);
             fs::create_dir(&ws_dir).map_err(|err| format!("mkdir {ws_dir:?}: {err}"))?;
             outputs::prepare(&scratch, outs).map_err(|err| err.to_string())?;
-            let draft = self.draft(id, walked, outs, writable, exec_root, from_store, stored)?;
+            let draft = self.draft(id, walked, outs, writable, exec_root, found, stored)?;
             self.core
                 .create(id, draft)
                 .map(drop)
@@ -300,7 +294,9 @@ impl Service {
     }
 
     /// The layout: the workspace directory writable over the scratch
-    /// one, writable directories, then every input read-only.
+    /// one, writable directories, then every input read-only (`found`
+    /// says, per file in `walked.files()` order, whether `stored` holds
+    /// its path).
     #[allow(clippy::too_many_arguments)]
     fn draft(
         &self,
@@ -309,49 +305,64 @@ impl Service {
         outs: &[Output],
         writable: &[(&String, &String)],
         exec_root: &Path,
-        from_store: &[usize],
-        stored: &[PathBuf],
+        found: &[Lookup],
+        stored: Vec<PathBuf>,
     ) -> Result<Draft, String> {
         let ws = walked.workspace.as_str();
         let scratch_ws = self.dirs.scratch.join(id).join(ws);
         let mut draft = Draft::new(Some(id));
         let mut index = 0;
-        let mut add = |path: &str, underlying: &Path, writable: bool| {
-            draft.add(index, path, underlying.as_os_str().as_bytes(), writable);
+        let mut add = |path: &str, underlying: &[u8], writable: bool| {
+            draft.add(index, path, underlying, writable);
             index += 1;
         };
-        add(&format!("/{ws}"), &scratch_ws, true);
+        add(&format!("/{ws}"), scratch_ws.as_os_str().as_bytes(), true);
         for (path, host) in writable {
-            add(path, Path::new(host), true);
+            add(path, host.as_bytes(), true);
         }
-        let mut stored_at = vec![None; walked.files.len()];
-        for (&file, path) in from_store.iter().zip(stored) {
-            stored_at[file] = Some(path);
-        }
-        let mut path = String::with_capacity(256);
-        for (file, stored) in walked.files.iter().zip(&stored_at) {
+        // An empty directory on an output's path is the scratch one.
+        let output_dirs: HashSet<&str> = outs
+            .iter()
+            .flat_map(|o| ancestors(&o.path, o.dir))
+            .collect();
+        let mut stored = stored.into_iter();
+        let mut found = found.iter();
+        // One buffer for every sandbox path and one for every default
+        // place: no allocation per input.
+        let (mut path, mut under) = (String::with_capacity(256), Vec::with_capacity(512));
+        under.extend_from_slice(exec_root.as_os_str().as_bytes());
+        under.push(b'/');
+        let under_base = under.len();
+        for (dir, entries) in &walked.dirs {
             path.clear();
             path.push('/');
-            path.push_str(&file.path);
-            match stored {
-                Some(underlying) => add(&path, underlying, false),
-                None => add(&path, &exec_root.join(&file.path), false),
-            }
-        }
-        for (link, target) in &walked.symlinks {
-            let made = self.symlink_for(target)?;
-            add(&format!("/{link}"), &made, false);
-        }
-        if !walked.empty_dirs.is_empty() {
-            // An empty directory on an output's path is the scratch one.
-            let output_dirs: HashSet<&str> = outs
-                .iter()
-                .flat_map(|o| ancestors(&o.path, o.dir))
-                .collect();
-            for dir in &walked.empty_dirs {
-                if !output_dirs.contains(dir.as_str()) && dir != ws {
-                    add(&format!("/{dir}"), &self.dirs.empty, false);
+            path.push_str(dir);
+            path.push('/');
+            let base = path.len();
+            for file in entries.files.iter() {
+                path.truncate(base);
+                path.push_str(&file.name);
+                if found.next() == Some(&Lookup::Present) {
+                    let at = stored.next().expect("a stored path per present file");
+                    add(&path, at.as_os_str().as_bytes(), false);
+                } else {
+                    under.truncate(under_base);
+                    under.extend_from_slice(path[1..].as_bytes());
+                    add(&path, &under, false);
                 }
+            }
+            for link in entries.symlinks.iter() {
+                path.truncate(base);
+                path.push_str(&link.name);
+                let made = self.symlink_for(&link.target)?;
+                add(&path, made.as_os_str().as_bytes(), false);
+            }
+            if entries.is_empty() && dir != ws && !output_dirs.contains(dir.as_str()) {
+                add(
+                    &path[..base - 1],
+                    self.dirs.empty.as_os_str().as_bytes(),
+                    false,
+                );
             }
         }
         Ok(draft)

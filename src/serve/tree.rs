@@ -14,25 +14,39 @@ use actionfs_protocol::backend::reapi;
 use parking_lot::Mutex;
 use prost::Message;
 
-use crate::sandbox::store::ContentStore;
+use crate::sandbox::store::{ContentStore, Digest};
 
 /// Decoded directories kept at most; past it the cache starts over (a
 /// build's distinct directories are far fewer).
 const CHECKED_CAP: usize = 1 << 18;
 
-/// One directory's entries, names checked.
+/// One directory's entries, names checked, in the blob's order.
 #[derive(Debug)]
 pub struct Checked {
-    files: Box<[FileEntry]>,
+    pub files: Box<[FileEntry]>,
     dirs: Box<[DirEntry]>,
-    symlinks: Box<[SymlinkEntry]>,
+    pub symlinks: Box<[SymlinkEntry]>,
+}
+
+impl Checked {
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.dirs.is_empty() && self.symlinks.is_empty()
+    }
+
+    /// Whether `name` is a file or symlink here.
+    pub fn has_leaf(&self, name: &str) -> bool {
+        self.files.iter().any(|f| &*f.name == name)
+            || self.symlinks.iter().any(|l| &*l.name == name)
+    }
 }
 
 #[derive(Debug)]
-struct FileEntry {
-    name: Box<str>,
-    hash: Box<str>,
-    executable: bool,
+pub struct FileEntry {
+    pub name: Box<str>,
+    pub hash: Box<str>,
+    /// The hash as bytes, parsed once per directory digest.
+    pub digest: Digest,
+    pub executable: bool,
 }
 
 #[derive(Debug)]
@@ -42,29 +56,27 @@ struct DirEntry {
 }
 
 #[derive(Debug)]
-struct SymlinkEntry {
-    name: Box<str>,
-    target: Box<str>,
+pub struct SymlinkEntry {
+    pub name: Box<str>,
+    pub target: Box<str>,
 }
 
-/// A tree walked from its root digest. Paths are relative to the sandbox
-/// root and start with the workspace's name.
+/// A tree walked from its root digest: each directory's path (relative
+/// to the sandbox root, starting with the workspace's name) and entries.
+/// No path per input is made here: the layout builds them in one buffer.
 #[derive(Debug, Default)]
 pub struct Walked {
     pub workspace: String,
-    pub files: Vec<WalkedFile>,
-    /// (path, target as given).
-    pub symlinks: Vec<(String, String)>,
-    pub empty_dirs: Vec<String>,
-    /// Every directory of the tree (not the root), for collision checks.
-    pub dirs: std::collections::HashSet<String>,
+    pub dirs: Vec<(String, Arc<Checked>)>,
 }
 
-#[derive(Debug)]
-pub struct WalkedFile {
-    pub path: String,
-    pub hash: String,
-    pub executable: bool,
+impl Walked {
+    /// Every file, with the path of its directory, in a fixed order.
+    pub fn files(&self) -> impl Iterator<Item = (&str, &FileEntry)> {
+        self.dirs
+            .iter()
+            .flat_map(|(path, dir)| dir.files.iter().map(move |file| (path.as_str(), file)))
+    }
 }
 
 /// Why a tree cannot be walked.
@@ -123,25 +135,10 @@ impl Trees {
                 missing.push(hash.to_string());
                 continue;
             };
-            if dir.files.is_empty() && dir.dirs.is_empty() && dir.symlinks.is_empty() {
-                walked.empty_dirs.push(path.clone());
-            }
-            for file in dir.files.iter() {
-                walked.files.push(WalkedFile {
-                    path: format!("{path}/{}", file.name),
-                    hash: file.hash.to_string(),
-                    executable: file.executable,
-                });
-            }
-            for link in dir.symlinks.iter() {
-                walked
-                    .symlinks
-                    .push((format!("{path}/{}", link.name), link.target.to_string()));
-            }
             for sub in dir.dirs.iter() {
                 pending.push((format!("{path}/{}", sub.name), sub.hash.clone()));
             }
-            walked.dirs.insert(path);
+            walked.dirs.push((path, dir));
         }
         if !missing.is_empty() {
             missing.sort();
@@ -188,9 +185,11 @@ fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
     for file in &dir.files {
         check_name(&file.name).map_err(&invalid)?;
         names.push(&file.name);
+        let hash = digest_hash(&file.name, &file.digest)?;
         files.push(FileEntry {
             name: file.name.as_str().into(),
-            hash: digest_hash(&file.name, &file.digest)?,
+            digest: Digest::parse(&hash).expect("checked as SHA-256 hex"),
+            hash,
             executable: file.is_executable,
         });
     }

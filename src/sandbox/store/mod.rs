@@ -255,17 +255,26 @@ impl ContentStore {
     /// Whether content `hash` is held, was held and is gone, or was never
     /// held (a bad key is absent).
     pub fn lookup(&self, hash: &str) -> Lookup {
-        let Some(digest) = Digest::parse(hash) else {
-            return Lookup::Absent;
-        };
-        let state = self.state.lock();
-        if state.index.find(&digest, Kind::Content).is_some() {
-            Lookup::Present
-        } else if state.gone.contains(&digest) {
-            Lookup::Gone
-        } else {
-            Lookup::Absent
+        match Digest::parse(hash) {
+            Some(digest) => self.lookup_all(std::iter::once(digest))[0],
+            None => Lookup::Absent,
         }
+    }
+
+    /// [`ContentStore::lookup`] of many digests, under one lock.
+    pub fn lookup_all(&self, digests: impl Iterator<Item = Digest>) -> Vec<Lookup> {
+        let state = self.state.lock();
+        digests
+            .map(|digest| {
+                if state.index.find(&digest, Kind::Content).is_some() {
+                    Lookup::Present
+                } else if state.gone.contains(&digest) {
+                    Lookup::Gone
+                } else {
+                    Lookup::Absent
+                }
+            })
+            .collect()
     }
 
     /// Whether content `hash` is held (a bad key is not).
