@@ -347,7 +347,7 @@ impl Service {
                     add(&path, at.as_os_str().as_bytes(), false);
                 } else {
                     under.truncate(under_base);
-                    under.extend_from_slice(path[1..].as_bytes());
+                    under.extend_from_slice(&path.as_bytes()[1..]);
                     add(&path, &under, false);
                 }
             }
