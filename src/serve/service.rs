@@ -15,6 +15,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use actionfs_protocol::backend::digest::{is_sha256_hex, sha256_hex};
 use actionfs_protocol::backend::sandbox::{
@@ -26,6 +27,7 @@ use parking_lot::Mutex;
 use super::outputs::{self, Output};
 use super::tree::{Trees, WalkError, Walked};
 use crate::daemon::reconfig::Backend;
+use crate::daemon::stats::RequestKind;
 use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::layout::Draft;
 use crate::sandbox::materialize::remove_tree;
@@ -45,8 +47,8 @@ pub struct Dirs {
 
 /// A live sandbox's own state.
 struct Live {
-    scratch: PathBuf,
-    outputs: Vec<Output>,
+    scratch: Arc<Path>,
+    outputs: Arc<[Output]>,
 }
 
 /// Why a create did not make a sandbox.
@@ -138,7 +140,14 @@ impl Service {
 
     pub fn create(&self, id: &str, manifest: Manifest) -> create::Result {
         use create::result::Outcome;
-        let outcome = match self.try_create(id, &manifest) {
+        let started = Instant::now();
+        let created = self.try_create(id, &manifest);
+        // MissingContent is not a failure: Bazel pushes and asks again.
+        let failed = matches!(created, Err(Refused::Invalid(_)));
+        self.core
+            .stats()
+            .request(RequestKind::Create, started.elapsed(), !failed);
+        let outcome = match created {
             Ok(path) => Outcome::Ok(create::result::Ok {
                 path: path.to_string_lossy().into_owned(),
                 confinement: None,
@@ -243,8 +252,8 @@ impl Service {
                 self.live.lock().insert(
                     id.to_owned(),
                     Live {
-                        scratch,
-                        outputs: outs,
+                        scratch: scratch.into(),
+                        outputs: outs.into(),
                     },
                 );
                 Ok(self.dirs.mount.join(id))
@@ -400,17 +409,18 @@ impl Service {
     pub fn collect(&self, id: &str, exec_root: &str) -> collect::Result {
         use collect::result::Outcome;
         let outcome = (|| {
-            let live = self.live.lock();
-            let live = live
-                .get(id)
-                .ok_or_else(|| format!("sandbox {id:?}: no such sandbox"))?;
+            // Not under the lock: other sandboxes' requests go on meanwhile.
+            let (scratch, outputs) = match self.live.lock().get(id) {
+                Some(live) => (live.scratch.clone(), live.outputs.clone()),
+                None => return Err(format!("sandbox {id:?}: no such sandbox")),
+            };
             let exec_root = Path::new(exec_root);
             if !exec_root.is_absolute() {
                 return Err(format!(
                     "sandbox {id:?}: exec_root {exec_root:?} is not absolute"
                 ));
             }
-            outputs::collect(&live.scratch, exec_root, &live.outputs)
+            outputs::collect(&scratch, exec_root, &outputs)
                 .map_err(|why| format!("sandbox {id:?}: collect: {why}"))
         })();
         collect::Result {
@@ -423,10 +433,15 @@ impl Service {
 
     pub fn destroy(&self, id: &str) -> destroy::Result {
         use destroy::result::Outcome;
-        let outcome = match self.live.lock().remove(id) {
+        let started = Instant::now();
+        let removed = self.live.lock().remove(id);
+        let outcome = match removed {
             None => Err(format!("sandbox {id:?}: no such sandbox")),
             Some(live) => self.tear_down(id, live),
         };
+        self.core
+            .stats()
+            .request(RequestKind::Destroy, started.elapsed(), outcome.is_ok());
         destroy::Result {
             outcome: Some(match outcome {
                 Ok(()) => Outcome::Ok(destroy::result::Ok {}),
