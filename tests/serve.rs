@@ -698,10 +698,18 @@ fn closing_stdin_with_requests_in_flight_answers_them_and_removes_everything() {
         .collect();
     // Sandboxes still there and answers still due when stdin closes.
     b.close();
+    // Every request read before the end was answered.
     for answer in pending {
-        if let Ok(Ok(response)) = answer.recv() {
-            assert!(response.result.is_some());
-        }
+        let response = answer.recv().unwrap().unwrap();
+        assert!(
+            matches!(
+                response.result,
+                Some(sandbox::response::Result::Create(create::Result {
+                    outcome: Some(create::result::Outcome::Ok(_))
+                }))
+            ),
+            "{response:?}"
+        );
     }
 }
 
