@@ -45,6 +45,9 @@ pub enum Command {
     Ctl(crate::tools::ctl::CtlArgs),
     Replay(crate::tools::replay::ReplayArgs),
     ReplayActions(crate::tools::replay_actions::ReplayActionsArgs),
+    /// `actionfs serve --workspace WS`: a backend for Bazel's sandbox
+    /// backend protocol.
+    Backend(crate::serve::ServeArgs),
     Doctor(crate::tools::doctor::DoctorArgs),
     /// `actionfs man`: print the manual page, or write every page to a
     /// directory.
@@ -388,6 +391,23 @@ its progress on stderr when that is a terminal."
         #[arg(long)]
         keep: bool,
     },
+    /// Serve Bazel's sandbox backend protocol on stdin and stdout (Bazel 7
+    /// and later with --sandbox_backend); options arrive in its Negotiate
+    /// request, not on the command line
+    #[command(
+        long_about = "Serves Bazel's sandbox backend protocol: length-delimited protobuf \
+requests on stdin, answers on stdout. Bazel starts it as `BINARY serve --workspace WS`; its \
+--sandbox_backend_opt values arrive in the first request (Negotiate): --sandbox_base=DIR, \
+--native_below, --native_method, --native_stashes, --transport, --ttl, --passthrough, \
+--store_max_bytes=N, --reconfig_threads, --calibration (`actionfs man`, SUBCOMMANDS). Closing stdin unmounts, removes every sandbox and the store, \
+and exits 0."
+    )]
+    Serve {
+        /// The workspace Bazel builds (its exec root's name is the
+        /// sandboxes' top directory)
+        #[arg(long, value_name = "DIR")]
+        workspace: PathBuf,
+    },
     /// Check whether this machine can mount and serve fast sandboxes, and
     /// say what the daemon would choose here
     #[command(
@@ -702,12 +722,89 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             native_stashes,
             write,
         }),
+        Sub::Serve { workspace } => Command::Backend(crate::serve::ServeArgs { workspace }),
         Sub::Doctor { json, sandbox_base } => Command::Doctor(crate::tools::doctor::DoctorArgs {
             json,
             sandbox_base: sandbox_base.unwrap_or_else(std::env::temp_dir),
         }),
         Sub::Man { dir } => Command::Man { dir },
         Sub::Completions { shell } => Command::Completions(shell),
+    })
+}
+
+/// The options `actionfs serve` takes in Bazel's Negotiate request (one
+/// `--sandbox_backend_opt` each), with the daemon's spellings.
+#[derive(Parser, Debug)]
+#[command(
+    name = "serve-options",
+    no_binary_name = true,
+    disable_help_flag = true
+)]
+struct BackendFlags {
+    /// Where the mount, the scratch directories, the native trees and the
+    /// store live (default: the temporary directory)
+    #[arg(long = "sandbox_base", value_name = "DIR")]
+    sandbox_base: Option<PathBuf>,
+    #[arg(long = "native_below", value_name = "N|auto|0", default_value = "auto", value_parser = parse_native_below)]
+    native_below: NativeBelow,
+    #[arg(long = "native_method", value_name = "METHOD", default_value = "symlink", value_parser = parse_method)]
+    native_method: Method,
+    #[arg(long = "native_stashes", value_name = "N", default_value_t = 8)]
+    native_stashes: usize,
+    #[arg(long, value_name = "auto|io_uring|classic", default_value = "auto", value_parser = parse_transport)]
+    transport: Asked,
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    ttl: Duration,
+    #[arg(long, value_name = "auto|off", default_value = "auto", value_parser = ["auto", "off"])]
+    passthrough: String,
+    /// Bytes of pushed content and directory blobs kept at most; the least
+    /// recently used unpinned entries go first
+    #[arg(long = "store_max_bytes", value_name = "N", default_value_t = 8 << 30)]
+    store_max_bytes: u64,
+    #[arg(long = "reconfig_threads", value_name = "N", value_parser = parse_positive)]
+    reconfig_threads: Option<usize>,
+    #[arg(long, value_name = "PATH")]
+    calibration: Option<PathBuf>,
+}
+
+/// What `actionfs serve` was told in Negotiate.
+#[derive(Clone, Debug)]
+pub struct BackendOptions {
+    pub sandbox_base: Option<PathBuf>,
+    pub native_below: NativeBelow,
+    pub native_method: Method,
+    pub native_stashes: usize,
+    pub transport: Asked,
+    pub ttl: Duration,
+    pub passthrough: bool,
+    pub store_max_bytes: u64,
+    pub reconfig_threads: Option<usize>,
+    pub calibration: Option<PathBuf>,
+}
+
+/// Reads Negotiate's options; the error names the first one refused, in
+/// one line (Bazel shows the backend's answer in its own message).
+pub fn parse_backend_options(options: &[String]) -> Result<BackendOptions, String> {
+    let flags = BackendFlags::try_parse_from(options).map_err(|err| {
+        let text = err.to_string();
+        let first = text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ");
+        format!("backend option refused: {first}")
+    })?;
+    Ok(BackendOptions {
+        sandbox_base: flags.sandbox_base,
+        native_below: flags.native_below,
+        native_method: flags.native_method,
+        native_stashes: flags.native_stashes,
+        transport: flags.transport,
+        ttl: flags.ttl,
+        passthrough: flags.passthrough == "auto",
+        store_max_bytes: flags.store_max_bytes,
+        reconfig_threads: flags.reconfig_threads,
+        calibration: flags.calibration,
     })
 }
 

@@ -38,5 +38,6 @@ pub mod cli;
 pub mod daemon;
 pub mod fuse;
 pub mod sandbox;
+pub mod serve;
 mod sys;
 pub mod tools;

@@ -12,7 +12,7 @@ fn main() -> ExitCode {
     // words, which scripts grep for); subcommands that run daemons of their
     // own (calibrate, replay) stay quiet.
     let default_filter = match &command {
-        Ok(Command::Serve(_)) => "warn,fuser=error,actionfs::lifecycle=info",
+        Ok(Command::Serve(_) | Command::Backend(_)) => "warn,fuser=error,actionfs::lifecycle=info",
         _ => "warn,fuser=error",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
@@ -36,9 +36,17 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(Command::Serve(options)) => match actionfs::daemon::run(*options) {
-            Ok(Stopped::Unmounted) => ExitCode::SUCCESS,
+            Ok(Stopped::Unmounted | Stopped::FrontEndDone) => ExitCode::SUCCESS,
             Ok(Stopped::BySignal(signal)) => stop::exit_by(signal),
             Err(err) => exit(Err(err)),
+        },
+        Ok(Command::Backend(args)) => match actionfs::serve::run(&args) {
+            Ok(actionfs::serve::Served::Closed) => ExitCode::SUCCESS,
+            Ok(actionfs::serve::Served::Signal(signal)) => stop::exit_by(signal),
+            Err(why) => {
+                eprintln!("actionfs serve: {why}");
+                ExitCode::from(1)
+            }
         },
         Ok(Command::Materialize(args)) => exit(actionfs::tools::oneshot::materialize(&args)),
         Ok(Command::Rmtree { dir, verbose }) => {

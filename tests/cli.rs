@@ -7,13 +7,14 @@ use std::process::{Command, Output};
 
 use actionfs_testkit::bin;
 
-const SUBCOMMANDS: [&str; 9] = [
+const SUBCOMMANDS: [&str; 10] = [
     "materialize",
     "rmtree",
     "calibrate",
     "ctl",
     "replay",
     "replay-actions",
+    "serve",
     "doctor",
     "man",
     "completions",
@@ -74,6 +75,7 @@ fn help_lists_each_subcommand_with_its_own_description_and_one_mountpoint() {
             "replay" => "recorded with --record",
             "replay-actions" => "execution log",
             "doctor" => "this machine",
+            "serve" => "sandbox backend protocol",
             "man" => "manual page",
             "completions" => "completions",
             "materialize" => "real files",

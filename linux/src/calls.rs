@@ -22,10 +22,25 @@ pub fn clone_file(
 ) -> io::Result<()> {
     use nix::fcntl::OFlag;
     use nix::sys::stat::Mode;
-    let nofollow = OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let source = nix::fcntl::openat(src_dir, src_name, OFlag::O_RDONLY | nofollow, Mode::empty())?;
-    let mode = Mode::from_bits_truncate(nix::sys::stat::fstat(&source)?.st_mode & 0o7777);
-    let create = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | nofollow;
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let source = nix::fcntl::openat(src_dir, src_name, flags, Mode::empty())?;
+    clone_open_file(source.as_fd(), dest_dir, name)
+}
+
+/// Clones the regular file open as `source` (for reading) as new file
+/// `name` in `dest_dir`, with the source's mode, as [`clone_file`] does:
+/// for a caller that opened (and checked) the source itself. A failed
+/// clone leaves no file behind.
+pub fn clone_open_file(
+    source: BorrowedFd<'_>,
+    dest_dir: BorrowedFd<'_>,
+    name: &CStr,
+) -> io::Result<()> {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+    let mode = Mode::from_bits_truncate(nix::sys::stat::fstat(source)?.st_mode & 0o7777);
+    let create =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let target = nix::fcntl::openat(dest_dir, name, create, mode)?;
     // SAFETY: FICLONE takes the source descriptor as its integer argument;
     // both descriptors are open for the whole call.

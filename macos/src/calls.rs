@@ -36,6 +36,28 @@ pub fn clone_file(
     Ok(())
 }
 
+/// Clones the regular file open as `source` as new file `name` in
+/// `dest_dir` with fclonefileat(2) on APFS, with the source's mode, as
+/// [`clone_file`] does: for a caller that opened (and checked) the source
+/// itself.
+pub fn clone_open_file(
+    source: BorrowedFd<'_>,
+    dest_dir: BorrowedFd<'_>,
+    name: &CStr,
+) -> io::Result<()> {
+    // SAFETY: a valid C string and descriptors, borrowed for the call.
+    let ret = unsafe {
+        libc::fclonefileat(
+            source.as_raw_fd(),
+            dest_dir.as_raw_fd(),
+            name.as_ptr(),
+            CLONE_NOFOLLOW,
+        )
+    };
+    Errno::result(ret)?;
+    Ok(())
+}
+
 /// macOS FUSE has no passthrough, so no backing id is ever made.
 pub fn close_backing(_device: BorrowedFd<'_>, _id: u32) -> io::Result<()> {
     Ok(())

@@ -45,9 +45,34 @@ use crate::sandbox::hybrid::{NativeSandboxes, Sandboxes};
 use crate::sandbox::tree::{FsConfig, SandboxFs};
 use reconfig::ResponseSink;
 
+/// Who asks the daemon for sandboxes.
+pub enum FrontEnd {
+    /// The sandboxfs 0.2 stream on stdin (or `--input`), answered on
+    /// stdout (or `--output`); its end leaves the mount up.
+    SandboxfsStream,
+    /// A front end of the caller's, run on its own thread once the mount
+    /// serves; its return unmounts the file system and stops the daemon
+    /// ([`Stopped::FrontEndDone`]).
+    Owning(Box<dyn FnOnce(Arc<Sandboxes>) + Send>),
+}
+
+/// A front end with what it reads and writes opened.
+enum Requests {
+    Stream {
+        input: Box<dyn Read + Send>,
+        output: Box<dyn Write + Send>,
+    },
+    Owning(Box<dyn FnOnce(Arc<Sandboxes>) + Send>),
+}
+
 /// Runs the daemon until it is told to stop, and says how it stopped. An
 /// error means exit status 1.
 pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
+    run_with(options, FrontEnd::SandboxfsStream)
+}
+
+/// [`run`], with sandboxes asked for by `front_end`.
+pub fn run_with(options: DaemonConfig, front_end: FrontEnd) -> Result<Stopped, DaemonError> {
     // Modes from the kernel already have the caller's umask applied; ours
     // must not mask them again.
     nix::sys::stat::umask(nix::sys::stat::Mode::empty());
@@ -67,7 +92,12 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
         )
         .map_err(DaemonError::Mapping)?,
     );
-    let input = open_input(&options)?;
+    // The stream's input is opened with the arguments' checks, its
+    // output once the start can no longer fail for a bad argument.
+    let input = match &front_end {
+        FrontEnd::SandboxfsStream => Some(open_input(&options)?),
+        FrontEnd::Owning(_) => None,
+    };
     checks::paths_to_make(&options)?;
     let (policy, policy_source) =
         cutoff::resolve(&options.native_below, options.calibration.as_deref())
@@ -87,7 +117,13 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
             source,
         })?;
     }
-    let output = open_output(&options, &mut created)?;
+    let requests = match (front_end, input) {
+        (FrontEnd::Owning(serve), _) => Requests::Owning(serve),
+        (FrontEnd::SandboxfsStream, input) => Requests::Stream {
+            input: input.expect("opened above for the stream"),
+            output: open_output(&options, &mut created)?,
+        },
+    };
     let native = open_native(&options, &mount_point, policy, &policy_source, &mut created)?;
     let access_log = match &options.access_log {
         Some(path) => Some(
@@ -239,27 +275,42 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
             })?;
         log::info!("control socket at {:?}", options.control);
     }
-    {
-        let sink = Arc::new(match recording {
-            Some(recording) => ResponseSink::recorded(output, recording),
-            None => ResponseSink::new(output),
-        });
-        let threads = options.reconfig_threads;
-        let backend: Arc<dyn reconfig::Backend> = sandboxes;
-        std::thread::Builder::new()
-            .name("requests".into())
-            .spawn(
-                move || match reconfig::serve(input, backend, sink, threads, stats) {
-                    Ok(()) => stop::input_ended(),
-                    Err(err) => log::error!(
-                        "cannot start reconfiguration workers: {err}; no requests are read"
-                    ),
-                },
-            )
-            .map_err(|source| DaemonError::Thread {
-                name: "request reader",
-                source,
-            })?;
+    match requests {
+        Requests::Owning(serve) => {
+            let events = events.clone();
+            std::thread::Builder::new()
+                .name("front end".into())
+                .spawn(move || {
+                    serve(sandboxes);
+                    let _ = events.send(Event::FrontEndDone);
+                })
+                .map_err(|source| DaemonError::Thread {
+                    name: "front end",
+                    source,
+                })?;
+        }
+        Requests::Stream { input, output } => {
+            let sink = Arc::new(match recording {
+                Some(recording) => ResponseSink::recorded(output, recording),
+                None => ResponseSink::new(output),
+            });
+            let threads = options.reconfig_threads;
+            let backend: Arc<dyn reconfig::Backend> = sandboxes;
+            std::thread::Builder::new()
+                .name("requests".into())
+                .spawn(
+                    move || match reconfig::serve(input, backend, sink, threads, stats) {
+                        Ok(()) => stop::input_ended(),
+                        Err(err) => log::error!(
+                            "cannot start reconfiguration workers: {err}; no requests are read"
+                        ),
+                    },
+                )
+                .map_err(|source| DaemonError::Thread {
+                    name: "request reader",
+                    source,
+                })?;
+        }
     }
     drop(events);
 

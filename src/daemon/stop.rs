@@ -99,6 +99,9 @@ impl Drop for Mounted {
 pub enum Event {
     Signal(i32),
     SessionEnded(io::Result<()>),
+    /// A front end that owns the daemon's life (`actionfs serve`) is done:
+    /// unmount as for a signal, then exit 0.
+    FrontEndDone,
 }
 
 /// How the daemon stopped, for its exit status.
@@ -108,6 +111,9 @@ pub enum Stopped {
     Unmounted,
     /// Unmounted after this signal: exit by it.
     BySignal(i32),
+    /// Unmounted because the front end ended (its client closed the
+    /// stream): exit 0.
+    FrontEndDone,
 }
 
 /// Waits for a reason to stop and, for a signal, unmounts (patiently,
@@ -120,6 +126,10 @@ pub fn wait_and_unmount(
     let shown = mount_point.display();
     let signal = match events.recv() {
         Ok(Event::Signal(signal)) => signal,
+        Ok(Event::FrontEndDone) => {
+            log::info!(target: LOG, "The client closed the stream; unmounting {shown}");
+            return unmount_patiently(events, mounted, mount_point, Stopped::FrontEndDone);
+        }
         Ok(Event::SessionEnded(Ok(()))) => {
             mounted.gone();
             log::info!(target: LOG, "{shown} was unmounted from outside; exiting");
@@ -129,6 +139,18 @@ pub fn wait_and_unmount(
         Err(_) => return Err(DaemonError::ThreadsEnded),
     };
     log::info!(target: LOG, "Caught signal {signal}; unmounting {shown}");
+    unmount_patiently(events, mounted, mount_point, Stopped::BySignal(signal))
+}
+
+/// Unmounts, retrying while the mount is busy; a signal meanwhile
+/// detaches it. `stopped` is how the daemon ends once unmounted.
+fn unmount_patiently(
+    events: &Receiver<Event>,
+    mut mounted: Mounted,
+    mount_point: &Path,
+    stopped: Stopped,
+) -> Result<Stopped, DaemonError> {
+    let shown = mount_point.display();
     let mut interval = FIRST_RETRY_INTERVAL;
     loop {
         match mount::unmount(mount_point) {
@@ -148,7 +170,7 @@ pub fn wait_and_unmount(
                 );
                 detach(mount_point)?;
                 serve_until_closed(events, mount_point);
-                return Ok(Stopped::BySignal(signal));
+                return Ok(stopped);
             }
         }
         match events.recv_timeout(interval) {
@@ -156,12 +178,13 @@ pub fn wait_and_unmount(
                 log::warn!(target: LOG, "Caught signal {again} again; detaching {shown}");
                 detach(mount_point)?;
                 serve_until_closed(events, mount_point);
-                return Ok(Stopped::BySignal(signal));
+                return Ok(stopped);
             }
+            Ok(Event::FrontEndDone) => {}
             Ok(Event::SessionEnded(_)) => {
                 mounted.gone();
                 log::info!(target: LOG, "{shown} was unmounted from outside meanwhile");
-                return Ok(Stopped::BySignal(signal));
+                return Ok(stopped);
             }
             Err(RecvTimeoutError::Timeout) => interval = (interval * 2).min(MAX_RETRY_INTERVAL),
             Err(RecvTimeoutError::Disconnected) => return Err(DaemonError::ThreadsEnded),
@@ -172,10 +195,10 @@ pub fn wait_and_unmount(
     loop {
         match events.recv_timeout(SESSION_END_WAIT) {
             Ok(Event::SessionEnded(_)) | Err(_) => break,
-            Ok(Event::Signal(_)) => continue,
+            Ok(Event::Signal(_) | Event::FrontEndDone) => continue,
         }
     }
-    Ok(Stopped::BySignal(signal))
+    Ok(stopped)
 }
 
 /// After a detach: serves what is still open until the kernel lets the
@@ -187,7 +210,9 @@ fn serve_until_closed(events: &Receiver<Event>, mount_point: &Path) {
          daemon exits when the last is closed; another signal exits at once (they then fail)"
     );
     match events.recv() {
-        Ok(Event::SessionEnded(_)) => log::info!("the last file open through {mount_point:?} was closed"),
+        Ok(Event::SessionEnded(_) | Event::FrontEndDone) => {
+            log::info!("the last file open through {mount_point:?} was closed")
+        }
         Ok(Event::Signal(again)) => log::warn!(
             "signal {again} again: exiting; files still open through {mount_point:?} fail from now on"
         ),

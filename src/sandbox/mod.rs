@@ -1,6 +1,8 @@
 //! The core: a sandbox as a tree of nodes served through FUSE ([`tree`]) or
 //! as real files ([`materialize`]), from one [`layout`]; [`hybrid`] picks
-//! which per sandbox. Nothing here knows about FUSE or the request stream.
+//! which per sandbox; [`store`] keeps content pushed by digest for the
+//! sandboxes that reference it. Nothing here knows about FUSE or the request
+//! stream.
 
 pub mod dirfd;
 pub mod file_kind;
@@ -8,4 +10,5 @@ pub mod hybrid;
 pub mod layout;
 pub mod materialize;
 pub(crate) mod sharded;
+pub mod store;
 pub mod tree;

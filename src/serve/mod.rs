@@ -1,0 +1,209 @@
+//! `actionfs serve --workspace WS`: the front end for Bazel's sandbox
+//! backend protocol (Bazel 7 and later, `--sandbox_backend`).
+//!
+//! Bazel sends each action's inputs as a content-addressed REAPI tree:
+//! directory blobs and content arrive in Pushes and go to the store
+//! ([`crate::sandbox::store`]); a Create names a root digest, which
+//! [`tree`] walks into a layout for the same core the sandboxfs stream
+//! uses (FUSE view or native tree, by the measured cutoff). A digest's
+//! bytes never change, so the mount runs with zero-message opens: the
+//! kernel opens and caches inputs with no message per open.
+//!
+//! Read in this order: this file (start, Negotiate, stop), [`session`]
+//! (the request loop), [`service`] (what each request does), [`tree`]
+//! (trees from digests), [`outputs`] (declared outputs and Collect).
+
+mod outputs;
+mod service;
+mod session;
+mod tree;
+
+use std::io::{self, BufReader};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use actionfs_protocol::backend::frame::{read_frame, MAX_FRAME};
+use actionfs_protocol::backend::sandbox::{negotiate, request::Op, response, Request, Version};
+use parking_lot::Mutex;
+
+use crate::cli::{parse_backend_options, BackendOptions};
+use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
+use crate::daemon::{self, FrontEnd, Stopped};
+use crate::sandbox::materialize::remove_tree;
+use crate::sandbox::store::ContentStore;
+use service::{Dirs, Service};
+use session::Answers;
+
+/// `actionfs serve`'s command line; everything else comes in Negotiate.
+#[derive(Debug)]
+pub struct ServeArgs {
+    pub workspace: PathBuf,
+}
+
+/// How `actionfs serve` ended.
+pub enum Served {
+    /// The client closed the stream: everything was removed, exit 0.
+    Closed,
+    /// A stop signal: everything was removed; exit by it.
+    Signal(i32),
+}
+
+/// Serves one client on stdin and stdout until it closes the stream. An
+/// error (a frame that cannot be read, options refused, a mount that
+/// cannot be made) has been logged in one line; exit 1.
+pub fn run(args: &ServeArgs) -> Result<Served, String> {
+    let mut input = BufReader::with_capacity(1 << 20, io::stdin());
+    let answers = Arc::new(Answers::new(Box::new(io::stdout())));
+    let first: Request = match read_frame(&mut input, MAX_FRAME) {
+        Ok(Some(request)) => request,
+        Ok(None) => return Ok(Served::Closed),
+        Err(err) => return Err(format!("request frame #1 cannot be read: {err}")),
+    };
+    let rid = first.rid;
+    let Some(Op::Negotiate(negotiate)) = first.op else {
+        return Err(format!(
+            "request {rid}: the first request must be Negotiate; stopping"
+        ));
+    };
+    let refuse = |message: String| {
+        answers.send(rid, negotiated(Err(message.clone())));
+        Err(message)
+    };
+    if !negotiate.versions.is_empty() && !negotiate.versions.contains(&(Version::Version1 as i32)) {
+        return refuse(format!(
+            "no protocol version in common: the client offers {:?}, this backend speaks VERSION_1",
+            negotiate.versions
+        ));
+    }
+    let options = match parse_backend_options(&negotiate.options) {
+        Ok(options) => options,
+        Err(why) => return refuse(why),
+    };
+    let base = match make_base(&options) {
+        Ok(base) => base,
+        Err(why) => return refuse(why),
+    };
+    let served = serve_in(&base, &options, args, input, &answers, rid);
+    if let Err(err) = remove_tree(&base) {
+        log::error!("cannot remove {base:?}: {err}");
+    }
+    served
+}
+
+/// Mounts below `base`, answers Negotiate once the mount serves, and
+/// serves until the stream ends.
+fn serve_in(
+    base: &Path,
+    options: &BackendOptions,
+    args: &ServeArgs,
+    input: BufReader<io::Stdin>,
+    answers: &Arc<Answers>,
+    rid: u64,
+) -> Result<Served, String> {
+    let dirs = Dirs {
+        mount: base.join("mnt"),
+        scratch: base.join("scratch"),
+        links: base.join("links"),
+        empty: base.join("empty"),
+    };
+    for dir in [&dirs.mount, &dirs.scratch, &dirs.links, &dirs.empty] {
+        std::fs::DirBuilder::new()
+            .mode(if dir == &dirs.empty { 0o555 } else { 0o755 })
+            .create(dir)
+            .map_err(|err| format!("mkdir {dir:?}: {err}"))?;
+    }
+    let store = Arc::new(
+        ContentStore::open(&base.join("store"), options.store_max_bytes)
+            .map_err(|err| err.to_string())?,
+    );
+    let workers = options
+        .reconfig_threads
+        .unwrap_or_else(|| 4 * std::thread::available_parallelism().map_or(2, |n| n.get()));
+    log::info!(
+        "serving the sandbox backend protocol for {:?} below {base:?}",
+        args.workspace
+    );
+    let fatal = Arc::new(Mutex::new(None));
+    let front_end = {
+        let (answers, fatal, mount) = (answers.clone(), fatal.clone(), dirs.mount.clone());
+        FrontEnd::Owning(Box::new(move |sandboxes| {
+            let service = Arc::new(Service::new(sandboxes, store, dirs));
+            answers.send(rid, negotiated(Ok(())));
+            log::info!("sandboxes appear in {mount:?}");
+            let ended = session::serve(input, service.clone(), answers, workers);
+            service.destroy_all();
+            *fatal.lock() = ended.err();
+        }))
+    };
+    let stopped = daemon::run_with(daemon_config(options, base), front_end);
+    if let Some(why) = fatal.lock().take() {
+        return Err(why);
+    }
+    match stopped {
+        Ok(Stopped::FrontEndDone | Stopped::Unmounted) => Ok(Served::Closed),
+        Ok(Stopped::BySignal(signal)) => Ok(Served::Signal(signal)),
+        Err(err) => {
+            // Negotiate is answered only once the mount serves.
+            answers.send(rid, negotiated(Err(err.to_string())));
+            Err(err.to_string())
+        }
+    }
+}
+
+fn negotiated(outcome: Result<(), String>) -> response::Result {
+    use negotiate::result::Outcome;
+    response::Result::Negotiate(negotiate::Result {
+        outcome: Some(match outcome {
+            Ok(()) => Outcome::Ok(negotiate::result::Ok {
+                version: Version::Version1 as i32,
+            }),
+            Err(message) => Outcome::Error(actionfs_protocol::backend::sandbox::Error { message }),
+        }),
+    })
+}
+
+/// This run's own directory below the sandbox base, for everything it
+/// makes: gone again when it stops.
+fn make_base(options: &BackendOptions) -> Result<PathBuf, String> {
+    let parent = options
+        .sandbox_base
+        .clone()
+        .unwrap_or_else(std::env::temp_dir);
+    if !parent.is_absolute() {
+        return Err(format!("--sandbox_base {parent:?} is not absolute"));
+    }
+    let base = parent.join(format!("actionfs-serve-{}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .recursive(false)
+        .mode(0o700)
+        .create(&base)
+        .map_err(|err| format!("mkdir {base:?}: {err}"))?;
+    Ok(base)
+}
+
+fn daemon_config(options: &BackendOptions, base: &Path) -> DaemonConfig {
+    DaemonConfig {
+        allow: Allow::OwnerOnly,
+        input: None,
+        output: None,
+        mappings: Vec::new(),
+        ttl: options.ttl,
+        xattrs: false,
+        passthrough: options.passthrough,
+        // Inputs are content-addressed: their bytes never change, so the
+        // kernel may open and cache them without asking.
+        zero_message_opens: ZeroMessageOpens::On,
+        transport: options.transport,
+        native_below: options.native_below.clone(),
+        native_method: options.native_method,
+        native_stashes: options.native_stashes,
+        native_dir: Some(base.join("native")),
+        calibration: options.calibration.clone(),
+        reconfig_threads: 1,
+        mount_point: base.join("mnt"),
+        access_log: None,
+        control: None,
+        record: None,
+    }
+}

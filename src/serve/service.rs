@@ -1,0 +1,524 @@
+//! What each request does: Push fills the store, Create turns a tree of
+//! digests into a layout the existing core builds (FUSE view or native
+//! tree, by the cutoff), Collect moves outputs out, Destroy removes it all.
+//!
+//! A sandbox is laid out as Bazel laid out its sandboxfs sandboxes: the
+//! workspace directory `/<ws>` is a writable mapping of the sandbox's
+//! scratch directory, where outputs land; each input is a read-only
+//! mapping nested in it, of its captured content in the store or, for a
+//! leaf nobody pushed, of `exec_root/<tree path>` (the default place).
+//! Symlink nodes map to a symlink of the daemon's holding the target
+//! verbatim, so nothing here ever follows one.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use actionfs_protocol::backend::digest::{is_sha256_hex, sha256_hex};
+use actionfs_protocol::backend::sandbox::{
+    self, collect, content, create, destroy, Manifest, Push, Retention,
+};
+use actionfs_protocol::validate_sandbox_id;
+use parking_lot::Mutex;
+
+use super::outputs::{self, Output};
+use super::tree::{Trees, WalkError, Walked};
+use crate::daemon::reconfig::Backend;
+use crate::daemon::stats::RequestKind;
+use crate::sandbox::hybrid::Sandboxes;
+use crate::sandbox::layout::Draft;
+use crate::sandbox::materialize::remove_tree;
+use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup};
+
+/// The directories of one `actionfs serve`, all below its base.
+#[derive(Clone, Debug)]
+pub struct Dirs {
+    pub mount: PathBuf,
+    /// One scratch directory per sandbox, holding its workspace directory.
+    pub scratch: PathBuf,
+    /// Symlinks with the targets of symlink nodes, one per target.
+    pub links: PathBuf,
+    /// An empty read-only directory, for empty directories of trees.
+    pub empty: PathBuf,
+}
+
+/// A live sandbox's own state.
+struct Live {
+    scratch: Arc<Path>,
+    outputs: Arc<[Output]>,
+}
+
+/// Why a create did not make a sandbox.
+enum Refused {
+    Missing(Vec<String>),
+    Invalid(String),
+}
+
+impl From<String> for Refused {
+    fn from(why: String) -> Refused {
+        Refused::Invalid(why)
+    }
+}
+
+impl From<&str> for Refused {
+    fn from(why: &str) -> Refused {
+        Refused::Invalid(why.to_owned())
+    }
+}
+
+pub struct Service {
+    core: Arc<Sandboxes>,
+    store: Arc<ContentStore>,
+    trees: Trees,
+    dirs: Dirs,
+    live: Mutex<HashMap<String, Live>>,
+    /// Digests a Push brought bad bytes for, and why: a Create naming one
+    /// is refused with that reason rather than asked for it again.
+    refused: Mutex<HashMap<String, String>>,
+    links_made: Mutex<HashSet<String>>,
+}
+
+impl Service {
+    pub fn new(core: Arc<Sandboxes>, store: Arc<ContentStore>, dirs: Dirs) -> Service {
+        Service {
+            trees: Trees::new(store.clone()),
+            core,
+            store,
+            dirs,
+            live: Mutex::default(),
+            refused: Mutex::default(),
+            links_made: Mutex::default(),
+        }
+    }
+
+    /// Captures a Push into the store, every entry now. A Push has no
+    /// answer: a refused entry is logged (Bazel keeps the last lines of
+    /// stderr) and remembered for the Create that names it.
+    pub fn push(&self, push: Push) {
+        for (hash, bytes) in push.blobs {
+            let put = self.store.put_directory(&hash, bytes);
+            self.note(&hash, put.map_err(|err| err.to_string()));
+        }
+        for (hash, entry) in push.content {
+            let retention = match entry.retention() {
+                Retention::Reuse => store::Retention::Keep,
+                Retention::SingleUse => store::Retention::SingleUse,
+            };
+            let put = match entry.source {
+                Some(content::Source::Inline(bytes)) => {
+                    self.store.put_bytes(&hash, &bytes, retention)
+                }
+                Some(content::Source::Location(path)) => {
+                    self.store.capture(&hash, Path::new(&path), retention)
+                }
+                None => {
+                    self.note(
+                        &hash,
+                        Err("a content entry with neither bytes nor a location".into()),
+                    );
+                    continue;
+                }
+            };
+            self.note(&hash, put.map_err(|err| err.to_string()));
+        }
+    }
+
+    fn note(&self, hash: &str, put: Result<(), String>) {
+        match put {
+            Ok(()) => {
+                self.refused.lock().remove(hash);
+            }
+            Err(why) => {
+                log::error!("push: {why}");
+                self.refused.lock().insert(hash.to_owned(), why);
+            }
+        }
+    }
+
+    pub fn create(&self, id: &str, manifest: Manifest) -> create::Result {
+        use create::result::Outcome;
+        let started = Instant::now();
+        let created = self.try_create(id, &manifest);
+        // MissingContent is not a failure: Bazel pushes and asks again.
+        let failed = matches!(created, Err(Refused::Invalid(_)));
+        self.core
+            .stats()
+            .request(RequestKind::Create, started.elapsed(), !failed);
+        let outcome = match created {
+            Ok(path) => Outcome::Ok(create::result::Ok {
+                path: path.to_string_lossy().into_owned(),
+                confinement: None,
+            }),
+            Err(Refused::Missing(digest_hashes)) => {
+                Outcome::MissingContent(create::result::MissingContent { digest_hashes })
+            }
+            Err(Refused::Invalid(why)) => Outcome::Error(error(format!("sandbox {id:?}: {why}"))),
+        };
+        create::Result {
+            outcome: Some(outcome),
+        }
+    }
+
+    fn try_create(&self, id: &str, manifest: &Manifest) -> Result<PathBuf, Refused> {
+        validate_sandbox_id(id).map_err(|err| err.to_string())?;
+        if self.live.lock().contains_key(id) {
+            return Err("it already exists (destroy it first)".to_owned().into());
+        }
+        check_hash_function(&manifest.hash_function)?;
+        let root = manifest
+            .input_root_digest
+            .as_ref()
+            .ok_or("the manifest has no input_root_digest")?;
+        if !is_sha256_hex(&root.hash) {
+            return Err(format!("input_root_digest {:?} is not a SHA-256 hash", root.hash).into());
+        }
+        let walked = match self.trees.walk(&root.hash) {
+            Ok(walked) => walked,
+            Err(WalkError::Invalid(why)) => return Err(why.into()),
+            Err(WalkError::Missing(hashes)) => return Err(self.missing(hashes)),
+        };
+        let ws = walked.workspace.as_str();
+        let mut outs = Vec::with_capacity(manifest.outputs.len());
+        for (key, output) in &manifest.outputs {
+            outs.push(outputs::check(ws, key, &output.r#type, &output.dest)?);
+        }
+        outs.sort_by(|a, b| a.path.cmp(&b.path));
+        outputs::check_against_tree(&outs, &walked)?;
+        let mut writable: Vec<(&String, &String)> = manifest.writable_dirs.iter().collect();
+        writable.sort();
+        for (path, host) in &writable {
+            outputs::check_sandbox_path(path).map_err(|why| format!("writable dir: {why}"))?;
+            if path.strip_prefix('/') == Some(ws) {
+                return Err(format!("writable dir {path:?} is the workspace itself").into());
+            }
+            if !Path::new(host).is_absolute() {
+                return Err(
+                    format!("writable dir {path:?}: host path {host:?} is not absolute").into(),
+                );
+            }
+        }
+
+        // Content the store holds comes from it (pinned for this sandbox);
+        // the rest from the default place.
+        let found = self.store.lookup_all(walked.files().map(|(_, f)| f.digest));
+        let mut evicted = Vec::new();
+        let mut default_place = false;
+        {
+            let refused = self.refused.lock();
+            for ((dir, file), found) in walked.files().zip(&found) {
+                match found {
+                    Lookup::Present => {}
+                    Lookup::Gone => evicted.push(file.hash.to_string()),
+                    // Pushed, but refused: not to be read from elsewhere.
+                    Lookup::Absent if refused.contains_key(&*file.hash) => {
+                        return Err(format!(
+                            "input {dir}/{}: its pushed content was refused: {}",
+                            file.name, refused[&*file.hash]
+                        )
+                        .into())
+                    }
+                    Lookup::Absent => default_place = true,
+                }
+            }
+        }
+        if !evicted.is_empty() {
+            return Err(self.missing(evicted));
+        }
+        let exec_root = Path::new(&manifest.exec_root);
+        if default_place && !exec_root.is_absolute() {
+            return Err(format!(
+                "exec_root {:?} is not absolute, and inputs without pushed content are read below it",
+                manifest.exec_root
+            )
+            .into());
+        }
+        let wanted: Vec<(&str, bool)> = walked
+            .files()
+            .zip(&found)
+            .filter(|(_, found)| **found == Lookup::Present)
+            .map(|((_, file), _)| (&*file.hash, file.executable))
+            .collect();
+        let stored = match self.store.acquire(id, &wanted) {
+            Ok(stored) => stored,
+            Err(AcquireError::Missing(missing)) => return Err(self.missing(missing.hashes)),
+            Err(AcquireError::Store(err)) => return Err(err.to_string().into()),
+        };
+        let made = self.make(id, &walked, &outs, &writable, exec_root, &found, stored);
+        match made {
+            Ok(scratch) => {
+                self.live.lock().insert(
+                    id.to_owned(),
+                    Live {
+                        scratch: scratch.into(),
+                        outputs: outs.into(),
+                    },
+                );
+                Ok(self.dirs.mount.join(id))
+            }
+            Err(why) => {
+                self.store.release(id);
+                Err(why.into())
+            }
+        }
+    }
+
+    /// Makes the scratch directory and the sandbox from a checked tree;
+    /// on failure nothing of it is left.
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        &self,
+        id: &str,
+        walked: &Walked,
+        outs: &[Output],
+        writable: &[(&String, &String)],
+        exec_root: &Path,
+        found: &[Lookup],
+        stored: Vec<PathBuf>,
+    ) -> Result<PathBuf, String> {
+        let ws = walked.workspace.as_str();
+        let scratch = self.dirs.scratch.join(id);
+        fs::create_dir(&scratch).map_err(|err| format!("mkdir {scratch:?}: {err}"))?;
+        let made = (|| {
+            let ws_dir = scratch.join(ws);
+            fs::create_dir(&ws_dir).map_err(|err| format!("mkdir {ws_dir:?}: {err}"))?;
+            outputs::prepare(&scratch, outs).map_err(|err| err.to_string())?;
+            let draft = self.draft(id, walked, outs, writable, exec_root, found, stored)?;
+            self.core
+                .create(id, draft)
+                .map(drop)
+                .map_err(|err| err.to_string())
+        })();
+        match made {
+            Ok(()) => Ok(scratch),
+            Err(why) => {
+                if let Err(err) = remove_tree(&scratch) {
+                    log::warn!("sandbox {id:?}: {err}");
+                }
+                Err(why)
+            }
+        }
+    }
+
+    /// The layout: the workspace directory writable over the scratch
+    /// one, writable directories, then every input read-only (`found`
+    /// says, per file in `walked.files()` order, whether `stored` holds
+    /// its path).
+    #[allow(clippy::too_many_arguments)]
+    fn draft(
+        &self,
+        id: &str,
+        walked: &Walked,
+        outs: &[Output],
+        writable: &[(&String, &String)],
+        exec_root: &Path,
+        found: &[Lookup],
+        stored: Vec<PathBuf>,
+    ) -> Result<Draft, String> {
+        let ws = walked.workspace.as_str();
+        let scratch_ws = self.dirs.scratch.join(id).join(ws);
+        let mut draft = Draft::new(Some(id));
+        let mut index = 0;
+        let mut add = |path: &str, underlying: &[u8], writable: bool| {
+            draft.add(index, path, underlying, writable);
+            index += 1;
+        };
+        add(&format!("/{ws}"), scratch_ws.as_os_str().as_bytes(), true);
+        for (path, host) in writable {
+            add(path, host.as_bytes(), true);
+        }
+        // An empty directory on an output's path is the scratch one.
+        let output_dirs: HashSet<&str> = outs
+            .iter()
+            .flat_map(|o| ancestors(&o.path, o.dir))
+            .collect();
+        let mut stored = stored.into_iter();
+        let mut found = found.iter();
+        // One buffer for every sandbox path and one for every default
+        // place: no allocation per input.
+        let (mut path, mut under) = (String::with_capacity(256), Vec::with_capacity(512));
+        under.extend_from_slice(exec_root.as_os_str().as_bytes());
+        under.push(b'/');
+        let under_base = under.len();
+        for (dir, entries) in &walked.dirs {
+            path.clear();
+            path.push('/');
+            path.push_str(dir);
+            path.push('/');
+            let base = path.len();
+            for file in entries.files.iter() {
+                path.truncate(base);
+                path.push_str(&file.name);
+                if found.next() == Some(&Lookup::Present) {
+                    let at = stored.next().expect("a stored path per present file");
+                    add(&path, at.as_os_str().as_bytes(), false);
+                } else {
+                    under.truncate(under_base);
+                    under.extend_from_slice(&path.as_bytes()[1..]);
+                    add(&path, &under, false);
+                }
+            }
+            for link in entries.symlinks.iter() {
+                path.truncate(base);
+                path.push_str(&link.name);
+                let made = self.symlink_for(&link.target)?;
+                add(&path, made.as_os_str().as_bytes(), false);
+            }
+            if entries.is_empty() && dir != ws && !output_dirs.contains(dir.as_str()) {
+                add(
+                    &path[..base - 1],
+                    self.dirs.empty.as_os_str().as_bytes(),
+                    false,
+                );
+            }
+        }
+        Ok(draft)
+    }
+
+    /// A symlink of ours whose target is `target`, made once per target.
+    fn symlink_for(&self, target: &str) -> Result<PathBuf, String> {
+        let name = sha256_hex(target.as_bytes());
+        let path = self.dirs.links.join(&name);
+        if self.links_made.lock().contains(&name) {
+            return Ok(path);
+        }
+        let temp = self
+            .dirs
+            .links
+            .join(format!(".{name}.{:?}", std::thread::current().id()));
+        let _ = fs::remove_file(&temp);
+        std::os::unix::fs::symlink(target, &temp)
+            .and_then(|()| fs::rename(&temp, &path))
+            .map_err(|err| format!("symlink to {target:?} at {path:?}: {err}"))?;
+        self.links_made.lock().insert(name);
+        Ok(path)
+    }
+
+    /// MissingContent for `hashes`, unless a Push brought bad bytes for
+    /// one of them: then the reason, since pushing it again cannot help.
+    fn missing(&self, hashes: Vec<String>) -> Refused {
+        let refused = self.refused.lock();
+        match hashes.iter().find_map(|h| refused.get(h)) {
+            Some(why) => Refused::Invalid(format!("pushed content was refused: {why}")),
+            None => Refused::Missing(hashes),
+        }
+    }
+
+    pub fn collect(&self, id: &str, exec_root: &str) -> collect::Result {
+        use collect::result::Outcome;
+        let outcome = (|| {
+            // Not under the lock: other sandboxes' requests go on meanwhile.
+            let (scratch, outputs) = match self.live.lock().get(id) {
+                Some(live) => (live.scratch.clone(), live.outputs.clone()),
+                None => return Err(format!("sandbox {id:?}: no such sandbox")),
+            };
+            let exec_root = Path::new(exec_root);
+            if !exec_root.is_absolute() {
+                return Err(format!(
+                    "sandbox {id:?}: exec_root {exec_root:?} is not absolute"
+                ));
+            }
+            outputs::collect(&scratch, exec_root, &outputs)
+                .map_err(|why| format!("sandbox {id:?}: collect: {why}"))
+        })();
+        collect::Result {
+            outcome: Some(match outcome {
+                Ok(()) => Outcome::Ok(collect::result::Ok {}),
+                Err(why) => Outcome::Error(error(why)),
+            }),
+        }
+    }
+
+    pub fn destroy(&self, id: &str) -> destroy::Result {
+        use destroy::result::Outcome;
+        let started = Instant::now();
+        let removed = self.live.lock().remove(id);
+        let outcome = match removed {
+            None => Err(format!("sandbox {id:?}: no such sandbox")),
+            Some(live) => self.tear_down(id, live),
+        };
+        self.core
+            .stats()
+            .request(RequestKind::Destroy, started.elapsed(), outcome.is_ok());
+        destroy::Result {
+            outcome: Some(match outcome {
+                Ok(()) => Outcome::Ok(destroy::result::Ok {}),
+                Err(why) => Outcome::Error(error(why)),
+            }),
+        }
+    }
+
+    fn tear_down(&self, id: &str, live: Live) -> Result<(), String> {
+        let core = self.core.destroy(id).map_err(|err| err.to_string());
+        let scratch = remove_tree(&live.scratch)
+            .map(drop)
+            .map_err(|err| err.to_string());
+        self.store.release(id);
+        core.and(scratch)
+            .map_err(|why| format!("sandbox {id:?}: destroy: {why}"))
+    }
+
+    /// Destroys every sandbox still there (the client went away).
+    pub fn destroy_all(&self) {
+        let all: Vec<(String, Live)> = self.live.lock().drain().collect();
+        for (id, live) in all {
+            if let Err(why) = self.tear_down(&id, live) {
+                log::warn!("{why}");
+            }
+        }
+    }
+}
+
+/// Every directory from the workspace down to `path` (itself too if it
+/// is a directory).
+fn ancestors(path: &str, is_dir: bool) -> impl Iterator<Item = &str> {
+    let end = if is_dir { Some(path) } else { None };
+    path.match_indices('/')
+        .map(move |(at, _)| &path[..at])
+        .chain(end)
+}
+
+fn check_hash_function(name: &str) -> Result<(), String> {
+    let normalized: String = name
+        .chars()
+        .filter(|c| *c != '-' && *c != '_')
+        .collect::<String>()
+        .to_ascii_uppercase();
+    match normalized.as_str() {
+        "SHA256" => Ok(()),
+        _ => Err(format!(
+            "hash function {name:?} is not supported (only SHA-256 is; run Bazel with \
+             --digest_function=sha256)"
+        )),
+    }
+}
+
+fn error(message: String) -> sandbox::Error {
+    sandbox::Error { message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_sha256_is_accepted() {
+        for ok in ["SHA-256", "sha256", "SHA256"] {
+            assert!(check_hash_function(ok).is_ok(), "{ok}");
+        }
+        for bad in ["SHA-1", "BLAKE3", "", "MD5"] {
+            let err = check_hash_function(bad).unwrap_err();
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
+        }
+    }
+
+    #[test]
+    fn ancestors_of_an_output() {
+        let file: Vec<&str> = ancestors("ws/a/b/f", false).collect();
+        assert_eq!(file, ["ws", "ws/a", "ws/a/b"]);
+        let dir: Vec<&str> = ancestors("ws/a/d", true).collect();
+        assert_eq!(dir, ["ws", "ws/a", "ws/a/d"]);
+    }
+}

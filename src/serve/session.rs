@@ -1,0 +1,223 @@
+//! The request loop of `actionfs serve`: one reader cuts stdin into
+//! frames and applies Pushes itself, in stream order (a Push must be in
+//! the store before any later Create reads it); Create, Collect and
+//! Destroy go to a worker chosen by hashing the sandbox id, so requests
+//! for one sandbox run one at a time and in order while others run beside
+//! them, each answered as soon as it is done.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::io::{self, BufRead, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+
+use actionfs_protocol::backend::frame::{read_frame, write_frame, MAX_FRAME};
+use actionfs_protocol::backend::sandbox::{
+    collect, create, destroy, negotiate, request::Op, response, Manifest, Request, Response,
+};
+use parking_lot::Mutex;
+
+use super::service::Service;
+
+/// Where answers go, one whole frame at a time. If the client stops
+/// reading (EPIPE), answers are dropped from then on.
+pub struct Answers {
+    out: Mutex<Option<Box<dyn Write + Send>>>,
+}
+
+impl Answers {
+    pub fn new(out: Box<dyn Write + Send>) -> Answers {
+        Answers {
+            out: Mutex::new(Some(out)),
+        }
+    }
+
+    pub fn send(&self, rid: u64, result: response::Result) {
+        let response = Response {
+            rid,
+            result: Some(result),
+        };
+        let mut out = self.out.lock();
+        let Some(writer) = out.as_mut() else {
+            return;
+        };
+        if let Err(err) = write_frame(writer, &response).and_then(|()| writer.flush()) {
+            log::error!(
+                "cannot write the answer to request {rid}: {err}; later answers are dropped"
+            );
+            *out = None;
+        }
+    }
+}
+
+/// A request for one sandbox, for its worker.
+struct Job {
+    rid: u64,
+    id: String,
+    op: SandboxOp,
+}
+
+enum SandboxOp {
+    Create(Box<Manifest>),
+    Collect { exec_root: String },
+    Destroy,
+}
+
+/// Reads and applies requests until the input ends, then waits until
+/// every request read has been answered. A frame that cannot be read is
+/// fatal (a byte stream cannot be resynchronised): the error says what
+/// and where.
+pub fn serve(
+    mut input: impl BufRead,
+    service: Arc<Service>,
+    answers: Arc<Answers>,
+    workers: usize,
+) -> Result<(), String> {
+    let (queues, handles) = start_workers(workers.max(1), &service, &answers)
+        .map_err(|err| format!("cannot start the request workers: {err}"))?;
+    let mut frames = 0u64;
+    let ended = loop {
+        let request: Request = match read_frame(&mut input, MAX_FRAME) {
+            Ok(Some(request)) => request,
+            Ok(None) => break Ok(()),
+            Err(err) => {
+                break Err(format!(
+                    "request frame #{} cannot be read: {err}; stopping (the stream cannot be \
+                     resynchronised)",
+                    frames + 2
+                ))
+            }
+        };
+        frames += 1;
+        let rid = request.rid;
+        match request.op {
+            Some(Op::Push(push)) => service.push(push),
+            Some(Op::Negotiate(_)) => answers.send(
+                rid,
+                response::Result::Negotiate(negotiate::Result {
+                    outcome: Some(negotiate::result::Outcome::Error(
+                        actionfs_protocol::backend::sandbox::Error {
+                            message: "Negotiate was already answered; send it once, first"
+                                .to_owned(),
+                        },
+                    )),
+                }),
+            ),
+            Some(op) => {
+                let op = match op {
+                    Op::Create(create) => {
+                        SandboxOp::Create(Box::new(create.manifest.unwrap_or_default()))
+                    }
+                    Op::Collect(collect) => SandboxOp::Collect {
+                        exec_root: collect.exec_root,
+                    },
+                    Op::Destroy(_) => SandboxOp::Destroy,
+                    Op::Push(_) | Op::Negotiate(_) => unreachable!("matched above"),
+                };
+                let worker = worker_of(&request.sandbox_id, queues.len());
+                let job = Job {
+                    rid,
+                    id: request.sandbox_id,
+                    op,
+                };
+                if queues[worker].send(job).is_err() {
+                    break Err("a request worker ended".to_owned());
+                }
+            }
+            None => log::error!(
+                "request {rid} names no operation this backend knows; it gets no answer"
+            ),
+        }
+    };
+    drop(queues);
+    for handle in handles {
+        let _ = handle.join();
+    }
+    ended
+}
+
+fn worker_of(id: &str, workers: usize) -> usize {
+    let mut hasher = DefaultHasher::new();
+    id.hash(&mut hasher);
+    (hasher.finish() % workers as u64) as usize
+}
+
+#[allow(clippy::type_complexity)]
+fn start_workers(
+    count: usize,
+    service: &Arc<Service>,
+    answers: &Arc<Answers>,
+) -> io::Result<(Vec<Sender<Job>>, Vec<std::thread::JoinHandle<()>>)> {
+    let mut queues = Vec::with_capacity(count);
+    let mut handles = Vec::with_capacity(count);
+    for n in 0..count {
+        let (queue, jobs) = channel::<Job>();
+        let (service, answers) = (service.clone(), answers.clone());
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("serve-{n}"))
+                .spawn(move || {
+                    for job in jobs {
+                        let rid = job.rid;
+                        let answer = apply(&service, job);
+                        answers.send(rid, answer);
+                    }
+                })?,
+        );
+        queues.push(queue);
+    }
+    Ok((queues, handles))
+}
+
+/// Applies one request; a panic becomes an Error answer of the request's
+/// kind, since the client waits for one.
+fn apply(service: &Service, job: Job) -> response::Result {
+    let Job { id, op, .. } = job;
+    let kind = Kind::of(&op);
+    let done = catch_unwind(AssertUnwindSafe(|| match op {
+        SandboxOp::Create(manifest) => response::Result::Create(service.create(&id, *manifest)),
+        SandboxOp::Collect { exec_root } => {
+            response::Result::Collect(service.collect(&id, &exec_root))
+        }
+        SandboxOp::Destroy => response::Result::Destroy(service.destroy(&id)),
+    }));
+    done.unwrap_or_else(|_| {
+        kind.error(format!(
+            "sandbox {id:?}: the backend failed applying this request (a bug; see its log)"
+        ))
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Create,
+    Collect,
+    Destroy,
+}
+
+impl Kind {
+    fn of(op: &SandboxOp) -> Kind {
+        match op {
+            SandboxOp::Create(_) => Kind::Create,
+            SandboxOp::Collect { .. } => Kind::Collect,
+            SandboxOp::Destroy => Kind::Destroy,
+        }
+    }
+
+    /// An Error answer in this request's arm.
+    fn error(self, message: String) -> response::Result {
+        let error = actionfs_protocol::backend::sandbox::Error { message };
+        match self {
+            Kind::Create => response::Result::Create(create::Result {
+                outcome: Some(create::result::Outcome::Error(error)),
+            }),
+            Kind::Collect => response::Result::Collect(collect::Result {
+                outcome: Some(collect::result::Outcome::Error(error)),
+            }),
+            Kind::Destroy => response::Result::Destroy(destroy::Result {
+                outcome: Some(destroy::result::Outcome::Error(error)),
+            }),
+        }
+    }
+}

@@ -1,0 +1,847 @@
+//! `actionfs serve`: Bazel's sandbox backend protocol against a real
+//! backend process, real mounts and real files. Each test starts one
+//! backend with its own sandbox base, drives it with the typed client,
+//! and checks that closing stdin leaves no mount and nothing on disk.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use actionfs_protocol::backend::client::Client;
+use actionfs_protocol::backend::digest::{digest_of, sha256_hex};
+use actionfs_protocol::backend::reapi;
+use actionfs_protocol::backend::sandbox::{
+    self, collect, content, create, destroy, negotiate, Content, Manifest, Push, Retention,
+};
+use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
+use actionfs_testkit::tier::{require, Need};
+use actionfs_testkit::{bin, transport, wait_for};
+use prost::Message;
+
+const WS: &str = "ws";
+
+/// One running `actionfs serve`, with a workspace exec root of its own.
+struct Backend {
+    child: Option<Child>,
+    client: Option<Client>,
+    root: tempfile::TempDir,
+}
+
+impl Backend {
+    fn start(options: &[&str]) -> Backend {
+        let root = tempfile::tempdir().unwrap();
+        fs::create_dir_all(root.path().join("base")).unwrap();
+        fs::create_dir_all(root.path().join("execroot").join(WS)).unwrap();
+        let mut child = Command::new(bin())
+            .args(["serve", "--workspace"])
+            .arg(root.path().join("execroot").join(WS))
+            .env("RUST_LOG", "warn,actionfs::lifecycle=info")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(fs::File::create(root.path().join("backend.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let client = Client::new(
+            Box::new(child.stdin.take().unwrap()),
+            Box::new(child.stdout.take().unwrap()),
+        );
+        let mut all = vec![format!(
+            "--sandbox_base={}",
+            root.path().join("base").display()
+        )];
+        if let Some(t) = transport() {
+            all.push(format!("--transport={t}"));
+        }
+        all.extend(options.iter().map(|o| o.to_string()));
+        let answer = client.negotiate(all).unwrap();
+        let backend = Backend {
+            child: Some(child),
+            client: Some(client),
+            root,
+        };
+        match answer.outcome {
+            Some(negotiate::result::Outcome::Ok(_)) => backend,
+            other => panic!("negotiate: {other:?}\n{}", backend.log()),
+        }
+    }
+
+    fn client(&self) -> &Client {
+        self.client.as_ref().unwrap()
+    }
+
+    fn exec_root(&self) -> PathBuf {
+        self.root.path().join("execroot")
+    }
+
+    /// A file of the workspace's exec root (the default place).
+    fn write_input(&self, rel: &str, bytes: &[u8]) -> reapi::Digest {
+        let path = self.exec_root().join(WS).join(rel);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, bytes).unwrap();
+        digest_of(bytes)
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.root.path().join("backend.log")).unwrap_or_default()
+    }
+
+    fn push_tree(&self, tree: &Tree) {
+        self.client()
+            .push(Push {
+                blobs: tree.blobs.clone(),
+                content: HashMap::new(),
+            })
+            .unwrap();
+    }
+
+    fn manifest(&self, tree: &Tree, outputs: &[(&str, &str)]) -> Manifest {
+        Manifest {
+            mnemonic: "Test".into(),
+            exec_root: self.exec_root().display().to_string(),
+            hash_function: "SHA-256".into(),
+            input_root_digest: Some(tree.root.clone()),
+            outputs: outputs
+                .iter()
+                .map(|(key, kind)| {
+                    (
+                        key.to_string(),
+                        sandbox::Output {
+                            r#type: kind.to_string(),
+                            dest: String::new(),
+                        },
+                    )
+                })
+                .collect(),
+            writable_dirs: HashMap::new(),
+            confinement_setting: None,
+        }
+    }
+
+    /// Creates `id`, expecting Ok; returns the sandbox root.
+    fn create_ok(&self, id: &str, manifest: Manifest) -> PathBuf {
+        match self.client().create(id, manifest).unwrap().outcome {
+            Some(create::result::Outcome::Ok(ok)) => PathBuf::from(ok.path),
+            other => panic!("create {id}: {other:?}\n{}", self.log()),
+        }
+    }
+
+    fn create_error(&self, id: &str, manifest: Manifest) -> String {
+        match self.client().create(id, manifest).unwrap().outcome {
+            Some(create::result::Outcome::Error(e)) => e.message,
+            other => panic!("create {id}: expected an error, got {other:?}"),
+        }
+    }
+
+    fn destroy_ok(&self, id: &str) {
+        match self.client().destroy(id).unwrap().outcome {
+            Some(destroy::result::Outcome::Ok(_)) => {}
+            other => panic!("destroy {id}: {other:?}\n{}", self.log()),
+        }
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        const MARK: &str = "stats (SIGUSR1): ";
+        let before = self.log().matches(MARK).count();
+        let pid = self.child.as_ref().unwrap().id() as libc::pid_t;
+        // SAFETY: kill with a valid signal number has no memory effects.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR1) }, 0);
+        assert!(wait_for(Duration::from_secs(5), || {
+            let log = self.log();
+            log.matches(MARK).count() > before
+                && log.rsplit_once(MARK).is_some_and(|(_, r)| r.contains('\n'))
+        }));
+        let log = self.log();
+        let line = log
+            .rsplit_once(MARK)
+            .unwrap()
+            .1
+            .lines()
+            .next()
+            .unwrap()
+            .to_owned();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Closes stdin and checks the backend exited 0 and left nothing.
+    fn close(mut self) {
+        let status = self.client.take().unwrap().close().unwrap();
+        let status = match status {
+            Some(status) => status,
+            None => self.child.take().unwrap().wait().unwrap(),
+        };
+        let _ = self.child.take().map(|mut c| c.wait());
+        assert!(status.success(), "exit {status:?}\n{}", self.log());
+        assert_nothing_left(&self.root.path().join("base"), &self.log());
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            for line in fs::read_to_string("/proc/mounts")
+                .unwrap_or_default()
+                .lines()
+            {
+                let mount = line.split(' ').nth(1).unwrap_or("");
+                if mount.starts_with(&self.root.path().display().to_string()) {
+                    let _ = Command::new("umount").args(["-l", mount]).status();
+                }
+            }
+        }
+    }
+}
+
+fn assert_nothing_left(base: &Path, log: &str) {
+    let left: Vec<_> = fs::read_dir(base)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}\n{log}");
+    let mounts = fs::read_to_string("/proc/mounts").unwrap();
+    assert!(
+        !mounts.contains(&base.display().to_string()),
+        "a mount is left below {base:?}"
+    );
+}
+
+fn inline(bytes: &[u8]) -> Content {
+    Content {
+        source: Some(content::Source::Inline(bytes.to_vec())),
+        retention: Retention::Reuse as i32,
+    }
+}
+
+fn modes() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("fuse", "--native_below=0"),
+        ("native", "--native_below=1000000000"),
+    ]
+}
+
+#[test]
+fn a_tree_becomes_a_sandbox_whose_outputs_are_collected() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for (mode, option) in modes() {
+        let b = Backend::start(&[option]);
+        let from_exec_root = b.write_input("src/a.txt", b"default place\n");
+        let pushed = b"pushed inline\n";
+        let tool = b"#!/bin/sh\necho tool\n";
+        let mut tb = TreeBuilder::new();
+        tb.add_file("ws/src/a.txt", from_exec_root, false).unwrap();
+        tb.add_file("ws/src/b.txt", digest_of(pushed), false)
+            .unwrap();
+        tb.add_file("ws/bin/tool", digest_of(tool), true).unwrap();
+        tb.add_symlink("ws/src/link", "../../outside/target")
+            .unwrap();
+        tb.add_dir("ws/empty").unwrap();
+        let tree = tb.build();
+        b.client()
+            .push(Push {
+                blobs: tree.blobs.clone(),
+                content: [
+                    (sha256_hex(pushed), inline(pushed)),
+                    (sha256_hex(tool), inline(tool)),
+                ]
+                .into(),
+            })
+            .unwrap();
+        let manifest = b.manifest(
+            &tree,
+            &[("/ws/out/result", "file"), ("/ws/out/tree", "dir")],
+        );
+        let root = b.create_ok("1", manifest);
+        let ws = root.join(WS);
+        assert_eq!(
+            fs::read(ws.join("src/a.txt")).unwrap(),
+            b"default place\n",
+            "{mode}"
+        );
+        assert_eq!(fs::read(ws.join("src/b.txt")).unwrap(), pushed, "{mode}");
+        assert_eq!(
+            fs::read_link(ws.join("src/link")).unwrap(),
+            Path::new("../../outside/target"),
+            "{mode}: a symlink node keeps its target verbatim"
+        );
+        let tool_mode = fs::metadata(ws.join("bin/tool"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_ne!(tool_mode & 0o111, 0, "{mode}: executable lost its x bits");
+        assert!(fs::read_dir(ws.join("empty")).unwrap().next().is_none());
+        // The action: writes a file output and fills a directory output.
+        let status = Command::new("/bin/sh")
+            .arg("-c")
+            .arg("cat src/a.txt src/b.txt > out/result && ./bin/tool > out/tree/t && chmod 555 out/result")
+            .current_dir(&ws)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{mode}: the action failed\n{}", b.log());
+        let collect_root = b.root.path().join("collected");
+        match b
+            .client()
+            .collect("1", &collect_root.display().to_string())
+            .unwrap()
+            .outcome
+        {
+            Some(collect::result::Outcome::Ok(_)) => {}
+            other => panic!("{mode}: collect: {other:?}"),
+        }
+        let result = collect_root.join("ws/out/result");
+        assert_eq!(
+            fs::read(&result).unwrap(),
+            b"default place\npushed inline\n"
+        );
+        assert_eq!(
+            fs::metadata(&result).unwrap().permissions().mode() & 0o777,
+            0o555
+        );
+        assert_eq!(
+            fs::read(collect_root.join("ws/out/tree/t")).unwrap(),
+            b"tool\n"
+        );
+        b.destroy_ok("1");
+        assert!(!root.exists(), "{mode}: the sandbox outlived its destroy");
+        b.close();
+    }
+}
+
+#[test]
+fn missing_content_is_named_then_pushed_then_the_create_succeeds() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let b = Backend::start(&[]);
+    let bytes = b"only pushed\n";
+    let mut tb = TreeBuilder::new();
+    tb.add_file("ws/f", digest_of(bytes), false).unwrap();
+    tb.add_file("ws/sub/g", b.write_input("sub/g", b"g"), false)
+        .unwrap();
+    let tree = tb.build();
+    let answer = b.client().create("1", b.manifest(&tree, &[])).unwrap();
+    let Some(create::result::Outcome::MissingContent(missing)) = answer.outcome else {
+        panic!("expected MissingContent, got {answer:?}");
+    };
+    assert_eq!(missing.digest_hashes, vec![tree.root.hash.clone()]);
+    b.push_tree(&tree);
+    b.client()
+        .push(Push {
+            blobs: HashMap::new(),
+            content: [(sha256_hex(bytes), inline(bytes))].into(),
+        })
+        .unwrap();
+    let root = b.create_ok("1", b.manifest(&tree, &[]));
+    assert_eq!(fs::read(root.join("ws/f")).unwrap(), bytes);
+    b.destroy_ok("1");
+    b.close();
+}
+
+/// Rewriting a default-place input between sandboxes, or the location a
+/// Push named once it was captured, never serves a digest with other
+/// bytes; nor does a location whose bytes are not the digest's.
+#[test]
+fn a_digest_is_never_served_with_other_bytes() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for (mode, option) in modes() {
+        let b = Backend::start(&[option]);
+        let located = b.root.path().join("elsewhere.txt");
+        fs::write(&located, b"captured\n").unwrap();
+        let captured = digest_of(b"captured\n");
+        let located_content = |path: &Path| Content {
+            source: Some(content::Source::Location(path.display().to_string())),
+            retention: Retention::Reuse as i32,
+        };
+        for round in 0..3 {
+            let text = format!("version {round}\n");
+            let digest = b.write_input("a.txt", text.as_bytes());
+            let mut tb = TreeBuilder::new();
+            tb.add_file("ws/a.txt", digest, false).unwrap();
+            tb.add_file("ws/c.txt", captured.clone(), false).unwrap();
+            let tree = tb.build();
+            b.push_tree(&tree);
+            if round == 0 {
+                b.client()
+                    .push(Push {
+                        blobs: HashMap::new(),
+                        content: [(captured.hash.clone(), located_content(&located))].into(),
+                    })
+                    .unwrap();
+            }
+            let id = format!("s{round}");
+            let root = b.create_ok(&id, b.manifest(&tree, &[]));
+            // The Push was applied before that Create was read. Bazel does
+            // not promise the path keeps those bytes afterwards.
+            fs::write(&located, format!("rewritten {round}\n")).unwrap();
+            let read = fs::read_to_string(root.join("ws/a.txt"));
+            assert_eq!(
+                read.ok().as_deref(),
+                Some(text.as_str()),
+                "{mode} round {round}\n{}",
+                b.log()
+            );
+            let read = fs::read(root.join("ws/c.txt"));
+            assert_eq!(
+                read.ok().as_deref(),
+                Some(&b"captured\n"[..]),
+                "{mode} round {round}\n{}",
+                b.log()
+            );
+            b.destroy_ok(&id);
+        }
+        // A location that no longer holds the digest's bytes is refused,
+        // and so is the Create that needs it (not read from elsewhere).
+        let lie = digest_of(b"what the location held once\n");
+        b.client()
+            .push(Push {
+                blobs: HashMap::new(),
+                content: [(lie.hash.clone(), located_content(&located))].into(),
+            })
+            .unwrap();
+        let mut tb = TreeBuilder::new();
+        tb.add_file("ws/lie.txt", lie, false).unwrap();
+        let tree = tb.build();
+        b.push_tree(&tree);
+        let err = b.create_error("lie", b.manifest(&tree, &[]));
+        assert!(err.contains("refused") && err.contains("lie.txt"), "{err}");
+        b.close();
+    }
+}
+
+#[test]
+fn inputs_open_with_no_message_and_share_one_inode_per_digest() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let b = Backend::start(&["--native_below=0"]);
+    let bytes = b"int x;\n";
+    let mut tb = TreeBuilder::new();
+    tb.add_file("ws/h.h", digest_of(bytes), false).unwrap();
+    let tree = tb.build();
+    b.push_tree(&tree);
+    b.client()
+        .push(Push {
+            blobs: HashMap::new(),
+            content: [(sha256_hex(bytes), inline(bytes))].into(),
+        })
+        .unwrap();
+    let one = b.create_ok("one", b.manifest(&tree, &[]));
+    let two = b.create_ok("two", b.manifest(&tree, &[]));
+    // The first open of the mount is asked once (answered ENOSYS).
+    assert_eq!(fs::read(one.join("ws/h.h")).unwrap(), bytes);
+    let before = b.stats();
+    for _ in 0..50 {
+        assert_eq!(fs::read(one.join("ws/h.h")).unwrap(), bytes);
+        assert_eq!(fs::read(two.join("ws/h.h")).unwrap(), bytes);
+    }
+    let after = b.stats();
+    let count = |s: &serde_json::Value, op: &str| s["fuse"][op].as_u64().unwrap_or(0);
+    assert_eq!(count(&after, "open") - count(&before, "open"), 0, "{after}");
+    assert_eq!(count(&after, "release") - count(&before, "release"), 0);
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        fs::metadata(one.join("ws/h.h")).unwrap().ino(),
+        fs::metadata(two.join("ws/h.h")).unwrap().ino(),
+        "one digest, one inode"
+    );
+    b.destroy_ok("one");
+    b.destroy_ok("two");
+    b.close();
+}
+
+#[test]
+fn bad_input_gets_an_error_and_the_backend_keeps_serving() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let b = Backend::start(&[]);
+    let good = {
+        let mut tb = TreeBuilder::new();
+        tb.add_file("ws/f", b.write_input("f", b"f"), false)
+            .unwrap();
+        tb.build()
+    };
+    b.push_tree(&good);
+
+    // A directory blob whose bytes do not hash to its key.
+    let wrong = reapi::Directory {
+        files: vec![],
+        directories: vec![reapi::DirectoryNode {
+            name: "ws".into(),
+            digest: Some(good.root.clone()),
+        }],
+        symlinks: vec![],
+        node_properties: None,
+    };
+    let lying_hash = sha256_hex(b"not these bytes");
+    b.client()
+        .push(Push {
+            blobs: [(lying_hash.clone(), wrong.encode_to_vec())].into(),
+            content: HashMap::new(),
+        })
+        .unwrap();
+    let mut lying = b.manifest(&good, &[]);
+    lying.input_root_digest = Some(reapi::Digest {
+        hash: lying_hash,
+        size_bytes: 1,
+    });
+    let err = b.create_error("lying", lying);
+    assert!(err.contains("hash"), "{err}");
+
+    // Entry names that are not one path component, or repeat.
+    let file = |name: &str| reapi::FileNode {
+        name: name.into(),
+        digest: Some(digest_of(b"f")),
+        is_executable: false,
+        node_properties: None,
+    };
+    for (what, files) in [
+        ("empty", vec![file("")]),
+        ("dot", vec![file(".")]),
+        ("dotdot", vec![file("..")]),
+        ("slash", vec![file("a/b")]),
+        ("nul", vec![file("a\0b")]),
+        ("repeat", vec![file("a"), file("a")]),
+    ] {
+        let ws = reapi::Directory {
+            files,
+            ..Default::default()
+        };
+        let ws_bytes = ws.encode_to_vec();
+        let top = reapi::Directory {
+            directories: vec![reapi::DirectoryNode {
+                name: WS.into(),
+                digest: Some(digest_of(&ws_bytes)),
+            }],
+            ..Default::default()
+        };
+        let top_bytes = top.encode_to_vec();
+        b.client()
+            .push(Push {
+                blobs: [
+                    (sha256_hex(&ws_bytes), ws_bytes),
+                    (sha256_hex(&top_bytes), top_bytes.clone()),
+                ]
+                .into(),
+                content: HashMap::new(),
+            })
+            .unwrap();
+        let mut manifest = b.manifest(&good, &[]);
+        manifest.input_root_digest = Some(digest_of(&top_bytes));
+        let err = b.create_error(what, manifest);
+        assert!(err.contains("name"), "{what}: {err}");
+    }
+
+    // Output keys outside the workspace or through "..".
+    for key in ["/elsewhere/x", "/ws/../x", "ws/x", "/ws/a/../../x"] {
+        let err = b.create_error("out", b.manifest(&good, &[(key, "file")]));
+        assert!(err.contains(key), "{key}: {err}");
+    }
+    // Outputs where the input tree has a file, or below one.
+    for key in ["/ws/f", "/ws/f/below"] {
+        let err = b.create_error("out", b.manifest(&good, &[(key, "file")]));
+        assert!(err.contains("as a file or symlink"), "{key}: {err}");
+    }
+    // Another hash function.
+    let mut md5 = b.manifest(&good, &[]);
+    md5.hash_function = "MD5".into();
+    assert!(b.create_error("md5", md5).contains("MD5"));
+
+    // A create for an id that exists; collect and destroy of unknown ids.
+    b.create_ok("1", b.manifest(&good, &[]));
+    assert!(b
+        .create_error("1", b.manifest(&good, &[]))
+        .contains("already exists"));
+    match b.client().collect("nope", "/tmp").unwrap().outcome {
+        Some(collect::result::Outcome::Error(e)) => assert!(e.message.contains("nope")),
+        other => panic!("collect of an unknown id: {other:?}"),
+    }
+    match b.client().destroy("nope").unwrap().outcome {
+        Some(destroy::result::Outcome::Error(e)) => assert!(e.message.contains("nope")),
+        other => panic!("destroy of an unknown id: {other:?}"),
+    }
+    // Nothing half-made: every refused id can be created afresh now.
+    for id in ["lying", "empty", "dot", "out", "md5"] {
+        b.create_ok(id, b.manifest(&good, &[]));
+        b.destroy_ok(id);
+    }
+    b.destroy_ok("1");
+    let scratch_left: Vec<_> = fs::read_dir(b.root.path().join("base"))
+        .unwrap()
+        .flat_map(|base| fs::read_dir(base.unwrap().path().join("scratch")).unwrap())
+        .collect();
+    assert!(scratch_left.is_empty(), "{scratch_left:?}");
+    b.close();
+}
+
+#[test]
+fn an_unknown_option_is_refused_by_name() {
+    let root = tempfile::tempdir().unwrap();
+    let mut child = Command::new(bin())
+        .args(["serve", "--workspace", "/nonexistent/ws"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = Client::new(
+        Box::new(child.stdin.take().unwrap()),
+        Box::new(child.stdout.take().unwrap()),
+    );
+    let answer = client
+        .negotiate(vec![
+            format!("--sandbox_base={}", root.path().display()),
+            "--frobnicate=3".into(),
+        ])
+        .unwrap();
+    match answer.outcome {
+        Some(negotiate::result::Outcome::Error(e)) => {
+            assert!(e.message.contains("--frobnicate"), "{}", e.message)
+        }
+        other => panic!("{other:?}"),
+    }
+    let _ = client.close();
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    assert!(fs::read_dir(root.path()).unwrap().next().is_none());
+}
+
+#[test]
+fn hundreds_of_requests_in_flight_are_answered_in_any_order() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let b = Backend::start(&[]);
+    let mut tb = TreeBuilder::new();
+    for n in 0..20 {
+        tb.add_file(
+            &format!("ws/d{}/f{n}", n % 4),
+            b.write_input(&format!("d{}/f{n}", n % 4), format!("{n}").as_bytes()),
+            false,
+        )
+        .unwrap();
+    }
+    let tree = tb.build();
+    b.push_tree(&tree);
+    let ids: Vec<String> = (0..300).map(|n| format!("s{n}")).collect();
+    let pending: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            b.client()
+                .send(
+                    id,
+                    sandbox::request::Op::Create(sandbox::Create {
+                        manifest: Some(b.manifest(&tree, &[])),
+                    }),
+                )
+                .unwrap()
+        })
+        .collect();
+    for (id, answer) in ids.iter().zip(pending) {
+        let response = answer.recv().unwrap().unwrap();
+        match response.result {
+            Some(sandbox::response::Result::Create(create::Result {
+                outcome: Some(create::result::Outcome::Ok(ok)),
+            })) => assert!(ok.path.ends_with(id.as_str()), "{} for {id}", ok.path),
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    let pending: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            b.client()
+                .send(id, sandbox::request::Op::Destroy(sandbox::Destroy {}))
+                .unwrap()
+        })
+        .collect();
+    for answer in pending {
+        assert!(matches!(
+            answer.recv().unwrap().unwrap().result,
+            Some(sandbox::response::Result::Destroy(destroy::Result {
+                outcome: Some(destroy::result::Outcome::Ok(_))
+            }))
+        ));
+    }
+    b.close();
+}
+
+#[test]
+fn closing_stdin_with_requests_in_flight_answers_them_and_removes_everything() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let b = Backend::start(&[]);
+    let mut tb = TreeBuilder::new();
+    tb.add_file("ws/f", b.write_input("f", b"f"), false)
+        .unwrap();
+    let tree = tb.build();
+    b.push_tree(&tree);
+    let pending: Vec<_> = (0..50)
+        .map(|n| {
+            b.client()
+                .send(
+                    &format!("s{n}"),
+                    sandbox::request::Op::Create(sandbox::Create {
+                        manifest: Some(b.manifest(&tree, &[("/ws/o", "file")])),
+                    }),
+                )
+                .unwrap()
+        })
+        .collect();
+    // Sandboxes still there and answers still due when stdin closes.
+    b.close();
+    // Every request read before the end was answered.
+    for answer in pending {
+        let response = answer.recv().unwrap().unwrap();
+        assert!(
+            matches!(
+                response.result,
+                Some(sandbox::response::Result::Create(create::Result {
+                    outcome: Some(create::result::Outcome::Ok(_))
+                }))
+            ),
+            "{response:?}"
+        );
+    }
+}
+
+/// A frame that cannot be decoded ends the backend with one line on
+/// stderr, a non-zero status and nothing mounted.
+#[test]
+fn a_corrupt_frame_ends_the_backend_with_nothing_mounted() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let cases: [(&str, Vec<u8>); 3] = [
+        ("bad varint", vec![0xff; 11]),
+        ("length past the bound", vec![0xff, 0xff, 0xff, 0xff, 0x0f]),
+        ("truncated", vec![0x20, 0x08, 0x01]),
+    ];
+    for (what, bytes) in cases {
+        let root = tempfile::tempdir().unwrap();
+        let mut child = Command::new(bin())
+            .args(["serve", "--workspace", "/nonexistent/ws"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let negotiate = sandbox::Request {
+            rid: 1,
+            sandbox_id: String::new(),
+            op: Some(sandbox::request::Op::Negotiate(sandbox::Negotiate {
+                options: vec![format!("--sandbox_base={}", root.path().display())],
+                versions: vec![0],
+            })),
+        };
+        stdin
+            .write_all(&negotiate.encode_length_delimited_to_vec())
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let answer: sandbox::Response =
+            actionfs_protocol::backend::frame::read_frame(&mut stdout, 1 << 20)
+                .unwrap()
+                .unwrap();
+        assert!(answer.result.is_some());
+        stdin.write_all(&bytes).unwrap();
+        drop(stdin);
+        let output = child.wait_with_output().unwrap();
+        assert!(!output.status.success(), "{what}: exit 0");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            stderr
+                .trim_end()
+                .lines()
+                .filter(|l| l.contains("frame"))
+                .count(),
+            1,
+            "{what}: {stderr}"
+        );
+        let mounts = fs::read_to_string("/proc/mounts").unwrap();
+        assert!(
+            !mounts.contains(&root.path().display().to_string()),
+            "{what}"
+        );
+        assert!(
+            fs::read_dir(root.path()).unwrap().next().is_none(),
+            "{what}: left files"
+        );
+    }
+}
+
+/// Evicted and spent single-use content is asked for again
+/// (MissingContent), never read from the default place instead.
+#[test]
+fn evicted_and_spent_content_is_missing_content_until_pushed_again() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let b = Backend::start(&["--store_max_bytes=1500"]);
+    let (first, second, once) = ([b'a'; 1000], [b'b'; 1000], [b'c'; 10]);
+    // The default place holds other bytes under the same names.
+    for name in ["f", "g"] {
+        b.write_input(name, b"not the digest's bytes");
+    }
+    let tree_of = |name: &str, bytes: &[u8]| {
+        let mut tb = TreeBuilder::new();
+        tb.add_file(&format!("ws/{name}"), digest_of(bytes), false)
+            .unwrap();
+        let tree = tb.build();
+        b.push_tree(&tree);
+        tree
+    };
+    let push = |bytes: &[u8], retention: Retention| {
+        b.client()
+            .push(Push {
+                blobs: HashMap::new(),
+                content: [(
+                    sha256_hex(bytes),
+                    Content {
+                        source: Some(content::Source::Inline(bytes.to_vec())),
+                        retention: retention as i32,
+                    },
+                )]
+                .into(),
+            })
+            .unwrap();
+    };
+    let expect_missing = |id: &str, tree: &Tree, bytes: &[u8]| match b
+        .client()
+        .create(id, b.manifest(tree, &[]))
+        .unwrap()
+        .outcome
+    {
+        Some(create::result::Outcome::MissingContent(m)) => {
+            assert_eq!(m.digest_hashes, vec![sha256_hex(bytes)])
+        }
+        other => panic!("{id}: expected MissingContent, got {other:?}"),
+    };
+    let with_first = tree_of("f", &first);
+    push(&first, Retention::Reuse);
+    let root = b.create_ok("1", b.manifest(&with_first, &[]));
+    assert_eq!(fs::read(root.join("ws/f")).unwrap(), first);
+    b.destroy_ok("1");
+    push(&second, Retention::Reuse); // over the bound: `first` goes
+    expect_missing("2", &with_first, &first);
+    push(&first, Retention::Reuse);
+    let root = b.create_ok("2", b.manifest(&with_first, &[]));
+    assert_eq!(fs::read(root.join("ws/f")).unwrap(), first);
+    b.destroy_ok("2");
+
+    let with_once = tree_of("g", &once);
+    push(&once, Retention::SingleUse);
+    let root = b.create_ok("3", b.manifest(&with_once, &[]));
+    assert_eq!(fs::read(root.join("ws/g")).unwrap(), once);
+    b.destroy_ok("3");
+    expect_missing("4", &with_once, &once);
+    b.close();
+}
