@@ -1,8 +1,7 @@
 //! `actionfs replay-actions` on a hand-written execution log, without
 //! Bazel: an exec root in a temporary directory as a local build leaves
 //! it, and a log in Bazel 4.2.3's JSON format whose actions are /bin/sh
-//! commands. Serve-mode tests need `actionfs serve`; until this binary has
-//! it, they run only with ACTIONFS_SERVE_READY=1.
+//! commands. Serve-mode tests mount (FUSE sandboxes of `actionfs serve`).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -353,19 +352,9 @@ fn usage_errors_and_bad_logs_are_told() {
     );
 }
 
-/// Whether this binary has `actionfs serve` (the sandbox backend); until
-/// it does, serve tests run only when asked with ACTIONFS_SERVE_READY=1.
-fn serve_ready() -> bool {
-    if std::env::var_os("ACTIONFS_SERVE_READY").is_some_and(|v| v == "1") {
-        return true;
-    }
-    eprintln!("skipped: set ACTIONFS_SERVE_READY=1 once actionfs has `serve`");
-    false
-}
-
 #[test]
 fn replays_through_serve_in_each_content_mode_and_backend_option() {
-    if !serve_ready() || !require(&[Need::Mount]) {
+    if !require(&[Need::Mount]) {
         return;
     }
     let build = Build::new();
@@ -410,7 +399,7 @@ fn replays_through_serve_in_each_content_mode_and_backend_option() {
 
 #[test]
 fn serve_names_a_wrong_digest_and_a_refused_option() {
-    if !serve_ready() || !require(&[Need::Mount]) {
+    if !require(&[Need::Mount]) {
         return;
     }
     let mut build = Build::new();
