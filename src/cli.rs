@@ -758,9 +758,10 @@ struct BackendFlags {
     #[arg(long, value_name = "auto|off", default_value = "auto", value_parser = ["auto", "off"])]
     passthrough: String,
     /// Bytes of pushed content and directory blobs kept at most; the least
-    /// recently used unpinned entries go first
-    #[arg(long = "store_max_bytes", value_name = "N", default_value_t = 8 << 30)]
-    store_max_bytes: u64,
+    /// recently used unpinned entries go first (default: 8 GiB, or a
+    /// quarter of a tmpfs sandbox base if less)
+    #[arg(long = "store_max_bytes", value_name = "N")]
+    store_max_bytes: Option<u64>,
     #[arg(long = "reconfig_threads", value_name = "N", value_parser = parse_positive)]
     reconfig_threads: Option<usize>,
     #[arg(long, value_name = "PATH")]
@@ -777,7 +778,7 @@ pub struct BackendOptions {
     pub transport: Asked,
     pub ttl: Duration,
     pub passthrough: bool,
-    pub store_max_bytes: u64,
+    pub store_max_bytes: Option<u64>,
     pub reconfig_threads: Option<usize>,
     pub calibration: Option<PathBuf>,
 }

@@ -845,3 +845,65 @@ fn evicted_and_spent_content_is_missing_content_until_pushed_again() {
     expect_missing("4", &with_once, &once);
     b.close();
 }
+
+/// Without --sandbox_base the backend works below /dev/shm where that is
+/// tmpfs (measured faster), and leaves nothing there when it stops.
+#[test]
+fn the_default_sandbox_base_is_dev_shm_where_it_is_tmpfs() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let shm_is_tmpfs = fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some("/dev/shm") && l.split(' ').nth(2) == Some("tmpfs"));
+    let exec_root = tempfile::tempdir().unwrap();
+    fs::create_dir_all(exec_root.path().join(WS)).unwrap();
+    fs::write(exec_root.path().join("ws/f"), b"f").unwrap();
+    let mut child = Command::new(bin())
+        .args(["serve", "--workspace"])
+        .arg(exec_root.path().join(WS))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = Client::new(
+        Box::new(child.stdin.take().unwrap()),
+        Box::new(child.stdout.take().unwrap()),
+    );
+    let options: Vec<String> = transport()
+        .map(|t| format!("--transport={t}"))
+        .into_iter()
+        .collect();
+    client.negotiate(options).unwrap();
+    let mut tb = TreeBuilder::new();
+    tb.add_file("ws/f", digest_of(b"f"), false).unwrap();
+    let tree = tb.build();
+    client.push(tree.to_push()).unwrap();
+    let manifest = Manifest {
+        exec_root: exec_root.path().display().to_string(),
+        hash_function: "SHA-256".into(),
+        input_root_digest: Some(tree.root.clone()),
+        ..Default::default()
+    };
+    let Some(create::result::Outcome::Ok(ok)) = client.create("1", manifest).unwrap().outcome
+    else {
+        panic!("create failed");
+    };
+    let base = Path::new(&ok.path)
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_owned();
+    let expected_parent = if shm_is_tmpfs {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    assert_eq!(base.parent().unwrap(), expected_parent, "{}", ok.path);
+    assert_eq!(fs::read(Path::new(&ok.path).join("ws/f")).unwrap(), b"f");
+    client.close().unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(!base.exists(), "{base:?} outlived the backend");
+}
