@@ -51,6 +51,19 @@ struct Live {
     outputs: Arc<[Output]>,
 }
 
+/// A Create checked and resolved, ready to build.
+struct Plan<'a> {
+    walked: Walked,
+    /// Sorted by path.
+    outs: Vec<Output>,
+    writable: Vec<(&'a String, &'a String)>,
+    exec_root: &'a Path,
+    /// Per file, in `walked.files()` order: whether the store holds it.
+    found: Vec<Lookup>,
+    /// The store's path of each file it holds, in the same order.
+    stored: Vec<PathBuf>,
+}
+
 /// Why a create did not make a sandbox.
 enum Refused {
     Missing(Vec<String>),
@@ -246,14 +259,21 @@ impl Service {
             Err(AcquireError::Missing(missing)) => return Err(self.missing(missing.hashes)),
             Err(AcquireError::Store(err)) => return Err(err.to_string().into()),
         };
-        let made = self.make(id, &walked, &outs, &writable, exec_root, &found, stored);
-        match made {
+        let plan = Plan {
+            walked,
+            outs,
+            writable,
+            exec_root,
+            found,
+            stored,
+        };
+        match self.make(id, &plan) {
             Ok(scratch) => {
                 self.live.lock().insert(
                     id.to_owned(),
                     Live {
                         scratch: scratch.into(),
-                        outputs: outs.into(),
+                        outputs: plan.outs.into(),
                     },
                 );
                 Ok(self.dirs.mount.join(id))
@@ -267,25 +287,15 @@ impl Service {
 
     /// Makes the scratch directory and the sandbox from a checked tree;
     /// on failure nothing of it is left.
-    #[allow(clippy::too_many_arguments)]
-    fn make(
-        &self,
-        id: &str,
-        walked: &Walked,
-        outs: &[Output],
-        writable: &[(&String, &String)],
-        exec_root: &Path,
-        found: &[Lookup],
-        stored: Vec<PathBuf>,
-    ) -> Result<PathBuf, String> {
-        let ws = walked.workspace.as_str();
+    fn make(&self, id: &str, plan: &Plan) -> Result<PathBuf, String> {
+        let ws = plan.walked.workspace.as_str();
         let scratch = self.dirs.scratch.join(id);
         fs::create_dir(&scratch).map_err(|err| format!("mkdir {scratch:?}: {err}"))?;
         let made = (|| {
             let ws_dir = scratch.join(ws);
             fs::create_dir(&ws_dir).map_err(|err| format!("mkdir {ws_dir:?}: {err}"))?;
-            outputs::prepare(&scratch, outs).map_err(|err| err.to_string())?;
-            let draft = self.draft(id, walked, outs, writable, exec_root, found, stored)?;
+            outputs::prepare(&scratch, &plan.outs).map_err(|err| err.to_string())?;
+            let draft = self.draft(id, plan)?;
             self.core
                 .create(id, draft)
                 .map(drop)
@@ -303,20 +313,16 @@ impl Service {
     }
 
     /// The layout: the workspace directory writable over the scratch
-    /// one, writable directories, then every input read-only (`found`
-    /// says, per file in `walked.files()` order, whether `stored` holds
-    /// its path).
-    #[allow(clippy::too_many_arguments)]
-    fn draft(
-        &self,
-        id: &str,
-        walked: &Walked,
-        outs: &[Output],
-        writable: &[(&String, &String)],
-        exec_root: &Path,
-        found: &[Lookup],
-        stored: Vec<PathBuf>,
-    ) -> Result<Draft, String> {
+    /// one, writable directories, then every input read-only.
+    fn draft(&self, id: &str, plan: &Plan) -> Result<Draft, String> {
+        let Plan {
+            walked,
+            outs,
+            writable,
+            exec_root,
+            found,
+            stored,
+        } = plan;
         let ws = walked.workspace.as_str();
         let scratch_ws = self.dirs.scratch.join(id).join(ws);
         let mut draft = Draft::new(Some(id));
@@ -326,7 +332,7 @@ impl Service {
             index += 1;
         };
         add(&format!("/{ws}"), scratch_ws.as_os_str().as_bytes(), true);
-        for (path, host) in writable {
+        for (path, host) in writable.iter() {
             add(path, host.as_bytes(), true);
         }
         // An empty directory on an output's path is the scratch one.
@@ -334,7 +340,7 @@ impl Service {
             .iter()
             .flat_map(|o| ancestors(&o.path, o.dir))
             .collect();
-        let mut stored = stored.into_iter();
+        let mut stored = stored.iter();
         let mut found = found.iter();
         // One buffer for every sandbox path and one for every default
         // place: no allocation per input.
