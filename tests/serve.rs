@@ -907,3 +907,31 @@ fn the_default_sandbox_base_is_dev_shm_where_it_is_tmpfs() {
     assert!(child.wait().unwrap().success());
     assert!(!base.exists(), "{base:?} outlived the backend");
 }
+
+/// A start that fails (here: the sandbox base does not exist) answers
+/// Negotiate with an Error saying why, and exits 1 with nothing made.
+#[test]
+fn a_failed_start_answers_negotiate_with_the_reason() {
+    let mut child = Command::new(bin())
+        .args(["serve", "--workspace", "/nonexistent/ws"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = Client::new(
+        Box::new(child.stdin.take().unwrap()),
+        Box::new(child.stdout.take().unwrap()),
+    );
+    let answer = client
+        .negotiate(vec!["--sandbox_base=/nonexistent/base".into()])
+        .unwrap();
+    match answer.outcome {
+        Some(negotiate::result::Outcome::Error(e)) => {
+            assert!(e.message.contains("/nonexistent/base"), "{}", e.message)
+        }
+        other => panic!("{other:?}"),
+    }
+    let _ = client.close();
+    assert_eq!(child.wait().unwrap().code(), Some(1));
+}

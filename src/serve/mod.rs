@@ -21,6 +21,7 @@ mod tree;
 use std::io::{self, BufReader};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actionfs_protocol::backend::frame::{read_frame, MAX_FRAME};
@@ -108,15 +109,21 @@ fn serve_in(
         links: base.join("links"),
         empty: base.join("empty"),
     };
+    // Negotiate is answered once: here if the start fails before the
+    // daemon runs, else by the front end or below.
+    let refuse = |why: String| {
+        answers.send(rid, negotiated(Err(why.clone())));
+        why
+    };
     for dir in [&dirs.mount, &dirs.scratch, &dirs.links, &dirs.empty] {
         std::fs::DirBuilder::new()
             .mode(if dir == &dirs.empty { 0o555 } else { 0o755 })
             .create(dir)
-            .map_err(|err| format!("mkdir {dir:?}: {err}"))?;
+            .map_err(|err| refuse(format!("mkdir {dir:?}: {err}")))?;
     }
     let store = Arc::new(
         ContentStore::open(&base.join("store"), store_bound(options, base))
-            .map_err(|err| err.to_string())?,
+            .map_err(|err| refuse(err.to_string()))?,
     );
     let workers = options
         .reconfig_threads
@@ -126,10 +133,13 @@ fn serve_in(
         args.workspace
     );
     let fatal = Arc::new(Mutex::new(None));
+    let served = Arc::new(AtomicBool::new(false));
     let front_end = {
         let (answers, fatal, mount) = (answers.clone(), fatal.clone(), dirs.mount.clone());
+        let served = served.clone();
         FrontEnd::Owning(Box::new(move |sandboxes| {
             let service = Arc::new(Service::new(sandboxes, store, dirs));
+            served.store(true, Ordering::SeqCst);
             answers.send(rid, negotiated(Ok(())));
             log::info!("sandboxes appear in {mount:?}");
             let ended = session::serve(input, service.clone(), answers, workers);
@@ -145,8 +155,11 @@ fn serve_in(
         Ok(Stopped::FrontEndDone | Stopped::Unmounted) => Ok(Served::Closed),
         Ok(Stopped::BySignal(signal)) => Ok(Served::Signal(signal)),
         Err(err) => {
-            // Negotiate is answered only once the mount serves.
-            answers.send(rid, negotiated(Err(err.to_string())));
+            // Negotiate is answered once the mount serves; a start that
+            // failed before that answers it now.
+            if !served.load(Ordering::SeqCst) {
+                answers.send(rid, negotiated(Err(err.to_string())));
+            }
             Err(err.to_string())
         }
     }

@@ -238,6 +238,9 @@ impl Service {
             }
         }
         if !evicted.is_empty() {
+            // One digest may be at many paths; name it once.
+            evicted.sort_unstable();
+            evicted.dedup();
             return Err(self.missing(evicted));
         }
         let exec_root = Path::new(&manifest.exec_root);
