@@ -198,9 +198,10 @@ fn make_base(options: &BackendOptions) -> Result<PathBuf, String> {
 
 /// Without `--sandbox_base`: /dev/shm where it is a tmpfs we may write,
 /// else the temporary directory. Measured on Bazel actions (cc-chain, 98
-/// compiles and links, `--jobs 2`, docs/BENCHMARKS.md): 1.10x unsandboxed
-/// on tmpfs, where sandboxes are built natively, against 1.37x on the
-/// ext4 disk, where each scratch directory made and removed is slow.
+/// compiles and links, `--jobs 2`, unsandboxed outputs on disk,
+/// docs/BENCHMARKS.md): 1.10x unsandboxed with the base on tmpfs, where
+/// sandboxes are built natively, against 1.37x on the ext4 disk, where
+/// each scratch directory made and removed is slow.
 fn default_sandbox_base() -> PathBuf {
     let shm = Path::new("/dev/shm");
     let writable = nix::unistd::access(
