@@ -24,6 +24,25 @@ use prost::Message;
 
 const WS: &str = "ws";
 
+/// `actionfs serve --workspace WORKSPACE` with piped stdin and stdout,
+/// stderr to `stderr`, and a client on its pipes.
+fn spawn_serve(workspace: &Path, stderr: Stdio) -> (Child, Client) {
+    let mut child = Command::new(bin())
+        .args(["serve", "--workspace"])
+        .arg(workspace)
+        .env("RUST_LOG", "warn,actionfs::lifecycle=info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let client = Client::new(
+        Box::new(child.stdin.take().unwrap()),
+        Box::new(child.stdout.take().unwrap()),
+    );
+    (child, client)
+}
+
 /// One running `actionfs serve`, with a workspace exec root of its own.
 struct Backend {
     child: Option<Child>,
@@ -36,19 +55,8 @@ impl Backend {
         let root = tempfile::tempdir().unwrap();
         fs::create_dir_all(root.path().join("base")).unwrap();
         fs::create_dir_all(root.path().join("execroot").join(WS)).unwrap();
-        let mut child = Command::new(bin())
-            .args(["serve", "--workspace"])
-            .arg(root.path().join("execroot").join(WS))
-            .env("RUST_LOG", "warn,actionfs::lifecycle=info")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(fs::File::create(root.path().join("backend.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let client = Client::new(
-            Box::new(child.stdin.take().unwrap()),
-            Box::new(child.stdout.take().unwrap()),
-        );
+        let log = fs::File::create(root.path().join("backend.log")).unwrap();
+        let (child, client) = spawn_serve(&root.path().join("execroot").join(WS), log.into());
         let mut all = vec![format!(
             "--sandbox_base={}",
             root.path().join("base").display()
@@ -585,17 +593,7 @@ fn bad_input_gets_an_error_and_the_backend_keeps_serving() {
 #[test]
 fn an_unknown_option_is_refused_by_name() {
     let root = tempfile::tempdir().unwrap();
-    let mut child = Command::new(bin())
-        .args(["serve", "--workspace", "/nonexistent/ws"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let client = Client::new(
-        Box::new(child.stdin.take().unwrap()),
-        Box::new(child.stdout.take().unwrap()),
-    );
+    let (mut child, client) = spawn_serve(Path::new("/nonexistent/ws"), Stdio::piped());
     let answer = client
         .negotiate(vec![
             format!("--sandbox_base={}", root.path().display()),
@@ -860,17 +858,7 @@ fn the_default_sandbox_base_is_dev_shm_where_it_is_tmpfs() {
     let exec_root = tempfile::tempdir().unwrap();
     fs::create_dir_all(exec_root.path().join(WS)).unwrap();
     fs::write(exec_root.path().join("ws/f"), b"f").unwrap();
-    let mut child = Command::new(bin())
-        .args(["serve", "--workspace"])
-        .arg(exec_root.path().join(WS))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let client = Client::new(
-        Box::new(child.stdin.take().unwrap()),
-        Box::new(child.stdout.take().unwrap()),
-    );
+    let (mut child, client) = spawn_serve(&exec_root.path().join(WS), Stdio::piped());
     let options: Vec<String> = transport()
         .map(|t| format!("--transport={t}"))
         .into_iter()
@@ -912,17 +900,7 @@ fn the_default_sandbox_base_is_dev_shm_where_it_is_tmpfs() {
 /// Negotiate with an Error saying why, and exits 1 with nothing made.
 #[test]
 fn a_failed_start_answers_negotiate_with_the_reason() {
-    let mut child = Command::new(bin())
-        .args(["serve", "--workspace", "/nonexistent/ws"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let client = Client::new(
-        Box::new(child.stdin.take().unwrap()),
-        Box::new(child.stdout.take().unwrap()),
-    );
+    let (mut child, client) = spawn_serve(Path::new("/nonexistent/ws"), Stdio::piped());
     let answer = client
         .negotiate(vec!["--sandbox_base=/nonexistent/base".into()])
         .unwrap();
