@@ -106,6 +106,15 @@ impl Backend {
             .unwrap();
     }
 
+    fn push_inline(&self, bytes: &[u8]) {
+        self.client()
+            .push(Push {
+                blobs: HashMap::new(),
+                content: [(sha256_hex(bytes), inline(bytes))].into(),
+            })
+            .unwrap();
+    }
+
     fn manifest(&self, tree: &Tree, outputs: &[(&str, &str)]) -> Manifest {
         Manifest {
             mnemonic: "Test".into(),
@@ -339,12 +348,7 @@ fn missing_content_is_named_then_pushed_then_the_create_succeeds() {
     };
     assert_eq!(missing.digest_hashes, vec![tree.root.hash.clone()]);
     b.push_tree(&tree);
-    b.client()
-        .push(Push {
-            blobs: HashMap::new(),
-            content: [(sha256_hex(bytes), inline(bytes))].into(),
-        })
-        .unwrap();
+    b.push_inline(bytes);
     let root = b.create_ok("1", b.manifest(&tree, &[]));
     assert_eq!(fs::read(root.join("ws/f")).unwrap(), bytes);
     b.destroy_ok("1");
@@ -435,12 +439,7 @@ fn inputs_open_with_no_message_and_share_one_inode_per_digest() {
     tb.add_file("ws/h.h", digest_of(bytes), false).unwrap();
     let tree = tb.build();
     b.push_tree(&tree);
-    b.client()
-        .push(Push {
-            blobs: HashMap::new(),
-            content: [(sha256_hex(bytes), inline(bytes))].into(),
-        })
-        .unwrap();
+    b.push_inline(bytes);
     let one = b.create_ok("one", b.manifest(&tree, &[]));
     let two = b.create_ok("two", b.manifest(&tree, &[]));
     // The first open of the mount is asked once (answered ENOSYS).
