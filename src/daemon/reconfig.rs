@@ -223,7 +223,8 @@ pub(crate) fn prepare(
     }
 }
 
-fn worker_for(id: &str, workers: usize) -> usize {
+/// The worker that applies every request for sandbox `id`.
+pub(crate) fn worker_for(id: &str, workers: usize) -> usize {
     let mut hasher = DefaultHasher::new();
     id.hash(&mut hasher);
     (hasher.finish() % workers as u64) as usize

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::collections::HashMap;
 
 use super::tree::{check_name, Checked, Walked};
+use crate::sandbox::materialize::remove_tree;
 
 /// One declared output, checked.
 #[derive(Clone, Debug)]
@@ -151,18 +152,17 @@ fn move_output(from: &Path, to: &Path) -> Result<(), String> {
     if let Some(parent) = to.parent() {
         fs::create_dir_all(parent).map_err(|err| format!("mkdir {parent:?}: {err}"))?;
     }
-    match fs::symlink_metadata(to) {
-        Ok(meta) if meta.is_dir() => {
-            fs::remove_dir_all(to).map_err(|err| format!("rm -r {to:?}: {err}"))?
-        }
-        Ok(_) => fs::remove_file(to).map_err(|err| format!("unlink {to:?}: {err}"))?,
-        Err(_) => {}
+    // What a previous build left there, read-only directories included.
+    if fs::symlink_metadata(to).is_ok() {
+        remove_tree(to).map_err(|err| err.to_string())?;
     }
     match fs::rename(from, to) {
         Ok(()) => Ok(()),
         Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
             copy_tree(from, to).map_err(|err| format!("copy {from:?} to {to:?}: {err}"))?;
-            remove_any(from).map_err(|err| format!("remove {from:?} after copying it: {err}"))
+            remove_tree(from)
+                .map(drop)
+                .map_err(|err| format!("after copying {from:?}: {err}"))
         }
         Err(err) => Err(format!("rename {from:?} to {to:?}: {err}")),
     }
@@ -183,14 +183,6 @@ fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
     } else {
         // fs::copy keeps the permission bits.
         fs::copy(from, to).map(drop)
-    }
-}
-
-fn remove_any(path: &Path) -> io::Result<()> {
-    if fs::symlink_metadata(path)?.is_dir() {
-        fs::remove_dir_all(path)
-    } else {
-        fs::remove_file(path)
     }
 }
 

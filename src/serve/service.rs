@@ -298,7 +298,7 @@ impl Service {
             let ws_dir = scratch.join(ws);
             fs::create_dir(&ws_dir).map_err(|err| format!("mkdir {ws_dir:?}: {err}"))?;
             outputs::prepare(&scratch, &plan.outs).map_err(|err| err.to_string())?;
-            let draft = self.draft(id, plan)?;
+            let draft = self.draft(id, plan, &ws_dir)?;
             self.core
                 .create(id, draft)
                 .map(drop)
@@ -315,9 +315,9 @@ impl Service {
         }
     }
 
-    /// The layout: the workspace directory writable over the scratch
-    /// one, writable directories, then every input read-only.
-    fn draft(&self, id: &str, plan: &Plan) -> Result<Draft, String> {
+    /// The layout: the workspace directory writable over `scratch_ws`,
+    /// writable directories, then every input read-only.
+    fn draft(&self, id: &str, plan: &Plan, scratch_ws: &Path) -> Result<Draft, String> {
         let Plan {
             walked,
             outs,
@@ -327,7 +327,6 @@ impl Service {
             stored,
         } = plan;
         let ws = walked.workspace.as_str();
-        let scratch_ws = self.dirs.scratch.join(id).join(ws);
         let mut draft = Draft::new(Some(id));
         let mut index = 0;
         let mut add = |path: &str, underlying: &[u8], writable: bool| {

@@ -5,8 +5,6 @@
 //! for one sandbox run one at a time and in order while others run beside
 //! them, each answered as soon as it is done.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::io::{self, BufRead, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Sender};
@@ -19,6 +17,7 @@ use actionfs_protocol::backend::sandbox::{
 use parking_lot::Mutex;
 
 use super::service::Service;
+use crate::daemon::reconfig::worker_for;
 
 /// Where answers go, one whole frame at a time. If the client stops
 /// reading (EPIPE), answers are dropped from then on.
@@ -115,7 +114,7 @@ pub fn serve(
                     Op::Destroy(_) => SandboxOp::Destroy,
                     Op::Push(_) | Op::Negotiate(_) => unreachable!("matched above"),
                 };
-                let worker = worker_of(&request.sandbox_id, queues.len());
+                let worker = worker_for(&request.sandbox_id, queues.len());
                 let job = Job {
                     rid,
                     id: request.sandbox_id,
@@ -135,12 +134,6 @@ pub fn serve(
         let _ = handle.join();
     }
     ended
-}
-
-fn worker_of(id: &str, workers: usize) -> usize {
-    let mut hasher = DefaultHasher::new();
-    id.hash(&mut hasher);
-    (hasher.finish() % workers as u64) as usize
 }
 
 #[allow(clippy::type_complexity)]

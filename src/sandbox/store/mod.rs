@@ -279,13 +279,7 @@ impl ContentStore {
 
     /// Whether content `hash` is held (a bad key is not).
     pub fn contains(&self, hash: &str) -> bool {
-        Digest::parse(hash).is_some_and(|digest| {
-            self.state
-                .lock()
-                .index
-                .find(&digest, Kind::Content)
-                .is_some()
-        })
+        self.lookup(hash) == Lookup::Present
     }
 
     /// Keeps directory blob `bytes` under `hash`, which they must hash to.
