@@ -1,7 +1,8 @@
 //! The core: a sandbox as a tree of nodes served through FUSE ([`tree`]) or
 //! as real files ([`materialize`]), from one [`layout`]; [`hybrid`] picks
 //! which per sandbox; [`store`] keeps content pushed by digest for the
-//! sandboxes that reference it. Nothing here knows about FUSE or the request
+//! sandboxes that reference it; [`merkle`] walks input trees given by
+//! directory digests. Nothing here knows about FUSE or the request
 //! stream.
 
 pub mod dirfd;
@@ -9,6 +10,7 @@ pub mod file_kind;
 pub mod hybrid;
 pub mod layout;
 pub mod materialize;
+pub mod merkle;
 pub(crate) mod sharded;
 pub mod store;
 pub mod tree;

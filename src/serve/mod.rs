@@ -4,19 +4,18 @@
 //! Bazel sends each action's inputs as a content-addressed REAPI tree:
 //! directory blobs and content arrive in Pushes and go to the store
 //! ([`crate::sandbox::store`]); a Create names a root digest, which
-//! [`tree`] walks into a layout for the same core the sandboxfs stream
+//! the core's [`crate::sandbox::merkle`] walks into a layout for the same core the sandboxfs stream
 //! uses (FUSE view or native tree, by the measured cutoff). A digest's
 //! bytes never change, so the mount runs with zero-message opens: the
 //! kernel opens and caches inputs with no message per open.
 //!
 //! Read in this order: this file (start, Negotiate, stop), [`session`]
-//! (the request loop), [`service`] (what each request does), [`tree`]
-//! (trees from digests), [`outputs`] (declared outputs and Collect).
+//! (the request loop), [`service`] (what each request does), [`outputs`]
+//! (declared outputs and Collect).
 
 mod outputs;
 mod service;
 mod session;
-mod tree;
 
 use std::io::{self, BufReader};
 use std::os::unix::fs::DirBuilderExt;

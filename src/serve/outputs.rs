@@ -9,8 +9,8 @@ use std::path::Path;
 
 use std::collections::HashMap;
 
-use super::tree::{check_name, Checked, Walked};
 use crate::sandbox::materialize::remove_tree;
+use crate::sandbox::merkle::{check_name, Checked, Walked};
 
 /// One declared output, checked.
 #[derive(Clone, Debug)]

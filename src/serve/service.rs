@@ -25,12 +25,12 @@ use actionfs_protocol::validate_sandbox_id;
 use parking_lot::Mutex;
 
 use super::outputs::{self, Output};
-use super::tree::{Trees, WalkError, Walked};
 use crate::daemon::reconfig::Backend;
 use crate::daemon::stats::RequestKind;
 use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::layout::Draft;
 use crate::sandbox::materialize::remove_tree;
+use crate::sandbox::merkle::{Trees, WalkError, Walked};
 use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup};
 
 /// The directories of one `actionfs serve`, all below its base.
@@ -85,7 +85,7 @@ impl From<&str> for Refused {
 pub struct Service {
     core: Arc<Sandboxes>,
     store: Arc<ContentStore>,
-    trees: Trees,
+    trees: Trees<Arc<ContentStore>>,
     dirs: Dirs,
     live: Mutex<HashMap<String, Live>>,
     /// Digests a Push brought bad bytes for, and why: a Create naming one
@@ -188,12 +188,14 @@ impl Service {
         if !is_sha256_hex(&root.hash) {
             return Err(format!("input_root_digest {:?} is not a SHA-256 hash", root.hash).into());
         }
-        let walked = match self.trees.walk(&root.hash) {
+        let walked = match walk_workspace(&self.trees, &root.hash, root.size_bytes) {
             Ok(walked) => walked,
             Err(WalkError::Invalid(why)) => return Err(why.into()),
-            Err(WalkError::Missing(hashes)) => return Err(self.missing(hashes)),
+            Err(WalkError::Missing(missing)) => {
+                return Err(self.missing(missing.into_iter().map(|(hash, _)| hash).collect()))
+            }
         };
-        let ws = walked.workspace.as_str();
+        let ws = walked.top.as_str();
         let mut outs = Vec::with_capacity(manifest.outputs.len());
         for (key, output) in &manifest.outputs {
             outs.push(outputs::check(ws, key, &output.r#type, &output.dest)?);
@@ -291,7 +293,7 @@ impl Service {
     /// Makes the scratch directory and the sandbox from a checked tree;
     /// on failure nothing of it is left.
     fn make(&self, id: &str, plan: &Plan) -> Result<PathBuf, String> {
-        let ws = plan.walked.workspace.as_str();
+        let ws = plan.walked.top.as_str();
         let scratch = self.dirs.scratch.join(id);
         fs::create_dir(&scratch).map_err(|err| format!("mkdir {scratch:?}: {err}"))?;
         let made = (|| {
@@ -326,7 +328,7 @@ impl Service {
             found,
             stored,
         } = plan;
-        let ws = walked.workspace.as_str();
+        let ws = walked.top.as_str();
         let mut draft = Draft::new(Some(id));
         let mut index = 0;
         let mut add = |path: &str, underlying: &[u8], writable: bool| {
@@ -477,6 +479,33 @@ impl Service {
             }
         }
     }
+}
+
+/// Walks the tree of root directory `root`, which must hold exactly one
+/// directory, the workspace: every path walked starts with its name.
+fn walk_workspace(
+    trees: &Trees<Arc<ContentStore>>,
+    root: &str,
+    size: i64,
+) -> Result<Walked, WalkError> {
+    let Some(top) = trees.checked(root, size)? else {
+        return Err(WalkError::Missing(vec![(root.to_owned(), size)]));
+    };
+    let [workspace] = &top.dirs[..] else {
+        return Err(WalkError::Invalid(format!(
+            "root directory {root}: holds {} directories, {} files and {} symlinks; it must \
+             hold exactly one directory, named after the workspace",
+            top.dirs.len(),
+            top.files.len(),
+            top.symlinks.len()
+        )));
+    };
+    if !top.files.is_empty() || !top.symlinks.is_empty() {
+        return Err(WalkError::Invalid(format!(
+            "root directory {root}: holds files or symlinks beside the workspace directory"
+        )));
+    }
+    trees.walk(&workspace.name, &workspace.hash, workspace.size)
 }
 
 /// Every directory from the workspace down to `path` (itself too if it

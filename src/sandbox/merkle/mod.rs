@@ -1,0 +1,194 @@
+//! Input trees from digests (REAPI Merkle trees): each `Directory` blob is
+//! decoded and checked once per digest, then walked into the list of
+//! directories an input root holds.
+//!
+//! A digest's bytes never change, so a directory checked once stays
+//! checked: the next sandbox, staged input root or build naming the same
+//! subtree reuses the decoded entries and skips both the protobuf decode
+//! and the name checks. Where the blobs come from is a [`DirectorySource`]:
+//! the content store `actionfs serve` fills from Push, or a remote
+//! execution worker's CAS.
+
+mod check;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+pub use check::check_name;
+
+use crate::sandbox::store::Digest;
+
+/// Decoded directories kept at most; past it the cache starts over (a
+/// build's distinct directories are far fewer).
+const CHECKED_CAP: usize = 1 << 18;
+
+/// Where serialized `Directory` messages are found by digest.
+pub trait DirectorySource: Send + Sync {
+    /// The blob of directory `hash` (`size` bytes long), `Ok(None)` if the
+    /// source lacks it, `Err` (the reason) if it cannot be read.
+    fn directory_blob(&self, hash: &str, size: i64) -> Result<Option<Arc<[u8]>>, String>;
+}
+
+impl<T: DirectorySource + ?Sized> DirectorySource for Arc<T> {
+    fn directory_blob(&self, hash: &str, size: i64) -> Result<Option<Arc<[u8]>>, String> {
+        (**self).directory_blob(hash, size)
+    }
+}
+
+/// Pushed blobs, checked against their digests when they were put.
+impl DirectorySource for crate::sandbox::store::ContentStore {
+    fn directory_blob(&self, hash: &str, _size: i64) -> Result<Option<Arc<[u8]>>, String> {
+        Ok(self.directory(hash))
+    }
+}
+
+/// One directory's entries, names checked, in the blob's order.
+#[derive(Debug)]
+pub struct Checked {
+    pub files: Box<[FileEntry]>,
+    pub dirs: Box<[DirEntry]>,
+    pub symlinks: Box<[SymlinkEntry]>,
+}
+
+impl Checked {
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.dirs.is_empty() && self.symlinks.is_empty()
+    }
+
+    /// Whether `name` is a file or symlink here.
+    pub fn has_leaf(&self, name: &str) -> bool {
+        self.files.iter().any(|f| &*f.name == name)
+            || self.symlinks.iter().any(|l| &*l.name == name)
+    }
+}
+
+#[derive(Debug)]
+pub struct FileEntry {
+    pub name: Box<str>,
+    pub hash: Box<str>,
+    pub size: i64,
+    /// The hash as bytes, parsed once per directory digest.
+    pub digest: Digest,
+    pub executable: bool,
+}
+
+#[derive(Debug)]
+pub struct DirEntry {
+    pub name: Box<str>,
+    pub hash: Box<str>,
+    pub size: i64,
+}
+
+#[derive(Debug)]
+pub struct SymlinkEntry {
+    pub name: Box<str>,
+    pub target: Box<str>,
+}
+
+/// A tree walked from a directory digest: each directory's path (below
+/// the walk's prefix, joined with `/`) and entries, parents before their
+/// children. No path per input is made here: users build them in one
+/// buffer.
+#[derive(Debug, Default)]
+pub struct Walked {
+    /// The path the walk started at (the first directory's path).
+    pub top: String,
+    pub dirs: Vec<(String, Arc<Checked>)>,
+}
+
+impl Walked {
+    /// Every file, with the path of its directory, in a fixed order.
+    pub fn files(&self) -> impl Iterator<Item = (&str, &FileEntry)> {
+        self.dirs
+            .iter()
+            .flat_map(|(path, dir)| dir.files.iter().map(move |file| (path.as_str(), file)))
+    }
+
+    pub fn file_count(&self) -> usize {
+        self.dirs.iter().map(|(_, dir)| dir.files.len()).sum()
+    }
+}
+
+/// Why a tree cannot be walked.
+#[derive(Debug)]
+pub enum WalkError {
+    /// Directory blobs the source lacks, as `(hash, size)`.
+    Missing(Vec<(String, i64)>),
+    /// A permanent fault of the tree, with the digest and name it is in.
+    Invalid(String),
+}
+
+/// The decoded-directory cache, in front of a source of blobs.
+pub struct Trees<S> {
+    source: S,
+    checked: Mutex<HashMap<Box<str>, Arc<Checked>>>,
+}
+
+impl<S: DirectorySource> Trees<S> {
+    pub fn new(source: S) -> Trees<S> {
+        Trees {
+            source,
+            checked: Mutex::default(),
+        }
+    }
+
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// Walks the tree of directory `hash`, naming it `top` (which may be
+    /// empty: then paths below it have no leading `/`). Every missing blob
+    /// reachable from what is present is reported at once, so one fetch
+    /// or Push can bring them all.
+    pub fn walk(&self, top: &str, hash: &str, size: i64) -> Result<Walked, WalkError> {
+        let mut walked = Walked {
+            top: top.to_owned(),
+            dirs: Vec::new(),
+        };
+        let mut missing = Vec::new();
+        let mut pending: Vec<(String, Box<str>, i64)> = vec![(top.to_owned(), hash.into(), size)];
+        while let Some((path, hash, size)) = pending.pop() {
+            let Some(dir) = self.checked(&hash, size)? else {
+                missing.push((hash.to_string(), size));
+                continue;
+            };
+            for sub in dir.dirs.iter() {
+                let sub_path = if path.is_empty() {
+                    sub.name.to_string()
+                } else {
+                    format!("{path}/{}", sub.name)
+                };
+                pending.push((sub_path, sub.hash.clone(), sub.size));
+            }
+            walked.dirs.push((path, dir));
+        }
+        if !missing.is_empty() {
+            missing.sort();
+            missing.dedup();
+            return Err(WalkError::Missing(missing));
+        }
+        Ok(walked)
+    }
+
+    /// The checked entries of directory `hash`, decoding and checking its
+    /// blob the first time; `None` if the source lacks the blob.
+    pub fn checked(&self, hash: &str, size: i64) -> Result<Option<Arc<Checked>>, WalkError> {
+        if let Some(dir) = self.checked.lock().get(hash) {
+            return Ok(Some(dir.clone()));
+        }
+        let blob = match self.source.directory_blob(hash, size) {
+            Ok(Some(blob)) => blob,
+            Ok(None) => return Ok(None),
+            Err(why) => return Err(WalkError::Invalid(format!("directory {hash}: {why}"))),
+        };
+        let dir = Arc::new(check::check(hash, &blob)?);
+        let mut checked = self.checked.lock();
+        if checked.len() >= CHECKED_CAP {
+            checked.clear();
+        }
+        checked.insert(hash.into(), dir.clone());
+        Ok(Some(dir))
+    }
+}
