@@ -29,6 +29,8 @@
 //! - [`tools`]: every subcommand but the daemon: `ctl`, `replay`,
 //!   `replay-actions`, `calibrate`, `doctor`, `man` and `completions`, `materialize` and
 //!   `rmtree`, and the progress line they share.
+//! - [`stage`]: the library remote-execution workers call to lay out an
+//!   action's REAPI input root from their CAS (NativeLink's layout).
 //! - [`cli`]: the one command-line grammar; `main.rs` dispatches on it.
 //! - `sys`: the platform's mechanisms, from the `linux/` or `macos/` crate.
 
@@ -39,5 +41,6 @@ pub mod daemon;
 pub mod fuse;
 pub mod sandbox;
 pub mod serve;
+pub mod stage;
 mod sys;
 pub mod tools;

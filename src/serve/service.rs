@@ -30,7 +30,7 @@ use crate::daemon::stats::RequestKind;
 use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::layout::Draft;
 use crate::sandbox::materialize::remove_tree;
-use crate::sandbox::merkle::{Trees, WalkError, Walked};
+use crate::sandbox::merkle::{MissingDir, Trees, WalkError, Walked};
 use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup};
 
 /// The directories of one `actionfs serve`, all below its base.
@@ -192,7 +192,7 @@ impl Service {
             Ok(walked) => walked,
             Err(WalkError::Invalid(why)) => return Err(why.into()),
             Err(WalkError::Missing(missing)) => {
-                return Err(self.missing(missing.into_iter().map(|(hash, _)| hash).collect()))
+                return Err(self.missing(missing.into_iter().map(|dir| dir.hash).collect()))
             }
         };
         let ws = walked.top.as_str();
@@ -489,7 +489,11 @@ fn walk_workspace(
     size: i64,
 ) -> Result<Walked, WalkError> {
     let Some(top) = trees.checked(root, size)? else {
-        return Err(WalkError::Missing(vec![(root.to_owned(), size)]));
+        return Err(WalkError::Missing(vec![MissingDir {
+            hash: root.to_owned(),
+            size,
+            path: String::new(),
+        }]));
     };
     let [workspace] = &top.dirs[..] else {
         return Err(WalkError::Invalid(format!(

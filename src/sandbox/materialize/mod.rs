@@ -23,6 +23,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub(crate) use place::{copy_file, may_fall_back};
 pub use place::{Made, Method};
 pub use remove::{remove_tree, remove_tree_within, Removed};
 pub use trash::Trash;

@@ -151,7 +151,7 @@ fn place_file(method: Method, leaf: &Leaf, dest: &DirFd) -> io::Result<Made> {
 
 /// Errors that mean "this method cannot work for this pair of file
 /// systems or this file", as opposed to a real failure.
-fn may_fall_back(err: &io::Error) -> bool {
+pub(crate) fn may_fall_back(err: &io::Error) -> bool {
     matches!(
         err.raw_os_error(),
         Some(
@@ -172,7 +172,9 @@ fn symlink_to(target: &Path, dest: &DirFd, name: &CStr) -> io::Result<Made> {
     Ok(Made::Symlink)
 }
 
-fn copy_file(
+/// Copies file `src_name` of `src_dir` as new file `name` in `dest`, with
+/// the source's mode; a failed copy leaves no file behind.
+pub(crate) fn copy_file(
     src_dir: BorrowedFd<'_>,
     src_name: &CStr,
     dest: &DirFd,

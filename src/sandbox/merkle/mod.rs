@@ -114,10 +114,18 @@ impl Walked {
 /// Why a tree cannot be walked.
 #[derive(Debug)]
 pub enum WalkError {
-    /// Directory blobs the source lacks, as `(hash, size)`.
-    Missing(Vec<(String, i64)>),
+    /// Directory blobs the source lacks (each once, sorted by hash).
+    Missing(Vec<MissingDir>),
     /// A permanent fault of the tree, with the digest and name it is in.
     Invalid(String),
+}
+
+/// A directory blob the source lacks, and the first path naming it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MissingDir {
+    pub hash: String,
+    pub size: i64,
+    pub path: String,
 }
 
 /// The decoded-directory cache, in front of a source of blobs.
@@ -151,7 +159,11 @@ impl<S: DirectorySource> Trees<S> {
         let mut pending: Vec<(String, Box<str>, i64)> = vec![(top.to_owned(), hash.into(), size)];
         while let Some((path, hash, size)) = pending.pop() {
             let Some(dir) = self.checked(&hash, size)? else {
-                missing.push((hash.to_string(), size));
+                missing.push(MissingDir {
+                    hash: hash.to_string(),
+                    size,
+                    path,
+                });
                 continue;
             };
             for sub in dir.dirs.iter() {
@@ -166,7 +178,7 @@ impl<S: DirectorySource> Trees<S> {
         }
         if !missing.is_empty() {
             missing.sort();
-            missing.dedup();
+            missing.dedup_by(|a, b| a.hash == b.hash);
             return Err(WalkError::Missing(missing));
         }
         Ok(walked)

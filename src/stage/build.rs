@@ -1,0 +1,201 @@
+//! Laying a walked tree out on disk: directories first (parents before
+//! children), then each directory's files and symlinks through its own
+//! descriptor, so no path is resolved twice and none through a symlink.
+//! All or nothing: on any failure the root is removed again.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use super::cas::{blob_name, Cas};
+use super::{Mechanism, MissingBlob, StageError, Staged};
+use crate::sandbox::dirfd::{c_name, DirFd};
+use crate::sandbox::materialize::{self, copy_file, may_fall_back, remove_tree};
+use crate::sandbox::merkle::{check_name, Checked, Walked};
+use crate::sys;
+
+/// The directories to make for `outputs` (paths relative to the root),
+/// beyond those of the tree: each output's parent, and its ancestors.
+/// Refuses a path that is not relative and normalized, or whose parent
+/// would pass through a file or symlink of the tree.
+pub fn output_parents(walked: &Walked, outputs: &[&str]) -> Result<Vec<String>, String> {
+    let dirs: HashMap<&str, &Checked> = walked
+        .dirs
+        .iter()
+        .map(|(path, dir)| (path.as_str(), &**dir))
+        .collect();
+    let mut parents = Vec::new();
+    let mut seen = HashSet::new();
+    for output in outputs {
+        for name in output.split('/') {
+            check_name(name).map_err(|why| format!("output path {output:?}: {why}"))?;
+        }
+        let Some((parent, _)) = output.rsplit_once('/') else {
+            continue;
+        };
+        let mut above = "";
+        let ends = parent.match_indices('/').map(|(at, _)| at);
+        for end in ends.chain([parent.len()]) {
+            let path = &parent[..end];
+            let name = path[above.len()..].trim_start_matches('/');
+            if dirs.get(above).is_some_and(|dir| dir.has_leaf(name)) {
+                return Err(format!(
+                    "output path {output:?}: the input root holds {path:?} as a file or symlink"
+                ));
+            }
+            if !dirs.contains_key(path) && seen.insert(path) {
+                parents.push(path.to_owned());
+            }
+            above = path;
+        }
+    }
+    Ok(parents)
+}
+
+/// Makes the root at `at` and everything in it.
+pub fn build(
+    cas: &Cas,
+    mechanism: Mechanism,
+    walked: &Walked,
+    parents: &[String],
+    at: &Path,
+) -> Result<Staged, StageError> {
+    let fail = |syscall, err| StageError::Io(materialize::Error::new(syscall, at, err));
+    std::fs::create_dir(at).map_err(|err| fail("mkdir", err))?;
+    let root = DirFd::open(at).map_err(|err| fail("open", err))?;
+    let mut staged = Staged {
+        root: at.to_owned(),
+        files: 0,
+        dirs: 1,
+    };
+    let built = fill(cas, mechanism, walked, parents, &root, &mut staged);
+    match built {
+        Ok(()) => Ok(staged),
+        Err(err) => {
+            drop(root);
+            if let Err(cleanup) = remove_tree(at) {
+                log::error!("staging {at:?} failed, and so did removing it: {cleanup}");
+            }
+            Err(err)
+        }
+    }
+}
+
+fn fill(
+    cas: &Cas,
+    mechanism: Mechanism,
+    walked: &Walked,
+    parents: &[String],
+    root: &DirFd,
+    staged: &mut Staged,
+) -> Result<(), StageError> {
+    let io_error = |syscall, path: &str, err| {
+        StageError::Io(materialize::Error::new(
+            syscall,
+            &staged_path(&staged.root, path),
+            err,
+        ))
+    };
+    // Directories, parents first (the walk's order), each opened once.
+    let mut fds = Vec::with_capacity(walked.dirs.len());
+    for (path, _) in &walked.dirs {
+        if path.is_empty() {
+            fds.push(None);
+            continue;
+        }
+        let name = c_name(path.as_ref()).map_err(|err| io_error("mkdir", path, err))?;
+        root.mkdir_at(&name, 0o755)
+            .map_err(|err| io_error("mkdir", path, err))?;
+        fds.push(Some(
+            root.open_at(&name)
+                .map_err(|err| io_error("open", path, err))?,
+        ));
+        staged.dirs += 1;
+    }
+    let mut missing = Vec::new();
+    for ((path, dir), fd) in walked.dirs.iter().zip(&fds) {
+        let fd = fd.as_ref().unwrap_or(root);
+        for file in dir.files.iter() {
+            let name = CString::new(&*file.name).expect("checked: no NUL");
+            let blob = blob_name(&file.hash, file.size);
+            let source = if file.executable {
+                cas.executable(&blob)
+            } else {
+                Ok(cas.digests())
+            };
+            let placed = source.and_then(|source| place(mechanism, source, &blob, fd, &name));
+            match placed {
+                Ok(()) => staged.files += 1,
+                Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
+                    missing.push(MissingBlob {
+                        what: "file",
+                        hash: file.hash.to_string(),
+                        size: file.size,
+                        path: join(path, &file.name),
+                    });
+                }
+                Err(err) => return Err(io_error("link", &join(path, &file.name), err)),
+            }
+        }
+        for link in dir.symlinks.iter() {
+            let name = CString::new(&*link.name).expect("checked: no NUL");
+            let target = CString::new(&*link.target).expect("checked: no NUL");
+            fd.symlink_at(&target, &name)
+                .map_err(|err| io_error("symlink", &join(path, &link.name), err))?;
+        }
+    }
+    if !missing.is_empty() {
+        return Err(StageError::Missing(missing));
+    }
+    for path in parents {
+        let name = c_name(path.as_ref()).map_err(|err| io_error("mkdir", path, err))?;
+        match root.mkdir_at(&name, 0o755) {
+            Ok(()) => staged.dirs += 1,
+            Err(err) if err.raw_os_error() == Some(libc::EEXIST) => {}
+            Err(err) => return Err(io_error("mkdir", path, err)),
+        }
+    }
+    Ok(())
+}
+
+/// Makes `name` in `dest` from blob `blob` of `source` by `mechanism`.
+fn place(
+    mechanism: Mechanism,
+    source: &DirFd,
+    blob: &CString,
+    dest: &DirFd,
+    name: &CString,
+) -> io::Result<()> {
+    let clone = || sys::clone_file(source.as_fd(), blob, dest.as_fd(), name);
+    let copy = || copy_file(source.as_fd(), blob, dest, name);
+    match mechanism {
+        Mechanism::Hardlink => dest.link_at(source.as_fd(), blob, name),
+        Mechanism::Clone => clone(),
+        Mechanism::Copy => copy(),
+        Mechanism::Auto => match dest.link_at(source.as_fd(), blob, name) {
+            Err(err) if may_fall_back(&err) => match clone() {
+                Err(err) if may_fall_back(&err) => copy(),
+                cloned => cloned,
+            },
+            linked => linked,
+        },
+    }
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+fn staged_path(root: &Path, path: &str) -> std::path::PathBuf {
+    if path.is_empty() {
+        root.to_owned()
+    } else {
+        root.join(path)
+    }
+}

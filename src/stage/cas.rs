@@ -1,0 +1,163 @@
+//! A CAS in NativeLink's filesystem-store layout: every blob (file content
+//! and serialized `Directory` alike) is the file `<content_path>/d/<hash>-
+//! <size>`, written once and never changed in place.
+//!
+//! Executable inputs cannot share the CAS file (its mode has no execute
+//! bit, and changing it would change every link to it), so each digest
+//! needed as an executable gets one 0555 variant of ours, made once by a
+//! clone or a copy created with that mode: no chmod, ever.
+
+use std::collections::HashSet;
+use std::ffi::CString;
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::sandbox::dirfd::{open_file_at, DirFd};
+use crate::sandbox::merkle::DirectorySource;
+
+/// The subdirectory holding blobs by digest.
+const DIGESTS: &str = "d";
+
+/// Directory blobs larger than this are refused rather than read (a
+/// `Directory` of a million entries is ~100 MiB).
+const MAX_DIRECTORY_BLOB: i64 = 256 << 20;
+
+pub struct Cas {
+    content_path: PathBuf,
+    digests: DirFd,
+    /// Our 0555 variants, `<hash>-<size>`, on the staging file system.
+    executables: DirFd,
+    executables_path: PathBuf,
+    made_executable: Mutex<HashSet<Box<str>>>,
+}
+
+/// The blob's file name: `<hash>-<size>`, NUL-terminated for the `*at`
+/// calls. The hash was checked as 64 hex digits, so it is a safe name.
+pub fn blob_name(hash: &str, size: i64) -> CString {
+    CString::new(format!("{hash}-{size}")).expect("hex digits and a number hold no NUL")
+}
+
+impl Cas {
+    /// Opens the CAS at `content_path` (which must hold `d/`), keeping
+    /// executable variants in `executables` (made if missing; it must be
+    /// on the file system inputs are staged on, for hard links to it).
+    pub fn open(content_path: &Path, executables: &Path) -> io::Result<Cas> {
+        let digests_path = content_path.join(DIGESTS);
+        let digests = DirFd::open(&digests_path).map_err(|err| {
+            io::Error::new(
+                err.kind(),
+                format!("open the CAS's blob directory {digests_path:?}: {err}"),
+            )
+        })?;
+        std::fs::create_dir_all(executables).map_err(|err| {
+            io::Error::new(
+                err.kind(),
+                format!("mkdir for executable variants {executables:?}: {err}"),
+            )
+        })?;
+        Ok(Cas {
+            content_path: content_path.to_owned(),
+            digests,
+            executables: DirFd::open(executables)?,
+            executables_path: executables.to_owned(),
+            made_executable: Mutex::default(),
+        })
+    }
+
+    pub fn content_path(&self) -> &Path {
+        &self.content_path
+    }
+
+    pub fn digests(&self) -> &DirFd {
+        &self.digests
+    }
+
+    pub fn blob_path(&self, hash: &str, size: i64) -> PathBuf {
+        self.content_path
+            .join(DIGESTS)
+            .join(format!("{hash}-{size}"))
+    }
+
+    /// The directory holding the 0555 variant of blob `name`, made first
+    /// if it is not there yet. `ENOENT` if the CAS lacks the blob.
+    pub fn executable(&self, name: &CString) -> io::Result<&DirFd> {
+        let key = name.to_str().expect("an ASCII name");
+        if self.made_executable.lock().contains(key) {
+            return Ok(&self.executables);
+        }
+        match self.executables.stat_at(name) {
+            Ok(_) => {}
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => self.make_executable(name)?,
+            Err(err) => return Err(err),
+        }
+        self.made_executable.lock().insert(key.into());
+        Ok(&self.executables)
+    }
+
+    /// Copies (or clones, where `copy_file_range` can share extents) blob
+    /// `name` into a new 0555 file, then renames it into place, so that a
+    /// variant is either whole or absent and two stagers may race.
+    fn make_executable(&self, name: &CString) -> io::Result<()> {
+        let mut source = open_file_at(self.digests.as_fd(), name)?;
+        let temp = CString::new(format!(
+            ".{}.{}.{:?}",
+            name.to_str().expect("ASCII"),
+            std::process::id(),
+            std::thread::current().id()
+        ))
+        .expect("no NUL");
+        let _ = self.executables.unlink_at(&temp, false);
+        let mut target = self.executables.create_file(&temp, 0o555)?;
+        let copied = io::copy(&mut source, &mut target).and_then(|_| target.sync_data());
+        drop(target);
+        let renamed = copied.and_then(|()| {
+            nix::fcntl::renameat(
+                &self.executables,
+                temp.as_c_str(),
+                &self.executables,
+                name.as_c_str(),
+            )
+            .map_err(io::Error::from)
+        });
+        if let Err(err) = renamed {
+            let _ = self.executables.unlink_at(&temp, false);
+            return Err(io::Error::new(
+                err.kind(),
+                format!(
+                    "executable variant {:?}: {err}",
+                    self.executables_path.join(name.to_str().expect("ASCII"))
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl DirectorySource for Cas {
+    fn directory_blob(&self, hash: &str, size: i64) -> Result<Option<Arc<[u8]>>, String> {
+        if !(0..=MAX_DIRECTORY_BLOB).contains(&size) {
+            return Err(format!("a directory blob of {size} bytes is out of bounds"));
+        }
+        let name = blob_name(hash, size);
+        let mut file = match open_file_at(self.digests.as_fd(), &name) {
+            Ok(file) => file,
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+            Err(err) => return Err(format!("open {:?}: {err}", self.blob_path(hash, size))),
+        };
+        let mut blob = Vec::with_capacity(size as usize);
+        file.read_to_end(&mut blob)
+            .map_err(|err| format!("read {:?}: {err}", self.blob_path(hash, size)))?;
+        if blob.len() as i64 != size {
+            return Err(format!(
+                "{:?} holds {} bytes, not the digest's {size}",
+                self.blob_path(hash, size),
+                blob.len()
+            ));
+        }
+        Ok(Some(blob.into()))
+    }
+}

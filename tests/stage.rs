@@ -1,0 +1,545 @@
+//! The input-root library (`actionfs::stage`) against a CAS in NativeLink's
+//! filesystem-store layout, written here blob by blob: trees laid out by
+//! each mechanism, REAPI's semantics (modes without a chmod, symlinks
+//! verbatim and never followed, output parents), teardown, and every bad
+//! input leaving nothing behind.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use actionfs::stage::{Mechanism, MissingBlob, StageError, Stager};
+use actionfs_protocol::backend::digest::sha256_hex;
+use actionfs_protocol::backend::reapi;
+use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
+use actionfs_testkit::tier::{self, require, Need};
+use actionfs_testkit::LoopXfs;
+use prost::Message;
+
+/// A CAS directory (`content/d/<hash>-<size>`, blobs 0444, as NativeLink
+/// writes them), a work directory for staged roots, and a stager.
+struct Cas {
+    _dir: tempfile::TempDir,
+    content: PathBuf,
+    work: PathBuf,
+}
+
+impl Cas {
+    fn new() -> Cas {
+        Cas::new_in(&std::env::temp_dir())
+    }
+
+    fn new_in(base: &Path) -> Cas {
+        let dir = tempfile::tempdir_in(base).unwrap();
+        let content = dir.path().join("content");
+        fs::create_dir_all(content.join("d")).unwrap();
+        let work = dir.path().join("work");
+        fs::create_dir(&work).unwrap();
+        Cas {
+            content,
+            work,
+            _dir: dir,
+        }
+    }
+
+    fn stager(&self, mechanism: Mechanism) -> Stager {
+        Stager::open(&self.content, &self.work.join(".exec"), mechanism).unwrap()
+    }
+
+    fn put(&self, bytes: &[u8]) -> reapi::Digest {
+        let digest = reapi::Digest {
+            hash: sha256_hex(bytes),
+            size_bytes: bytes.len() as i64,
+        };
+        let path = self.blob_path(&digest);
+        if !path.exists() {
+            fs::write(&path, bytes).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).unwrap();
+        }
+        digest
+    }
+
+    fn blob_path(&self, digest: &reapi::Digest) -> PathBuf {
+        self.content
+            .join("d")
+            .join(format!("{}-{}", digest.hash, digest.size_bytes))
+    }
+
+    fn put_tree(&self, tree: &Tree) {
+        for blob in tree.blobs.values() {
+            self.put(blob);
+        }
+    }
+
+    fn put_directory(&self, dir: &reapi::Directory) -> reapi::Digest {
+        self.put(&dir.encode_to_vec())
+    }
+
+    fn at(&self, name: &str) -> PathBuf {
+        self.work.join(name)
+    }
+
+    /// Every entry left in the work directory but the executable variants.
+    fn leftovers(&self) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(&self.work)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name != ".exec")
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// A tree with the kinds of node REAPI has: plain and executable files, a
+/// shared file at two paths, symlinks (one leaving the root), an empty
+/// directory.
+fn sample_tree(cas: &Cas) -> Tree {
+    let mut tree = TreeBuilder::new();
+    let source = cas.put(b"int main() { return 0; }\n");
+    let tool = cas.put(b"#!/bin/sh\necho tool\n");
+    let header = cas.put(b"#pragma once\n");
+    tree.add_file("src/main.c", source.clone(), false).unwrap();
+    tree.add_file("src/lib/a.h", header.clone(), false).unwrap();
+    tree.add_file("include/a.h", header, false).unwrap();
+    tree.add_file("tools/tool.sh", tool, true).unwrap();
+    tree.add_symlink("src/link", "main.c").unwrap();
+    tree.add_symlink("escape", "../../../../etc/passwd")
+        .unwrap();
+    tree.add_dir("empty/deeper").unwrap();
+    let tree = tree.build();
+    cas.put_tree(&tree);
+    tree
+}
+
+fn stage_sample(cas: &Cas, mechanism: Mechanism) {
+    let tree = sample_tree(cas);
+    let stager = cas.stager(mechanism);
+    let at = cas.at("action");
+    let staged = stager
+        .stage(
+            &tree.root.hash,
+            tree.root.size_bytes,
+            &at,
+            &["out/bin/prog", "out/gen/dir", "src/made.o"],
+        )
+        .unwrap();
+    assert_eq!(staged.path(), at);
+    assert_eq!(staged.files, 4);
+    assert_eq!(
+        fs::read(at.join("src/main.c")).unwrap(),
+        b"int main() { return 0; }\n"
+    );
+    assert_eq!(fs::read(at.join("include/a.h")).unwrap(), b"#pragma once\n");
+    assert_eq!(fs::read(at.join("src/lib/a.h")).unwrap(), b"#pragma once\n");
+    let mode = |rel: &str| fs::symlink_metadata(at.join(rel)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("src/main.c"), 0o444);
+    assert_eq!(mode("tools/tool.sh"), 0o555);
+    let out = std::process::Command::new(at.join("tools/tool.sh"))
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, b"tool\n");
+    // Symlinks hold their targets verbatim.
+    assert_eq!(
+        fs::read_link(at.join("src/link")).unwrap(),
+        Path::new("main.c")
+    );
+    assert_eq!(
+        fs::read_link(at.join("escape")).unwrap(),
+        Path::new("../../../../etc/passwd")
+    );
+    assert!(at.join("empty/deeper").is_dir());
+    // Output parents (not the outputs) are made, and writable.
+    for dir in ["out/bin", "out/gen", "src"] {
+        fs::write(at.join(dir).join("written"), b"x").unwrap();
+    }
+    assert!(!at.join("out/gen/dir").exists());
+    assert!(!at.join("out/bin/prog").exists());
+    stager.tear_down(staged).unwrap();
+    assert!(!at.exists());
+    assert!(cas.leftovers().is_empty(), "{:?}", cas.leftovers());
+}
+
+#[test]
+fn a_tree_is_staged_by_hard_links() {
+    let cas = Cas::new();
+    stage_sample(&cas, Mechanism::Hardlink);
+    // A plain file is the CAS blob itself; an executable is its 0555
+    // variant, not the blob with its mode changed.
+    let tree = sample_tree(&cas);
+    let stager = cas.stager(Mechanism::Hardlink);
+    let at = cas.at("again");
+    let staged = stager
+        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+        .unwrap();
+    let blob = cas.blob_path(&reapi::Digest {
+        hash: sha256_hex(b"int main() { return 0; }\n"),
+        size_bytes: 25,
+    });
+    let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+    assert_eq!(ino(&at.join("src/main.c")), ino(&blob));
+    let tool_blob = cas.blob_path(&reapi::Digest {
+        hash: sha256_hex(b"#!/bin/sh\necho tool\n"),
+        size_bytes: 20,
+    });
+    assert_ne!(ino(&at.join("tools/tool.sh")), ino(&tool_blob));
+    assert_eq!(fs::metadata(&tool_blob).unwrap().mode() & 0o7777, 0o444);
+    stager.tear_down(staged).unwrap();
+}
+
+#[test]
+fn a_tree_is_staged_by_copies_and_by_auto() {
+    for mechanism in [Mechanism::Copy, Mechanism::Auto] {
+        let cas = Cas::new();
+        stage_sample(&cas, mechanism);
+    }
+}
+
+#[test]
+fn a_tree_is_staged_by_reflinks_on_xfs() {
+    if !require(&[Need::LoopDevice]) {
+        return;
+    }
+    let xfs = match LoopXfs::new() {
+        Ok(xfs) => xfs,
+        Err(why) => {
+            tier::skip(&format!("no reflink file system: {why}"));
+            return;
+        }
+    };
+    let cas = Cas::new_in(xfs.path().as_path());
+    stage_sample(&cas, Mechanism::Clone);
+}
+
+#[test]
+fn teardown_removes_what_the_action_made_read_only() {
+    let cas = Cas::new();
+    let tree = sample_tree(&cas);
+    let stager = cas.stager(Mechanism::Auto);
+    let at = cas.at("action");
+    let staged = stager
+        .stage(&tree.root.hash, tree.root.size_bytes, &at, &["out/x"])
+        .unwrap();
+    fs::create_dir_all(at.join("out/deep/er")).unwrap();
+    fs::write(at.join("out/deep/er/f"), b"x").unwrap();
+    fs::set_permissions(at.join("out/deep/er"), fs::Permissions::from_mode(0o500)).unwrap();
+    fs::set_permissions(at.join("out/deep"), fs::Permissions::from_mode(0o500)).unwrap();
+    stager.tear_down(staged).unwrap();
+    assert!(!at.exists());
+    // The CAS is untouched by teardown.
+    assert!(cas
+        .blob_path(&reapi::Digest {
+            hash: sha256_hex(b"#pragma once\n"),
+            size_bytes: 13,
+        })
+        .exists());
+}
+
+#[test]
+fn a_missing_file_blob_is_named_and_nothing_is_left() {
+    let cas = Cas::new();
+    let mut tree = TreeBuilder::new();
+    let present = cas.put(b"here");
+    let absent = reapi::Digest {
+        hash: sha256_hex(b"never stored"),
+        size_bytes: 12,
+    };
+    let absent_exec = reapi::Digest {
+        hash: sha256_hex(b"never stored either"),
+        size_bytes: 19,
+    };
+    tree.add_file("a/present", present, false).unwrap();
+    tree.add_file("a/b/absent", absent.clone(), false).unwrap();
+    tree.add_file("bin/absent", absent_exec.clone(), true)
+        .unwrap();
+    let tree = tree.build();
+    cas.put_tree(&tree);
+    for mechanism in [Mechanism::Hardlink, Mechanism::Copy] {
+        let at = cas.at("action");
+        let err = cas
+            .stager(mechanism)
+            .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+            .unwrap_err();
+        let StageError::Missing(mut missing) = err else {
+            panic!("{err}");
+        };
+        missing.sort_by(|a, b| a.path.cmp(&b.path));
+        assert_eq!(
+            missing,
+            [
+                MissingBlob {
+                    what: "file",
+                    hash: absent.hash.clone(),
+                    size: 12,
+                    path: "a/b/absent".into()
+                },
+                MissingBlob {
+                    what: "file",
+                    hash: absent_exec.hash.clone(),
+                    size: 19,
+                    path: "bin/absent".into()
+                },
+            ]
+        );
+        assert!(!at.exists());
+        assert!(cas.leftovers().is_empty(), "{:?}", cas.leftovers());
+    }
+}
+
+#[test]
+fn a_missing_directory_blob_is_named_and_nothing_is_made() {
+    let cas = Cas::new();
+    let mut tree = TreeBuilder::new();
+    tree.add_file("a/b/f", cas.put(b"f"), false).unwrap();
+    tree.add_file("c/g", cas.put(b"g"), false).unwrap();
+    let tree = tree.build();
+    // Store every directory but the one of `a/b`.
+    let b = {
+        let mut sub = TreeBuilder::new();
+        sub.add_file("f", cas.put(b"f"), false).unwrap();
+        sub.build().root
+    };
+    for blob in tree.blobs.values() {
+        if sha256_hex(blob) != b.hash {
+            cas.put(blob);
+        }
+    }
+    let at = cas.at("action");
+    let err = cas
+        .stager(Mechanism::Auto)
+        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+        .unwrap_err();
+    let StageError::Missing(missing) = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(
+        missing,
+        &[MissingBlob {
+            what: "directory",
+            hash: b.hash.clone(),
+            size: b.size_bytes,
+            path: "a/b".into()
+        }]
+    );
+    assert!(err.to_string().contains(&b.hash), "{err}");
+    assert!(!at.exists());
+    // The root itself missing.
+    let err = cas
+        .stager(Mechanism::Auto)
+        .stage(&sha256_hex(b"nothing"), 7, &at, &[])
+        .unwrap_err();
+    assert!(matches!(err, StageError::Missing(_)), "{err}");
+    assert!(!at.exists());
+}
+
+fn file_node(name: &str, digest: &reapi::Digest) -> reapi::FileNode {
+    reapi::FileNode {
+        name: name.into(),
+        digest: Some(digest.clone()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn bad_names_and_duplicates_are_refused_before_anything_is_made() {
+    let cas = Cas::new();
+    let content = cas.put(b"content");
+    let sub = cas.put_directory(&reapi::Directory::default());
+    let mut cases: Vec<(String, reapi::Directory)> = Vec::new();
+    for bad in ["", ".", "..", "a/b", "/", "a\0b"] {
+        cases.push((
+            format!("file named {bad:?}"),
+            reapi::Directory {
+                files: vec![file_node(bad, &content)],
+                ..Default::default()
+            },
+        ));
+        cases.push((
+            format!("directory named {bad:?}"),
+            reapi::Directory {
+                directories: vec![reapi::DirectoryNode {
+                    name: bad.into(),
+                    digest: Some(sub.clone()),
+                }],
+                ..Default::default()
+            },
+        ));
+        cases.push((
+            format!("symlink named {bad:?}"),
+            reapi::Directory {
+                symlinks: vec![reapi::SymlinkNode {
+                    name: bad.into(),
+                    target: "x".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        ));
+    }
+    cases.push((
+        "a name twice".into(),
+        reapi::Directory {
+            files: vec![file_node("same", &content)],
+            directories: vec![reapi::DirectoryNode {
+                name: "same".into(),
+                digest: Some(sub.clone()),
+            }],
+            ..Default::default()
+        },
+    ));
+    cases.push((
+        "a digest that is not SHA-256".into(),
+        reapi::Directory {
+            files: vec![file_node(
+                "f",
+                &reapi::Digest {
+                    hash: "ABC".into(),
+                    size_bytes: 3,
+                },
+            )],
+            ..Default::default()
+        },
+    ));
+    for (what, dir) in cases {
+        // Below a good directory, so that some of the tree would be made
+        // if checking came late.
+        let bad = cas.put_directory(&dir);
+        let root = cas.put_directory(&reapi::Directory {
+            files: vec![file_node("good", &content)],
+            directories: vec![reapi::DirectoryNode {
+                name: "sub".into(),
+                digest: Some(bad),
+            }],
+            ..Default::default()
+        });
+        let at = cas.at("action");
+        let err = cas
+            .stager(Mechanism::Auto)
+            .stage(&root.hash, root.size_bytes, &at, &[])
+            .unwrap_err();
+        assert!(matches!(err, StageError::Invalid(_)), "{what}: {err}");
+        assert!(!at.exists(), "{what}: {at:?} was made");
+    }
+}
+
+#[test]
+fn a_symlink_leaving_the_root_is_made_never_followed() {
+    let cas = Cas::new();
+    let victim = cas.at("victim");
+    fs::create_dir(&victim).unwrap();
+    let mut tree = TreeBuilder::new();
+    tree.add_symlink("out", victim.to_str().unwrap()).unwrap();
+    tree.add_symlink("rel", "../victim").unwrap();
+    tree.add_file("f", cas.put(b"f"), false).unwrap();
+    let tree = tree.build();
+    cas.put_tree(&tree);
+    let stager = cas.stager(Mechanism::Auto);
+    // An output below a symlink would make directories through it.
+    for output in ["out/x/y", "rel/y", "f/y"] {
+        let at = cas.at("action");
+        let err = stager
+            .stage(&tree.root.hash, tree.root.size_bytes, &at, &[output])
+            .unwrap_err();
+        assert!(matches!(err, StageError::Invalid(_)), "{output}: {err}");
+        assert!(!at.exists());
+    }
+    let at = cas.at("action");
+    let staged = stager
+        .stage(&tree.root.hash, tree.root.size_bytes, &at, &["o/y"])
+        .unwrap();
+    assert_eq!(fs::read_link(at.join("out")).unwrap(), victim);
+    assert_eq!(
+        fs::read_link(at.join("rel")).unwrap(),
+        Path::new("../victim")
+    );
+    assert_eq!(fs::read_dir(&victim).unwrap().count(), 0);
+    stager.tear_down(staged).unwrap();
+    // Teardown removed the links, not what they point to.
+    assert!(victim.is_dir());
+}
+
+#[test]
+fn bad_output_paths_and_destinations_are_refused() {
+    let cas = Cas::new();
+    let tree = sample_tree(&cas);
+    let stager = cas.stager(Mechanism::Auto);
+    let at = cas.at("action");
+    for output in ["../x", "/abs/x", "a//b", "a/./b", "a/../b", ""] {
+        let err = stager
+            .stage(&tree.root.hash, tree.root.size_bytes, &at, &[output])
+            .unwrap_err();
+        assert!(matches!(err, StageError::Invalid(_)), "{output:?}: {err}");
+        assert!(!at.exists());
+    }
+    // A destination that exists is refused and left as it was.
+    fs::create_dir(&at).unwrap();
+    fs::write(at.join("mine"), b"x").unwrap();
+    let err = stager
+        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+        .unwrap_err();
+    assert!(err.to_string().contains("mkdir"), "{err}");
+    assert_eq!(fs::read(at.join("mine")).unwrap(), b"x");
+    // A root digest that is not SHA-256.
+    let err = stager
+        .stage("not-hex", 1, &cas.at("other"), &[])
+        .unwrap_err();
+    assert!(matches!(err, StageError::Invalid(_)), "{err}");
+}
+
+#[test]
+fn a_directory_blob_of_the_wrong_size_is_refused() {
+    let cas = Cas::new();
+    let dir = reapi::Directory {
+        files: vec![file_node("f", &cas.put(b"f"))],
+        ..Default::default()
+    };
+    let bytes = dir.encode_to_vec();
+    let digest = cas.put(&bytes);
+    // The same bytes under a name claiming another size.
+    let lying = cas.content.join("d").join(format!("{}-{}", digest.hash, 1));
+    fs::write(&lying, &bytes).unwrap();
+    let at = cas.at("action");
+    let err = cas
+        .stager(Mechanism::Auto)
+        .stage(&digest.hash, 1, &at, &[])
+        .unwrap_err();
+    assert!(err.to_string().contains("not the digest's 1"), "{err}");
+    assert!(!at.exists());
+}
+
+#[test]
+fn many_roots_of_one_tree_staged_at_once_share_checked_directories() {
+    let cas = Cas::new();
+    let tree = sample_tree(&cas);
+    let stager = cas.stager(Mechanism::Hardlink);
+    let staged: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let (stager, tree, at) = (&stager, &tree, cas.at(&format!("a{i}")));
+                s.spawn(move || {
+                    stager
+                        .stage(&tree.root.hash, tree.root.size_bytes, &at, &["out/f"])
+                        .unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for root in &staged {
+        assert_eq!(
+            fs::read(root.path().join("include/a.h")).unwrap(),
+            b"#pragma once\n"
+        );
+        assert_eq!(
+            fs::metadata(root.path().join("tools/tool.sh"))
+                .unwrap()
+                .mode()
+                & 0o7777,
+            0o555
+        );
+    }
+    for root in staged {
+        stager.tear_down(root).unwrap();
+    }
+    assert!(cas.leftovers().is_empty(), "{:?}", cas.leftovers());
+}
