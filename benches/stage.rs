@@ -1,0 +1,190 @@
+//! What staging a REAPI input root with `actionfs::stage` costs, on the
+//! tree shapes of iOS builds (64, 219, 635 and 1,978 files; flat: one
+//! directory, clustered: 20 files a directory, three levels), from a CAS in
+//! NativeLink's layout that this bench writes (or one given): **cold**, a
+//! new stager that has decoded none of the tree's directories; **seen**,
+//! the stager that staged the same tree before; and teardown, against
+//! `rm -rf` of the same tree (the command, and `std::fs::remove_dir_all`).
+//!
+//! Env: `ACTIONFS_BENCH_DIR` (default /dev/shm: the CAS and the roots go
+//! there), `ACTIONFS_BENCH_RUNS` (21), `ACTIONFS_BENCH_MECHANISM`
+//! (hardlink, clone, copy, auto; default hardlink), `ACTIONFS_BENCH_SIZES`.
+//! `STAGE_MANIFEST=FILE`: stage the trees a manifest names instead, from
+//! its CAS (JSON: `{"content_path": DIR, "trees": [{"name", "files",
+//! "hash", "size"}]}`), the format the NativeLink bench writes too.
+//! Prints one JSON line per shape and measure (ms: min, median, p95, max).
+//! Run: `cargo bench --bench stage`.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use actionfs::stage::{Mechanism, Stager};
+use actionfs_protocol::backend::digest::sha256_hex;
+use actionfs_protocol::backend::reapi;
+use actionfs_protocol::backend::tree::TreeBuilder;
+use actionfs_testkit::bench::{bench_dir, sizes};
+use serde_json::{json, Value};
+
+struct Shape {
+    name: String,
+    files: usize,
+    hash: String,
+    size: i64,
+}
+
+fn put(content: &Path, bytes: &[u8]) -> reapi::Digest {
+    let digest = reapi::Digest {
+        hash: sha256_hex(bytes),
+        size_bytes: bytes.len() as i64,
+    };
+    let path = content
+        .join("d")
+        .join(format!("{}-{}", digest.hash, digest.size_bytes));
+    if !path.exists() {
+        fs::write(&path, bytes).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).unwrap();
+    }
+    digest
+}
+
+/// Writes a tree of `files` 2 KiB files (one in ten executable, plus two
+/// symlinks) into the CAS and returns its root.
+fn make_tree(content: &Path, name: &str, files: usize, clustered: bool) -> Shape {
+    let mut tree = TreeBuilder::new();
+    for n in 0..files {
+        let mut bytes = format!("{name} file {n}\n").into_bytes();
+        bytes.resize(2048, b'x' + (n % 3) as u8);
+        let dir = if clustered {
+            let d = n / 20;
+            format!("c{}/m{}/l{}", d / 16, d / 4 % 4, d % 4)
+        } else {
+            "flat".to_owned()
+        };
+        let digest = put(content, &bytes);
+        let ext = if n % 10 == 0 { "sh" } else { "m" };
+        tree.add_file(&format!("{dir}/f{n}.{ext}"), digest, n % 10 == 0)
+            .unwrap();
+    }
+    tree.add_symlink("link", "flat/f1.m").unwrap();
+    tree.add_symlink("outside", "../../etc/hosts").unwrap();
+    let tree = tree.build();
+    for blob in tree.blobs.values() {
+        put(content, blob);
+    }
+    Shape {
+        name: name.to_owned(),
+        files,
+        hash: tree.root.hash.clone(),
+        size: tree.root.size_bytes,
+    }
+}
+
+fn shapes_from_manifest(path: &Path) -> (PathBuf, Vec<Shape>) {
+    let manifest: Value = serde_json::from_slice(&fs::read(path).unwrap()).unwrap();
+    let content = PathBuf::from(manifest["content_path"].as_str().unwrap());
+    let trees = manifest["trees"].as_array().unwrap();
+    let shapes = trees
+        .iter()
+        .map(|t| Shape {
+            name: t["name"].as_str().unwrap().to_owned(),
+            files: t["files"].as_u64().unwrap() as usize,
+            hash: t["hash"].as_str().unwrap().to_owned(),
+            size: t["size"].as_i64().unwrap(),
+        })
+        .collect();
+    (content, shapes)
+}
+
+fn ms(d: &Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn summary(shape: &Shape, measure: &str, mut times: Vec<Duration>) -> Value {
+    times.sort();
+    let at = |q: f64| ms(&times[((times.len() - 1) as f64 * q).round() as usize]);
+    json!({
+        "shape": shape.name, "files": shape.files, "measure": measure,
+        "runs": times.len(), "min": at(0.0), "median": at(0.5), "p95": at(0.95), "max": at(1.0),
+    })
+}
+
+fn main() {
+    // `cargo bench` passes --bench; nothing to parse.
+    let runs: usize = std::env::var("ACTIONFS_BENCH_RUNS")
+        .map(|r| r.parse().expect("a number"))
+        .unwrap_or(21);
+    let mechanism = std::env::var("ACTIONFS_BENCH_MECHANISM")
+        .map(|m| Mechanism::parse(&m).expect("hardlink, clone, copy or auto"))
+        .unwrap_or(Mechanism::Hardlink);
+    let base = tempfile::tempdir_in(bench_dir()).unwrap();
+    let (content, shapes) = match std::env::var_os("STAGE_MANIFEST") {
+        Some(manifest) => shapes_from_manifest(Path::new(&manifest)),
+        None => {
+            let content = base.path().join("cas");
+            fs::create_dir_all(content.join("d")).unwrap();
+            let mut shapes = Vec::new();
+            for files in sizes(&[64, 219, 635, 1978]) {
+                for clustered in [false, true] {
+                    let kind = if clustered { "clustered" } else { "flat" };
+                    let name = format!("{kind}-{files}");
+                    shapes.push(make_tree(&content, &name, files, clustered));
+                }
+            }
+            (content, shapes)
+        }
+    };
+    let work = base.path().join("work");
+    fs::create_dir(&work).unwrap();
+    let exec = work.join(".exec");
+    let seen = Stager::open(&content, &exec, mechanism).unwrap();
+    let mut times: Vec<[Vec<Duration>; 5]> = shapes.iter().map(|_| Default::default()).collect();
+    // Warm: every blob read once, every executable variant made.
+    for shape in &shapes {
+        let at = work.join("warm");
+        let staged = seen.stage(&shape.hash, shape.size, &at, &[]).unwrap();
+        seen.tear_down(staged).unwrap();
+    }
+    for _ in 0..runs {
+        for (shape, times) in shapes.iter().zip(&mut times) {
+            let at = work.join("root");
+            // Cold: directories never decoded by this stager.
+            let cold = Stager::open(&content, &exec, mechanism).unwrap();
+            let start = Instant::now();
+            let staged = cold.stage(&shape.hash, shape.size, &at, &[]).unwrap();
+            times[0].push(start.elapsed());
+            let start = Instant::now();
+            cold.tear_down(staged).unwrap();
+            times[2].push(start.elapsed());
+
+            let start = Instant::now();
+            let staged = seen.stage(&shape.hash, shape.size, &at, &[]).unwrap();
+            times[1].push(start.elapsed());
+            drop(staged);
+            let start = Instant::now();
+            let status = Command::new("rm").arg("-rf").arg(&at).status().unwrap();
+            times[3].push(start.elapsed());
+            assert!(status.success());
+
+            let staged = seen.stage(&shape.hash, shape.size, &at, &[]).unwrap();
+            drop(staged);
+            let start = Instant::now();
+            fs::remove_dir_all(&at).unwrap();
+            times[4].push(start.elapsed());
+        }
+    }
+    let measures = [
+        "stage cold",
+        "stage seen",
+        "teardown",
+        "rm -rf",
+        "remove_dir_all",
+    ];
+    for (shape, times) in shapes.iter().zip(times) {
+        for (measure, times) in measures.iter().zip(times) {
+            println!("{}", summary(shape, measure, times));
+        }
+    }
+}
