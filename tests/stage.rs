@@ -543,3 +543,236 @@ fn many_roots_of_one_tree_staged_at_once_share_checked_directories() {
     }
     assert!(cas.leftovers().is_empty(), "{:?}", cas.leftovers());
 }
+
+// Recycling: torn-down roots made into the next roots by the difference.
+
+/// Everything below `root` as `path: kind mode content-or-target`, sorted.
+fn listing(root: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for entry in fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            let mode = meta.mode() & 0o7777;
+            if meta.is_dir() {
+                out.push(format!("{rel}: dir {mode:o}"));
+                walk(root, &path, out);
+            } else if meta.file_type().is_symlink() {
+                out.push(format!(
+                    "{rel}: link -> {}",
+                    fs::read_link(&path).unwrap().display()
+                ));
+            } else {
+                let bytes = String::from_utf8_lossy(&fs::read(&path).unwrap()).into_owned();
+                out.push(format!("{rel}: file {mode:o} {bytes:?}"));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out.sort();
+    out
+}
+
+/// A small deterministic generator (no crate needed for a test's dice).
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, sides: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % sides
+    }
+}
+
+/// A random tree over a small alphabet of paths, so that two trees share
+/// names with other kinds, contents, modes and targets.
+fn random_tree(cas: &Cas, dice: &mut Dice) -> Tree {
+    let mut tree = TreeBuilder::new();
+    let names = ["a", "b", "c", "d"];
+    for _ in 0..(4 + dice.roll(14)) {
+        let depth = 1 + dice.roll(3) as usize;
+        let path: Vec<&str> = (0..depth).map(|_| names[dice.roll(4) as usize]).collect();
+        let path = path.join("/");
+        let added = match dice.roll(5) {
+            0 => tree.add_symlink(&path, ["a", "../b", "/etc"][dice.roll(3) as usize]),
+            1 => tree.add_dir(&path),
+            n => {
+                let content = format!("content {}", dice.roll(3));
+                tree.add_file(&path, cas.put(content.as_bytes()), n == 4)
+            }
+        };
+        // A path through a file, or a name taken by another kind: the
+        // builder refuses it, and the tree goes on without it.
+        drop(added);
+    }
+    let tree = tree.build();
+    cas.put_tree(&tree);
+    tree
+}
+
+#[test]
+fn recycled_roots_equal_fresh_ones_over_random_sequences_of_trees() {
+    let cas = Cas::new();
+    let fresh = cas.stager(Mechanism::Hardlink);
+    let recycling = cas
+        .stager(Mechanism::Hardlink)
+        .recycling(&cas.at(".spares"), 2)
+        .unwrap();
+    let mut dice = Dice(7);
+    let mut reused = 0;
+    for round in 0..200 {
+        let tree = random_tree(&cas, &mut dice);
+        let expected = {
+            let at = cas.at("expected");
+            let staged = fresh
+                .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+                .unwrap_or_else(|err| panic!("round {round}: {err}"));
+            let listed = listing(&at);
+            fresh.tear_down(staged).unwrap();
+            listed
+        };
+        let before = recycling.spare_count();
+        let at = cas.at("action");
+        let staged = recycling
+            .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+            .unwrap();
+        if before > recycling.spare_count() {
+            reused += 1;
+        }
+        assert_eq!(listing(&at), expected, "round {round}");
+        // What an action leaves: outputs and a temporary file.
+        let _ = fs::create_dir_all(at.join("out"));
+        let _ = fs::write(at.join("out/o"), b"output");
+        let _ = fs::write(at.join("tmp.partial"), b"junk");
+        recycling.tear_down(staged).unwrap();
+        assert!(!at.exists());
+    }
+    assert!(
+        reused >= 150,
+        "only {reused} of 200 roots came from a spare"
+    );
+}
+
+#[test]
+fn a_root_the_action_changed_is_not_kept() {
+    let cas = Cas::new();
+    let tree = sample_tree(&cas);
+    let stager = cas
+        .stager(Mechanism::Hardlink)
+        .recycling(&cas.at(".spares"), 4)
+        .unwrap();
+    let expected = {
+        let fresh = cas.stager(Mechanism::Hardlink);
+        let staged = fresh
+            .stage(&tree.root.hash, tree.root.size_bytes, &cas.at("fresh"), &[])
+            .unwrap();
+        let listed = listing(staged.path());
+        fresh.tear_down(staged).unwrap();
+        listed
+    };
+    type Tamper = fn(&Path);
+    let tampering: [(&str, Tamper); 6] = [
+        ("an input deleted", |at| {
+            fs::remove_file(at.join("src/main.c")).unwrap()
+        }),
+        ("an input replaced", |at| {
+            fs::remove_file(at.join("include/a.h")).unwrap();
+            fs::write(at.join("include/a.h"), b"#pragma once\n").unwrap();
+        }),
+        ("a directory's mode changed", |at| {
+            fs::set_permissions(at.join("src/lib"), fs::Permissions::from_mode(0o700)).unwrap()
+        }),
+        ("a symlink retargeted", |at| {
+            fs::remove_file(at.join("src/link")).unwrap();
+            std::os::unix::fs::symlink("elsewhere", at.join("src/link")).unwrap();
+        }),
+        ("an empty directory removed", |at| {
+            fs::remove_dir(at.join("empty/deeper")).unwrap()
+        }),
+        ("a file where a directory was", |at| {
+            fs::remove_dir(at.join("empty/deeper")).unwrap();
+            fs::write(at.join("empty/deeper"), b"").unwrap();
+        }),
+    ];
+    for (what, tamper) in tampering {
+        let at = cas.at("action");
+        let staged = stager
+            .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+            .unwrap();
+        assert_eq!(listing(&at), expected, "{what}: before");
+        tamper(&at);
+        let spares = stager.spare_count();
+        stager.tear_down(staged).unwrap();
+        assert!(!at.exists(), "{what}");
+        assert!(
+            stager.spare_count() <= spares,
+            "{what}: the changed root was kept"
+        );
+    }
+    // Untouched but for outputs: kept, and the next root is right.
+    let at = cas.at("action");
+    let staged = stager
+        .stage(&tree.root.hash, tree.root.size_bytes, &at, &["out/bin/x"])
+        .unwrap();
+    fs::write(at.join("out/bin/x"), b"output").unwrap();
+    let spares = stager.spare_count();
+    stager.tear_down(staged).unwrap();
+    assert_eq!(stager.spare_count(), spares + 1);
+    let staged = stager
+        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+        .unwrap();
+    assert_eq!(stager.spare_count(), spares);
+    assert_eq!(listing(&at), expected);
+    stager.tear_down(staged).unwrap();
+}
+
+#[test]
+fn a_missing_blob_while_recycling_leaves_nothing() {
+    let cas = Cas::new();
+    let stager = cas
+        .stager(Mechanism::Hardlink)
+        .recycling(&cas.at(".spares"), 4)
+        .unwrap();
+    let tree = sample_tree(&cas);
+    let at = cas.at("action");
+    let staged = stager
+        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+        .unwrap();
+    stager.tear_down(staged).unwrap();
+    assert_eq!(stager.spare_count(), 1);
+    let mut next = TreeBuilder::new();
+    let absent = reapi::Digest {
+        hash: sha256_hex(b"absent"),
+        size_bytes: 6,
+    };
+    next.add_file("src/main.c", cas.put(b"int main() { return 0; }\n"), false)
+        .unwrap();
+    next.add_file("src/new/absent", absent.clone(), false)
+        .unwrap();
+    let next = next.build();
+    cas.put_tree(&next);
+    let err = stager
+        .stage(&next.root.hash, next.root.size_bytes, &at, &[])
+        .unwrap_err();
+    let StageError::Missing(missing) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(missing.len(), 1);
+    assert_eq!(missing[0].path, "src/new/absent");
+    assert_eq!(missing[0].hash, absent.hash);
+    assert!(!at.exists());
+    // A destination that exists is refused and the spare stays.
+    let staged = stager
+        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+        .unwrap();
+    stager.tear_down(staged).unwrap();
+    fs::create_dir(&at).unwrap();
+    assert!(stager
+        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+        .is_err());
+    assert_eq!(stager.spare_count(), 1);
+    assert_eq!(fs::read_dir(&at).unwrap().count(), 0);
+}

@@ -54,28 +54,27 @@ pub fn output_parents(walked: &Walked, outputs: &[&str]) -> Result<Vec<String>, 
     Ok(parents)
 }
 
-/// Makes the root at `at` and everything in it.
+/// Makes the root at `staged.root` (which must not exist) and everything
+/// in it.
 pub fn build(
     cas: &Cas,
     mechanism: Mechanism,
     walked: &Walked,
     parents: &[String],
-    at: &Path,
+    mut staged: Staged,
 ) -> Result<Staged, StageError> {
-    let fail = |syscall, err| StageError::Io(materialize::Error::new(syscall, at, err));
-    std::fs::create_dir(at).map_err(|err| fail("mkdir", err))?;
-    let root = DirFd::open(at).map_err(|err| fail("open", err))?;
-    let mut staged = Staged {
-        root: at.to_owned(),
-        files: 0,
-        dirs: 1,
-    };
-    let built = fill(cas, mechanism, walked, parents, &root, &mut staged);
+    let at = staged.root.clone();
+    let fail = |syscall, err| StageError::Io(materialize::Error::new(syscall, &at, err));
+    std::fs::create_dir(&at).map_err(|err| fail("mkdir", err))?;
+    let root = DirFd::open(&at).map_err(|err| fail("open", err))?;
+    staged.dirs = 1;
+    let built = fill(cas, mechanism, walked, &root, &mut staged)
+        .and_then(|()| make_parents(&root, parents, &mut staged));
     match built {
         Ok(()) => Ok(staged),
         Err(err) => {
             drop(root);
-            if let Err(cleanup) = remove_tree(at) {
+            if let Err(cleanup) = remove_tree(&at) {
                 log::error!("staging {at:?} failed, and so did removing it: {cleanup}");
             }
             Err(err)
@@ -83,21 +82,16 @@ pub fn build(
     }
 }
 
-fn fill(
+/// Makes every directory, file and symlink of `walked` below `root`,
+/// whose paths are relative to it.
+pub fn fill(
     cas: &Cas,
     mechanism: Mechanism,
     walked: &Walked,
-    parents: &[String],
     root: &DirFd,
     staged: &mut Staged,
 ) -> Result<(), StageError> {
-    let io_error = |syscall, path: &str, err| {
-        StageError::Io(materialize::Error::new(
-            syscall,
-            &staged_path(&staged.root, path),
-            err,
-        ))
-    };
+    let io_error = |syscall, path: &str, err| io_error(syscall, &staged.root, path, err);
     // Directories, parents first (the walk's order), each opened once.
     let mut fds = Vec::with_capacity(walked.dirs.len());
     for (path, _) in &walked.dirs {
@@ -149,19 +143,37 @@ fn fill(
     if !missing.is_empty() {
         return Err(StageError::Missing(missing));
     }
+    Ok(())
+}
+
+/// Makes the directories outputs need (`output_parents`) below `root`.
+pub fn make_parents(
+    root: &DirFd,
+    parents: &[String],
+    staged: &mut Staged,
+) -> Result<(), StageError> {
     for path in parents {
-        let name = c_name(path.as_ref()).map_err(|err| io_error("mkdir", path, err))?;
+        let fail = |err| io_error("mkdir", &staged.root, path, err);
+        let name = c_name(path.as_ref()).map_err(fail)?;
         match root.mkdir_at(&name, 0o755) {
             Ok(()) => staged.dirs += 1,
             Err(err) if err.raw_os_error() == Some(libc::EEXIST) => {}
-            Err(err) => return Err(io_error("mkdir", path, err)),
+            Err(err) => return Err(fail(err)),
         }
     }
     Ok(())
 }
 
+pub fn io_error(syscall: &'static str, root: &Path, path: &str, err: io::Error) -> StageError {
+    StageError::Io(materialize::Error::new(
+        syscall,
+        &staged_path(root, path),
+        err,
+    ))
+}
+
 /// Makes `name` in `dest` from blob `blob` of `source` by `mechanism`.
-fn place(
+pub fn place(
     mechanism: Mechanism,
     source: &DirFd,
     blob: &CString,
@@ -184,7 +196,7 @@ fn place(
     }
 }
 
-fn join(dir: &str, name: &str) -> String {
+pub fn join(dir: &str, name: &str) -> String {
     if dir.is_empty() {
         name.to_owned()
     } else {

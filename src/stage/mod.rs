@@ -24,11 +24,13 @@
 
 mod build;
 mod cas;
+mod recycle;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use cas::Cas;
+pub use recycle::Spares;
 
 use crate::sandbox::materialize::{self, remove_tree};
 use crate::sandbox::merkle::{Trees, WalkError};
@@ -114,11 +116,25 @@ impl From<materialize::Error> for StageError {
 #[derive(Debug)]
 pub struct Staged {
     root: PathBuf,
+    /// The tree it holds: the root directory's digest.
+    hash: Box<str>,
+    size: i64,
+    /// Files and directories made (not those a recycled root kept).
     pub files: usize,
     pub dirs: usize,
 }
 
 impl Staged {
+    fn new(at: &Path, hash: &str, size: i64) -> Staged {
+        Staged {
+            root: at.to_owned(),
+            hash: hash.into(),
+            size,
+            files: 0,
+            dirs: 0,
+        }
+    }
+
     pub fn path(&self) -> &Path {
         &self.root
     }
@@ -129,6 +145,7 @@ impl Staged {
 pub struct Stager {
     trees: Trees<Cas>,
     mechanism: Mechanism,
+    spares: Option<Spares>,
 }
 
 impl Stager {
@@ -143,7 +160,24 @@ impl Stager {
         Ok(Stager {
             trees: Trees::new(Cas::open(content_path, executables)?),
             mechanism,
+            spares: None,
         })
+    }
+
+    /// Keeps up to `max` torn-down roots in `dir` (on the staging file
+    /// system) and makes new roots from them by the difference of the two
+    /// trees (see [`recycle`](self)). Hard links only: with clones or
+    /// copies a root cannot be checked cheaply, so none is kept.
+    pub fn recycling(mut self, dir: &Path, max: usize) -> std::io::Result<Stager> {
+        if matches!(self.mechanism, Mechanism::Hardlink | Mechanism::Auto) && max > 0 {
+            self.spares = Some(Spares::new(dir, max)?);
+        }
+        Ok(self)
+    }
+
+    /// How many torn-down roots are kept for reuse now.
+    pub fn spare_count(&self) -> usize {
+        self.spares.as_ref().map_or(0, Spares::len)
     }
 
     pub fn cas(&self) -> &Cas {
@@ -183,12 +217,25 @@ impl Stager {
             }
         };
         let parents = build::output_parents(&walked, outputs).map_err(StageError::Invalid)?;
-        build::build(self.cas(), self.mechanism, &walked, &parents, at)
+        let staged = Staged::new(at, hash, size);
+        if let Some(spares) = &self.spares {
+            if let Some(made) =
+                self.stage_from_spare(spares, &walked, &parents, Staged::new(at, hash, size))
+            {
+                return made;
+            }
+        }
+        build::build(self.cas(), self.mechanism, &walked, &parents, staged)
     }
 
-    /// Removes a staged root and everything the action left in it.
+    /// Removes a staged root and everything the action left in it (or,
+    /// when recycling, keeps it as a spare once that is removed).
     pub fn tear_down(&self, staged: Staged) -> Result<(), StageError> {
-        remove_tree(&staged.root)?;
-        Ok(())
+        match &self.spares {
+            Some(spares) => self.recycle(spares, &staged).map(drop),
+            None => remove_tree(&staged.root)
+                .map(drop)
+                .map_err(StageError::from),
+        }
     }
 }

@@ -110,7 +110,7 @@ pub fn empty_dir(dir: &DirFd, dir_path: &Path, removed: &mut Removed) -> Result<
 
 /// Removes entry `name` of `parent`. Paths are only built for messages and
 /// for descending, never per file.
-fn remove_entry(
+pub(crate) fn remove_entry(
     parent: &DirFd,
     parent_path: &Path,
     name: &CStr,

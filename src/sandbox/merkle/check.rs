@@ -71,10 +71,14 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
     if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
         return Err(invalid(format!("the name {:?} appears twice", pair[0])));
     }
+    let sorted = files.is_sorted_by(|a: &FileEntry, b| a.name < b.name)
+        && dirs.is_sorted_by(|a: &DirEntry, b| a.name < b.name)
+        && symlinks.is_sorted_by(|a: &SymlinkEntry, b| a.name < b.name);
     Ok(Checked {
         files: files.into(),
         dirs: dirs.into(),
         symlinks: symlinks.into(),
+        sorted,
     })
 }
 

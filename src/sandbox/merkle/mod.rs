@@ -50,11 +50,68 @@ pub struct Checked {
     pub files: Box<[FileEntry]>,
     pub dirs: Box<[DirEntry]>,
     pub symlinks: Box<[SymlinkEntry]>,
+    /// Whether each list is sorted by name, as REAPI asks (and Bazel
+    /// does): then [`Checked::find`] searches rather than scans.
+    pub(super) sorted: bool,
+}
+
+/// One entry of a directory, by kind.
+#[derive(Debug, Clone, Copy)]
+pub enum Found<'a> {
+    File(&'a FileEntry),
+    Dir(&'a DirEntry),
+    Symlink(&'a SymlinkEntry),
+}
+
+impl Found<'_> {
+    pub fn name(&self) -> &str {
+        match self {
+            Found::File(f) => &f.name,
+            Found::Dir(d) => &d.name,
+            Found::Symlink(l) => &l.name,
+        }
+    }
 }
 
 impl Checked {
     pub fn is_empty(&self) -> bool {
         self.files.is_empty() && self.dirs.is_empty() && self.symlinks.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.files.len() + self.dirs.len() + self.symlinks.len()
+    }
+
+    /// Every entry: files, then directories, then symlinks.
+    pub fn entries(&self) -> impl Iterator<Item = Found<'_>> {
+        let files = self.files.iter().map(Found::File);
+        let dirs = self.dirs.iter().map(Found::Dir);
+        files
+            .chain(dirs)
+            .chain(self.symlinks.iter().map(Found::Symlink))
+    }
+
+    /// The entry named `name`, of whatever kind.
+    pub fn find(&self, name: &str) -> Option<Found<'_>> {
+        fn search<'a, T>(
+            list: &'a [T],
+            name: &str,
+            sorted: bool,
+            key: impl Fn(&T) -> &str,
+        ) -> Option<&'a T> {
+            if sorted {
+                list.binary_search_by(|e| key(e).cmp(name))
+                    .ok()
+                    .map(|at| &list[at])
+            } else {
+                list.iter().find(|e| key(e) == name)
+            }
+        }
+        let sorted = self.sorted;
+        search(&self.files, name, sorted, |f| &f.name)
+            .map(Found::File)
+            .or_else(|| search(&self.dirs, name, sorted, |d| &d.name).map(Found::Dir))
+            .or_else(|| search(&self.symlinks, name, sorted, |l| &l.name).map(Found::Symlink))
     }
 
     /// Whether `name` is a file or symlink here.
