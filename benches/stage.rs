@@ -3,8 +3,12 @@
 //! directory, clustered: 20 files a directory, three levels), from a CAS in
 //! NativeLink's layout that this bench writes (or one given): **cold**, a
 //! new stager that has decoded none of the tree's directories; **seen**,
-//! the stager that staged the same tree before; and teardown, against
-//! `rm -rf` of the same tree (the command, and `std::fs::remove_dir_all`).
+//! the stager that staged the same tree before; **recycled**, a stager
+//! keeping torn-down roots (`Stager::recycling`) staging the same tree
+//! again, or the tree with one file changed (made from the spare by the
+//! difference); and teardown (deleting, or checking and keeping a spare),
+//! against `rm -rf` of the same tree (the command, and
+//! `std::fs::remove_dir_all`).
 //!
 //! Env: `ACTIONFS_BENCH_DIR` (default /dev/shm: the CAS and the roots go
 //! there), `ACTIONFS_BENCH_RUNS` (21), `ACTIONFS_BENCH_MECHANISM`
@@ -33,6 +37,8 @@ struct Shape {
     files: usize,
     hash: String,
     size: i64,
+    /// The same tree with one file's content changed, deep in it.
+    changed: Option<(String, i64)>,
 }
 
 fn put(content: &Path, bytes: &[u8]) -> reapi::Digest {
@@ -51,11 +57,34 @@ fn put(content: &Path, bytes: &[u8]) -> reapi::Digest {
 }
 
 /// Writes a tree of `files` 2 KiB files (one in ten executable, plus two
-/// symlinks) into the CAS and returns its root.
+/// symlinks) into the CAS and returns its root, and that of the tree with
+/// its last file changed.
 fn make_tree(content: &Path, name: &str, files: usize, clustered: bool) -> Shape {
+    let (hash, size) = make_one(content, name, files, clustered, false);
+    Shape {
+        name: name.to_owned(),
+        files,
+        hash,
+        size,
+        changed: Some(make_one(content, name, files, clustered, true)),
+    }
+}
+
+fn make_one(
+    content: &Path,
+    name: &str,
+    files: usize,
+    clustered: bool,
+    change: bool,
+) -> (String, i64) {
     let mut tree = TreeBuilder::new();
     for n in 0..files {
-        let mut bytes = format!("{name} file {n}\n").into_bytes();
+        let version = if change && n == files - 1 {
+            "changed"
+        } else {
+            ""
+        };
+        let mut bytes = format!("{name} file {n}{version}\n").into_bytes();
         bytes.resize(2048, b'x' + (n % 3) as u8);
         let dir = if clustered {
             let d = n / 20;
@@ -74,12 +103,7 @@ fn make_tree(content: &Path, name: &str, files: usize, clustered: bool) -> Shape
     for blob in tree.blobs.values() {
         put(content, blob);
     }
-    Shape {
-        name: name.to_owned(),
-        files,
-        hash: tree.root.hash.clone(),
-        size: tree.root.size_bytes,
-    }
+    (tree.root.hash.clone(), tree.root.size_bytes)
 }
 
 fn shapes_from_manifest(path: &Path) -> (PathBuf, Vec<Shape>) {
@@ -93,6 +117,7 @@ fn shapes_from_manifest(path: &Path) -> (PathBuf, Vec<Shape>) {
             files: t["files"].as_u64().unwrap() as usize,
             hash: t["hash"].as_str().unwrap().to_owned(),
             size: t["size"].as_i64().unwrap(),
+            changed: None,
         })
         .collect();
     (content, shapes)
@@ -140,7 +165,11 @@ fn main() {
     fs::create_dir(&work).unwrap();
     let exec = work.join(".exec");
     let seen = Stager::open(&content, &exec, mechanism).unwrap();
-    let mut times: Vec<[Vec<Duration>; 5]> = shapes.iter().map(|_| Default::default()).collect();
+    let recycling = Stager::open(&content, &exec, mechanism)
+        .unwrap()
+        .recycling(&work.join(".spares"), 1)
+        .unwrap();
+    let mut times: Vec<[Vec<Duration>; 8]> = shapes.iter().map(|_| Default::default()).collect();
     // Warm: every blob read once, every executable variant made.
     for shape in &shapes {
         let at = work.join("warm");
@@ -173,6 +202,23 @@ fn main() {
             let start = Instant::now();
             fs::remove_dir_all(&at).unwrap();
             times[4].push(start.elapsed());
+
+            // Recycled: the spare is this very tree, or (next) the tree
+            // with one file changed.
+            let staged = recycling.stage(&shape.hash, shape.size, &at, &[]).unwrap();
+            recycling.tear_down(staged).unwrap();
+            let start = Instant::now();
+            let staged = recycling.stage(&shape.hash, shape.size, &at, &[]).unwrap();
+            times[5].push(start.elapsed());
+            let start = Instant::now();
+            recycling.tear_down(staged).unwrap();
+            times[6].push(start.elapsed());
+            if let Some((hash, size)) = &shape.changed {
+                let start = Instant::now();
+                let staged = recycling.stage(hash, *size, &at, &[]).unwrap();
+                times[7].push(start.elapsed());
+                recycling.tear_down(staged).unwrap();
+            }
         }
     }
     let measures = [
@@ -181,9 +227,15 @@ fn main() {
         "teardown",
         "rm -rf",
         "remove_dir_all",
+        "stage recycled, same tree",
+        "teardown, kept as spare",
+        "stage recycled, one file changed",
     ];
     for (shape, times) in shapes.iter().zip(times) {
         for (measure, times) in measures.iter().zip(times) {
+            if times.is_empty() {
+                continue;
+            }
             println!("{}", summary(shape, measure, times));
         }
     }
