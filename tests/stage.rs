@@ -263,6 +263,15 @@ fn a_missing_file_blob_is_named_and_nothing_is_left() {
         let StageError::Missing(mut missing) = err else {
             panic!("{err}");
         };
+        // Into an existing empty directory: it stays, empty.
+        fs::create_dir(&at).unwrap();
+        let again = cas
+            .stager(mechanism)
+            .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+            .unwrap_err();
+        assert!(matches!(again, StageError::Missing(_)), "{again}");
+        assert_eq!(fs::read_dir(&at).unwrap().count(), 0);
+        fs::remove_dir(&at).unwrap();
         missing.sort_by(|a, b| a.path.cmp(&b.path));
         assert_eq!(
             missing,
@@ -471,14 +480,23 @@ fn bad_output_paths_and_destinations_are_refused() {
         assert!(matches!(err, StageError::Invalid(_)), "{output:?}: {err}");
         assert!(!at.exists());
     }
-    // A destination that exists is refused and left as it was.
+    // A destination that is not an empty directory is refused and left
+    // as it was.
     fs::create_dir(&at).unwrap();
     fs::write(at.join("mine"), b"x").unwrap();
     let err = stager
         .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
         .unwrap_err();
-    assert!(err.to_string().contains("mkdir"), "{err}");
+    assert!(err.to_string().contains("not empty"), "{err}");
     assert_eq!(fs::read(at.join("mine")).unwrap(), b"x");
+    let link = cas.at("link");
+    std::os::unix::fs::symlink(cas.at("empty"), &link).unwrap();
+    fs::create_dir(cas.at("empty")).unwrap();
+    let err = stager
+        .stage(&tree.root.hash, tree.root.size_bytes, &link, &[])
+        .unwrap_err();
+    assert!(err.to_string().contains("open"), "{err}");
+    assert_eq!(fs::read_dir(cas.at("empty")).unwrap().count(), 0);
     // A root digest that is not SHA-256.
     let err = stager
         .stage("not-hex", 1, &cas.at("other"), &[])
@@ -764,15 +782,26 @@ fn a_missing_blob_while_recycling_leaves_nothing() {
     assert_eq!(missing[0].path, "src/new/absent");
     assert_eq!(missing[0].hash, absent.hash);
     assert!(!at.exists());
-    // A destination that exists is refused and the spare stays.
+    // An empty directory as the destination (as NativeLink makes it)
+    // stays one when the stage fails, and is used when it works.
+    fs::create_dir(&at).unwrap();
+    let err = stager
+        .stage(&next.root.hash, next.root.size_bytes, &at, &[])
+        .unwrap_err();
+    assert!(matches!(err, StageError::Missing(_)), "{err}");
+    assert_eq!(fs::read_dir(&at).unwrap().count(), 0);
     let staged = stager
         .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
         .unwrap();
     stager.tear_down(staged).unwrap();
-    fs::create_dir(&at).unwrap();
-    assert!(stager
-        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
-        .is_err());
     assert_eq!(stager.spare_count(), 1);
-    assert_eq!(fs::read_dir(&at).unwrap().count(), 0);
+    // A destination that is not empty is refused and the spare stays.
+    fs::create_dir(&at).unwrap();
+    fs::write(at.join("mine"), b"x").unwrap();
+    let err = stager
+        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+        .unwrap_err();
+    assert!(err.to_string().contains("not empty"), "{err}");
+    assert_eq!(stager.spare_count(), 1);
+    assert_eq!(fs::read(at.join("mine")).unwrap(), b"x");
 }

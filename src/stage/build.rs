@@ -12,7 +12,9 @@ use std::path::Path;
 use super::cas::{blob_name, Cas};
 use super::{Mechanism, MissingBlob, StageError, Staged};
 use crate::sandbox::dirfd::{c_name, DirFd};
-use crate::sandbox::materialize::{self, copy_file, may_fall_back, remove_tree};
+use crate::sandbox::materialize::{
+    self, copy_file, empty_dir, may_fall_back, remove_tree, Removed,
+};
 use crate::sandbox::merkle::{check_name, Checked, Walked};
 use crate::sys;
 
@@ -54,8 +56,8 @@ pub fn output_parents(walked: &Walked, outputs: &[&str]) -> Result<Vec<String>, 
     Ok(parents)
 }
 
-/// Makes the root at `staged.root` (which must not exist) and everything
-/// in it.
+/// Makes the root at `staged.root` (missing, or an empty directory) and
+/// everything in it.
 pub fn build(
     cas: &Cas,
     mechanism: Mechanism,
@@ -64,22 +66,47 @@ pub fn build(
     mut staged: Staged,
 ) -> Result<Staged, StageError> {
     let at = staged.root.clone();
-    let fail = |syscall, err| StageError::Io(materialize::Error::new(syscall, &at, err));
-    std::fs::create_dir(&at).map_err(|err| fail("mkdir", err))?;
-    let root = DirFd::open(&at).map_err(|err| fail("open", err))?;
-    staged.dirs = 1;
+    let (root, made) = open_destination(&at)?;
+    staged.dirs = usize::from(made);
     let built = fill(cas, mechanism, walked, &root, &mut staged)
         .and_then(|()| make_parents(&root, parents, &mut staged));
     match built {
         Ok(()) => Ok(staged),
         Err(err) => {
-            drop(root);
-            if let Err(cleanup) = remove_tree(&at) {
+            let cleaned = if made {
+                drop(root);
+                remove_tree(&at).map(drop)
+            } else {
+                empty_dir(&root, &at, &mut Removed::default())
+            };
+            if let Err(cleanup) = cleaned {
                 log::error!("staging {at:?} failed, and so did removing it: {cleanup}");
             }
             Err(err)
         }
     }
+}
+
+/// Opens destination `at`, making it if it is missing; an existing one
+/// must be an empty directory (not a symlink to one). Returns whether it
+/// was made.
+pub fn open_destination(at: &Path) -> Result<(DirFd, bool), StageError> {
+    let fail = |syscall, err| StageError::Io(materialize::Error::new(syscall, at, err));
+    let made = match std::fs::create_dir(at) {
+        Ok(()) => true,
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => false,
+        Err(err) => return Err(fail("mkdir", err)),
+    };
+    let root = DirFd::open(at).map_err(|err| fail("open", err))?;
+    if !made {
+        let mut listing = root.entries().map_err(|err| fail("opendir", err))?;
+        if listing.iter().next().is_some() {
+            return Err(StageError::Invalid(format!(
+                "destination {at:?} exists and is not empty"
+            )));
+        }
+    }
+    Ok((root, made))
 }
 
 /// Makes every directory, file and symlink of `walked` below `root`,

@@ -185,8 +185,9 @@ impl Stager {
     }
 
     /// Lays out the input root of directory digest `hash`/`size` at `at`
-    /// (which must not exist; its parent must), with the parent directory
-    /// of every path in `outputs` (relative to the root) made as well.
+    /// (missing, its parent there, or an empty directory), with the parent
+    /// directory of every path in `outputs` (relative to the root) made as
+    /// well. On error `at` is as it was.
     pub fn stage(
         &self,
         hash: &str,

@@ -110,10 +110,16 @@ impl Stager {
     ) -> Option<Result<Staged, StageError>> {
         let spare = spares.take(&staged.hash)?;
         let at = staged.root.clone();
-        if let Err(err) = rename_no_replace(&spare.path, &at) {
-            // `at` exists (the caller's error) or the spare is unusable.
+        let existed = std::fs::symlink_metadata(&at).is_ok();
+        // Replaces `at` only if it is an empty directory.
+        if let Err(err) = std::fs::rename(&spare.path, &at) {
             spares.pool.lock().push(spare);
-            return Some(Err(io_error("rename", &at, "", err)));
+            return Some(Err(match err.raw_os_error() {
+                Some(libc::ENOTEMPTY | libc::EEXIST) => {
+                    StageError::Invalid(format!("destination {at:?} exists and is not empty"))
+                }
+                _ => io_error("rename", &at, "", err),
+            }));
         }
         let made = (|| {
             let root = DirFd::open(&at).map_err(|err| io_error("open", &at, "", err))?;
@@ -125,7 +131,16 @@ impl Stager {
         match made {
             Ok(()) => Some(Ok(staged)),
             Err(err) => {
-                if let Err(cleanup) = remove_tree(&at) {
+                // Leave `at` as it was: missing, or an empty directory.
+                let restored = remove_tree(&at).map(drop).and_then(|()| {
+                    if existed {
+                        std::fs::create_dir(&at)
+                            .map_err(|e| crate::sandbox::materialize::Error::new("mkdir", &at, e))
+                    } else {
+                        Ok(())
+                    }
+                });
+                if let Err(cleanup) = restored {
                     log::error!("staging {at:?} failed, and so did removing it: {cleanup}");
                 }
                 Some(Err(err))
@@ -397,28 +412,5 @@ fn staged_dir(root: &Path, path: &str) -> PathBuf {
         root.to_owned()
     } else {
         root.join(path)
-    }
-}
-
-/// Renames `from` to `to`, failing if `to` exists (even as an empty
-/// directory, which a plain rename would replace).
-fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
-    #[cfg(target_os = "linux")]
-    {
-        nix::fcntl::renameat2(
-            nix::fcntl::AT_FDCWD,
-            from,
-            nix::fcntl::AT_FDCWD,
-            to,
-            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-        )
-        .map_err(io::Error::from)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        if std::fs::symlink_metadata(to).is_ok() {
-            return Err(io::Error::from_raw_os_error(libc::EEXIST));
-        }
-        std::fs::rename(from, to)
     }
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 pub(crate) use place::{copy_file, may_fall_back};
 pub use place::{Made, Method};
-pub(crate) use remove::remove_entry;
+pub(crate) use remove::{empty_dir, remove_entry};
 pub use remove::{remove_tree, remove_tree_within, Removed};
 pub use trash::Trash;
 
