@@ -12,7 +12,8 @@
 //!
 //! Env: `ACTIONFS_BENCH_DIR` (default /dev/shm: the CAS and the roots go
 //! there), `ACTIONFS_BENCH_RUNS` (21), `ACTIONFS_BENCH_MECHANISM`
-//! (hardlink, clone, copy, auto; default hardlink), `ACTIONFS_BENCH_SIZES`.
+//! (hardlink, clone, copy, auto; default hardlink), `ACTIONFS_BENCH_SIZES`,
+//! `ACTIONFS_BENCH_THREADS` (threads placing files: 0 by size, 1 or 2).
 //! `STAGE_MANIFEST=FILE`: stage the trees a manifest names instead, from
 //! its CAS (JSON: `{"content_path": DIR, "trees": [{"name", "files",
 //! "hash", "size"}]}`), the format the NativeLink bench writes too.
@@ -144,6 +145,14 @@ fn main() {
     let mechanism = std::env::var("ACTIONFS_BENCH_MECHANISM")
         .map(|m| Mechanism::parse(&m).expect("hardlink, clone, copy or auto"))
         .unwrap_or(Mechanism::Hardlink);
+    let threads: usize = std::env::var("ACTIONFS_BENCH_THREADS")
+        .map(|t| t.parse().expect("a number"))
+        .unwrap_or(0);
+    let open = |content: &Path, exec: &Path| {
+        Stager::open(content, exec, mechanism)
+            .unwrap()
+            .threads(threads)
+    };
     let base = tempfile::tempdir_in(bench_dir()).unwrap();
     let (content, shapes) = match std::env::var_os("STAGE_MANIFEST") {
         Some(manifest) => shapes_from_manifest(Path::new(&manifest)),
@@ -164,9 +173,8 @@ fn main() {
     let work = base.path().join("work");
     fs::create_dir(&work).unwrap();
     let exec = work.join(".exec");
-    let seen = Stager::open(&content, &exec, mechanism).unwrap();
-    let recycling = Stager::open(&content, &exec, mechanism)
-        .unwrap()
+    let seen = open(&content, &exec);
+    let recycling = open(&content, &exec)
         .recycling(&work.join(".spares"), 1)
         .unwrap();
     let mut times: Vec<[Vec<Duration>; 8]> = shapes.iter().map(|_| Default::default()).collect();
@@ -180,7 +188,7 @@ fn main() {
         for (shape, times) in shapes.iter().zip(&mut times) {
             let at = work.join("root");
             // Cold: directories never decoded by this stager.
-            let cold = Stager::open(&content, &exec, mechanism).unwrap();
+            let cold = open(&content, &exec);
             let start = Instant::now();
             let staged = cold.stage(&shape.hash, shape.size, &at, &[]).unwrap();
             times[0].push(start.elapsed());

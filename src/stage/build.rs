@@ -15,8 +15,19 @@ use crate::sandbox::dirfd::{c_name, DirFd};
 use crate::sandbox::materialize::{
     self, copy_file, empty_dir, may_fall_back, remove_tree, Removed,
 };
-use crate::sandbox::merkle::{check_name, Checked, Walked};
+use crate::sandbox::merkle::{check_name, Checked, FileEntry, Walked};
 use crate::sys;
+
+/// How files are placed: the mechanism, and threads (0: by size).
+#[derive(Clone, Copy, Debug)]
+pub struct How {
+    pub mechanism: Mechanism,
+    pub threads: usize,
+}
+
+/// From this many files on, two threads place them (the native
+/// materializer's measured threshold, which staging shares).
+const PARALLEL_FROM: usize = materialize::PARALLEL_FROM;
 
 /// The directories to make for `outputs` (paths relative to the root),
 /// beyond those of the tree: each output's parent, and its ancestors.
@@ -60,7 +71,7 @@ pub fn output_parents(walked: &Walked, outputs: &[&str]) -> Result<Vec<String>, 
 /// everything in it.
 pub fn build(
     cas: &Cas,
-    mechanism: Mechanism,
+    how: How,
     walked: &Walked,
     parents: &[String],
     mut staged: Staged,
@@ -68,7 +79,7 @@ pub fn build(
     let at = staged.root.clone();
     let (root, made) = open_destination(&at)?;
     staged.dirs = usize::from(made);
-    let built = fill(cas, mechanism, walked, &root, &mut staged)
+    let built = fill(cas, how, walked, &root, &mut staged)
         .and_then(|()| make_parents(&root, parents, &mut staged));
     match built {
         Ok(()) => Ok(staged),
@@ -113,11 +124,12 @@ pub fn open_destination(at: &Path) -> Result<(DirFd, bool), StageError> {
 /// whose paths are relative to it.
 pub fn fill(
     cas: &Cas,
-    mechanism: Mechanism,
+    how: How,
     walked: &Walked,
     root: &DirFd,
     staged: &mut Staged,
 ) -> Result<(), StageError> {
+    let mechanism = how.mechanism;
     let io_error = |syscall, path: &str, err| io_error(syscall, &staged.root, path, err);
     // Directories, parents first (the walk's order), each opened once.
     let mut fds = Vec::with_capacity(walked.dirs.len());
@@ -135,10 +147,27 @@ pub fn fill(
         ));
         staged.dirs += 1;
     }
-    let mut missing = Vec::new();
+    let fds: Vec<&DirFd> = fds.iter().map(|fd| fd.as_ref().unwrap_or(root)).collect();
     for ((path, dir), fd) in walked.dirs.iter().zip(&fds) {
-        let fd = fd.as_ref().unwrap_or(root);
-        for file in dir.files.iter() {
+        for link in dir.symlinks.iter() {
+            let name = CString::new(&*link.name).expect("checked: no NUL");
+            let target = CString::new(&*link.target).expect("checked: no NUL");
+            fd.symlink_at(&target, &name)
+                .map_err(|err| io_error("symlink", &join(path, &link.name), err))?;
+        }
+    }
+    // Files, on two threads from PARALLEL_FROM on: halves of the list of
+    // every file, so that one large directory is split too.
+    let files: Vec<(usize, &FileEntry)> = walked
+        .dirs
+        .iter()
+        .enumerate()
+        .flat_map(|(at, (_, dir))| dir.files.iter().map(move |file| (at, file)))
+        .collect();
+    let place_files = |files: &[(usize, &FileEntry)]| -> Result<Placed, StageError> {
+        let mut placed = Placed::default();
+        for (at, file) in files {
+            let (path, fd) = (&walked.dirs[*at].0, fds[*at]);
             let name = CString::new(&*file.name).expect("checked: no NUL");
             let blob = blob_name(&file.hash, file.size);
             let source = if file.executable {
@@ -146,11 +175,10 @@ pub fn fill(
             } else {
                 Ok(cas.digests())
             };
-            let placed = source.and_then(|source| place(mechanism, source, &blob, fd, &name));
-            match placed {
-                Ok(()) => staged.files += 1,
+            match source.and_then(|source| place(mechanism, source, &blob, fd, &name)) {
+                Ok(()) => placed.files += 1,
                 Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
-                    missing.push(MissingBlob {
+                    placed.missing.push(MissingBlob {
                         what: "file",
                         hash: file.hash.to_string(),
                         size: file.size,
@@ -160,17 +188,41 @@ pub fn fill(
                 Err(err) => return Err(io_error("link", &join(path, &file.name), err)),
             }
         }
-        for link in dir.symlinks.iter() {
-            let name = CString::new(&*link.name).expect("checked: no NUL");
-            let target = CString::new(&*link.target).expect("checked: no NUL");
-            fd.symlink_at(&target, &name)
-                .map_err(|err| io_error("symlink", &join(path, &link.name), err))?;
-        }
-    }
-    if !missing.is_empty() {
-        return Err(StageError::Missing(missing));
+        Ok(placed)
+    };
+    let threads = match how.threads {
+        0 if files.len() >= PARALLEL_FROM => 2,
+        0 => 1,
+        n => n.min(2),
+    };
+    let placed = if threads == 1 {
+        place_files(&files)?
+    } else {
+        let (first, second) = files.split_at(files.len() / 2);
+        let (a, b) = std::thread::scope(|scope| {
+            let other = scope.spawn(|| place_files(second));
+            (
+                place_files(first),
+                other.join().expect("no panic placing files"),
+            )
+        });
+        let (mut a, b) = (a?, b?);
+        a.files += b.files;
+        a.missing.extend(b.missing);
+        a
+    };
+    staged.files += placed.files;
+    if !placed.missing.is_empty() {
+        return Err(StageError::Missing(placed.missing));
     }
     Ok(())
+}
+
+/// Files placed by one thread, and blobs it found missing.
+#[derive(Default)]
+struct Placed {
+    files: usize,
+    missing: Vec<MissingBlob>,
 }
 
 /// Makes the directories outputs need (`output_parents`) below `root`.

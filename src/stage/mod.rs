@@ -144,7 +144,7 @@ impl Staged {
 /// its cache of checked directories is what later actions reuse.
 pub struct Stager {
     trees: Trees<Cas>,
-    mechanism: Mechanism,
+    how: build::How,
     spares: Option<Spares>,
 }
 
@@ -159,9 +159,21 @@ impl Stager {
     ) -> std::io::Result<Stager> {
         Ok(Stager {
             trees: Trees::new(Cas::open(content_path, executables)?),
-            mechanism,
+            how: build::How {
+                mechanism,
+                threads: 1,
+            },
             spares: None,
         })
+    }
+
+    /// Threads placing the files of a fresh root: 1 (the default) or 2;
+    /// 0 uses two from 200 files on. One, until two are measured faster
+    /// here: with the other core busy they were 1.3x slower
+    /// (docs/BENCHMARKS.md).
+    pub fn threads(mut self, threads: usize) -> Stager {
+        self.how.threads = threads;
+        self
     }
 
     /// Keeps up to `max` torn-down roots in `dir` (on the staging file
@@ -169,7 +181,7 @@ impl Stager {
     /// trees (see [`recycle`](self)). Hard links only: with clones or
     /// copies a root cannot be checked cheaply, so none is kept.
     pub fn recycling(mut self, dir: &Path, max: usize) -> std::io::Result<Stager> {
-        if matches!(self.mechanism, Mechanism::Hardlink | Mechanism::Auto) && max > 0 {
+        if matches!(self.how.mechanism, Mechanism::Hardlink | Mechanism::Auto) && max > 0 {
             self.spares = Some(Spares::new(dir, max)?);
         }
         Ok(self)
@@ -226,7 +238,7 @@ impl Stager {
                 return made;
             }
         }
-        build::build(self.cas(), self.mechanism, &walked, &parents, staged)
+        build::build(self.cas(), self.how, &walked, &parents, staged)
     }
 
     /// Removes a staged root and everything the action left in it (or,

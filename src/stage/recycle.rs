@@ -216,7 +216,7 @@ impl Stager {
                     } else {
                         Ok(self.cas().digests())
                     };
-                    match source.and_then(|src| place(self.mechanism, src, &blob, dir, &c)) {
+                    match source.and_then(|src| place(self.how.mechanism, src, &blob, dir, &c)) {
                         Ok(()) => staged.files += 1,
                         Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
                             missing.push(MissingBlob {
@@ -252,7 +252,7 @@ impl Stager {
                             })?;
                     let mut below =
                         Staged::new(&staged.root.join(&entry_path), &sub.hash, sub.size);
-                    let filled = build::fill(self.cas(), self.mechanism, &walked, &fd, &mut below);
+                    let filled = build::fill(self.cas(), self.how, &walked, &fd, &mut below);
                     staged.files += below.files;
                     staged.dirs += below.dirs;
                     match filled {
