@@ -805,3 +805,49 @@ fn a_missing_blob_while_recycling_leaves_nothing() {
     assert_eq!(stager.spare_count(), 1);
     assert_eq!(fs::read(at.join("mine")).unwrap(), b"x");
 }
+
+#[test]
+fn two_threads_place_a_large_tree_and_report_missing_blobs_from_both() {
+    let cas = Cas::new();
+    let mut tree = TreeBuilder::new();
+    for n in 0..400 {
+        let path = format!("d{}/f{n}", n % 3);
+        tree.add_file(&path, cas.put(format!("file {n}").as_bytes()), n % 7 == 0)
+            .unwrap();
+    }
+    let complete = tree.clone().build();
+    cas.put_tree(&complete);
+    // Two more files whose blobs are absent, one in each half.
+    for (n, path) in [(0, "d0/a-absent"), (1, "d2/z-absent")] {
+        let absent = reapi::Digest {
+            hash: sha256_hex(format!("absent {n}").as_bytes()),
+            size_bytes: 8,
+        };
+        tree.add_file(path, absent, false).unwrap();
+    }
+    let incomplete = tree.build();
+    cas.put_tree(&incomplete);
+    let stager = cas.stager(Mechanism::Hardlink).threads(2);
+    let at = cas.at("action");
+    let staged = stager
+        .stage(&complete.root.hash, complete.root.size_bytes, &at, &[])
+        .unwrap();
+    assert_eq!(staged.files, 400);
+    for n in [0, 7, 199, 200, 399] {
+        let path = at.join(format!("d{}/f{n}", n % 3));
+        assert_eq!(fs::read(&path).unwrap(), format!("file {n}").as_bytes());
+        let mode = fs::metadata(&path).unwrap().mode() & 0o7777;
+        assert_eq!(mode, if n % 7 == 0 { 0o555 } else { 0o444 }, "{n}");
+    }
+    stager.tear_down(staged).unwrap();
+    let err = stager
+        .stage(&incomplete.root.hash, incomplete.root.size_bytes, &at, &[])
+        .unwrap_err();
+    let StageError::Missing(missing) = err else {
+        panic!("{err}")
+    };
+    let mut paths: Vec<&str> = missing.iter().map(|m| m.path.as_str()).collect();
+    paths.sort();
+    assert_eq!(paths, ["d0/a-absent", "d2/z-absent"]);
+    assert!(!at.exists());
+}
