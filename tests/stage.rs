@@ -851,3 +851,54 @@ fn two_threads_place_a_large_tree_and_report_missing_blobs_from_both() {
     assert_eq!(paths, ["d0/a-absent", "d2/z-absent"]);
     assert!(!at.exists());
 }
+
+#[test]
+fn the_spare_sharing_the_most_subtrees_is_the_one_reused() {
+    let cas = Cas::new();
+    let stager = cas
+        .stager(Mechanism::Hardlink)
+        .recycling(&cas.at(".spares"), 4)
+        .unwrap();
+    let tree_of = |tag: &str, changed: bool| {
+        let mut tree = TreeBuilder::new();
+        for dir in ["sdk", "lib", "app"] {
+            for n in 0..20 {
+                let last = changed && dir == "app" && n == 19;
+                let content = format!("{tag} {dir} {n} {}", if last { "new" } else { "" });
+                tree.add_file(&format!("{dir}/f{n}"), cas.put(content.as_bytes()), false)
+                    .unwrap();
+            }
+        }
+        let tree = tree.build();
+        cas.put_tree(&tree);
+        tree
+    };
+    let (similar, other, wanted) = (tree_of("b", false), tree_of("a", false), tree_of("b", true));
+    // Kept in this order, so the last kept (the other tree) would be taken
+    // if spares were chosen by age alone.
+    let live: Vec<_> = [&similar, &other]
+        .iter()
+        .map(|tree| {
+            let at = cas.at(&tree.root.hash[..8]);
+            stager
+                .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
+                .unwrap()
+        })
+        .collect();
+    for staged in live {
+        stager.tear_down(staged).unwrap();
+    }
+    assert_eq!(stager.spare_count(), 2);
+    let at = cas.at("action");
+    let staged = stager
+        .stage(&wanted.root.hash, wanted.root.size_bytes, &at, &[])
+        .unwrap();
+    assert_eq!(
+        staged.files, 1,
+        "made {} files, not just the changed one",
+        staged.files
+    );
+    assert_eq!(fs::read(at.join("app/f19")).unwrap(), b"b app 19 new");
+    assert_eq!(fs::read(at.join("sdk/f3")).unwrap(), b"b sdk 3 ");
+    stager.tear_down(staged).unwrap();
+}

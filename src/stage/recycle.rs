@@ -48,6 +48,8 @@ struct Spare {
     path: PathBuf,
     hash: Box<str>,
     size: i64,
+    /// Its root directory's entries, to choose a spare by.
+    top: Arc<Checked>,
 }
 
 impl Spares {
@@ -70,14 +72,26 @@ impl Spares {
         self.len() == 0
     }
 
-    /// A spare for tree `hash`: one of that very tree if there is one,
-    /// else the one kept last.
-    fn take(&self, hash: &str) -> Option<Spare> {
+    /// A spare for tree `hash` (root entries `top`): one of that very
+    /// tree if there is one, else the one sharing the most root entries
+    /// (a subdirectory of the same digest is not entered at all), the one
+    /// kept last among equals.
+    fn take(&self, hash: &str, top: &Checked) -> Option<Spare> {
         let mut pool = self.pool.lock();
-        let at = pool
+        let score = |spare: &Spare| {
+            if &*spare.hash == hash {
+                return usize::MAX;
+            }
+            spare
+                .top
+                .entries()
+                .filter(|was| top.find(was.name()).is_some_and(|now| identical(*was, now)))
+                .count()
+        };
+        let (at, _) = pool
             .iter()
-            .position(|spare| &*spare.hash == hash)
-            .or_else(|| pool.len().checked_sub(1))?;
+            .enumerate()
+            .max_by_key(|(at, spare)| (score(spare), *at))?;
         Some(pool.remove(at))
     }
 
@@ -108,7 +122,7 @@ impl Stager {
         parents: &[String],
         mut staged: Staged,
     ) -> Option<Result<Staged, StageError>> {
-        let spare = spares.take(&staged.hash)?;
+        let spare = spares.take(&staged.hash, &walked.dirs[0].1)?;
         let at = staged.root.clone();
         let existed = std::fs::symlink_metadata(&at).is_ok();
         // Replaces `at` only if it is an empty directory.
@@ -284,10 +298,10 @@ impl Stager {
         let clean = (|| {
             let fd = DirFd::open(root).map_err(|err| io_error("open", root, "", err))?;
             let tree = self.checked(&staged.hash, staged.size)?;
-            self.holds(spares, &fd, root, &tree)
+            Ok::<_, StageError>(self.holds(spares, &fd, root, &tree)?.then_some(tree))
         })();
         let kept = match clean {
-            Ok(true) => {
+            Ok(Some(top)) => {
                 let n = spares.next.fetch_add(1, Ordering::Relaxed);
                 let spare = spares.dir.join(n.to_string());
                 match std::fs::rename(root, &spare) {
@@ -298,6 +312,7 @@ impl Stager {
                                 path: spare,
                                 hash: staged.hash.clone(),
                                 size: staged.size,
+                                top,
                             });
                             (pool.len() > spares.max).then(|| pool.remove(0))
                         };
@@ -312,7 +327,7 @@ impl Stager {
                     }
                 }
             }
-            Ok(false) => false,
+            Ok(None) => false,
             Err(err) => {
                 log::warn!("checking {root:?} for reuse: {err}");
                 false
@@ -392,6 +407,14 @@ impl Stager {
         let ino = source.stat_at(&key.0).ok()?.st_ino;
         spares.inodes.lock().insert(key, ino);
         Some(ino)
+    }
+}
+
+/// Whether two entries are the same, directories by digest.
+fn identical(was: Found, now: Found) -> bool {
+    match (was, now) {
+        (Found::Dir(a), Found::Dir(b)) => a.hash == b.hash,
+        _ => same(was, now),
     }
 }
 
