@@ -902,3 +902,38 @@ fn the_spare_sharing_the_most_subtrees_is_the_one_reused() {
     assert_eq!(fs::read(at.join("sdk/f3")).unwrap(), b"b sdk 3 ");
     stager.tear_down(staged).unwrap();
 }
+
+#[test]
+fn a_blob_the_cas_stored_again_does_not_stop_roots_being_kept() {
+    let cas = Cas::new();
+    let stager = cas
+        .stager(Mechanism::Hardlink)
+        .recycling(&cas.at(".spares"), 4)
+        .unwrap();
+    let tree = sample_tree(&cas);
+    let stage = |name: &str| {
+        stager
+            .stage(&tree.root.hash, tree.root.size_bytes, &cas.at(name), &[])
+            .unwrap()
+    };
+    let first = stage("first");
+    stager.tear_down(first).unwrap();
+    assert_eq!(stager.spare_count(), 1);
+    // The CAS evicts a blob and stores it again: a new inode.
+    let blob = cas.blob_path(&reapi::Digest {
+        hash: sha256_hex(b"#pragma once\n"),
+        size_bytes: 13,
+    });
+    fs::remove_file(&blob).unwrap();
+    cas.put(b"#pragma once\n");
+    let from_spare = stage("second");
+    let fresh = stage("third");
+    assert_eq!(stager.spare_count(), 0);
+    stager.tear_down(fresh).unwrap();
+    assert_eq!(
+        stager.spare_count(),
+        1,
+        "a root linked to the new inode was not kept"
+    );
+    stager.tear_down(from_spare).unwrap();
+}

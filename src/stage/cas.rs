@@ -99,8 +99,9 @@ impl Cas {
     }
 
     /// Copies (or clones, where `copy_file_range` can share extents) blob
-    /// `name` into a new 0555 file, then renames it into place, so that a
-    /// variant is either whole or absent and two stagers may race.
+    /// `name` into a new 0555 file, then links it into place, so that a
+    /// variant is either whole or absent, and once there is never replaced
+    /// (roots linked to it stay links to the variant) when stagers race.
     fn make_executable(&self, name: &CString) -> io::Result<()> {
         let mut source = open_file_at(self.digests.as_fd(), name)?;
         let temp = CString::new(format!(
@@ -114,17 +115,17 @@ impl Cas {
         let mut target = self.executables.create_file(&temp, 0o555)?;
         let copied = io::copy(&mut source, &mut target).and_then(|_| target.sync_data());
         drop(target);
-        let renamed = copied.and_then(|()| {
-            nix::fcntl::renameat(
-                &self.executables,
-                temp.as_c_str(),
-                &self.executables,
-                name.as_c_str(),
-            )
-            .map_err(io::Error::from)
+        let linked = copied.and_then(|()| {
+            match self
+                .executables
+                .link_at(self.executables.as_fd(), &temp, name)
+            {
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                other => other,
+            }
         });
-        if let Err(err) = renamed {
-            let _ = self.executables.unlink_at(&temp, false);
+        let _ = self.executables.unlink_at(&temp, false);
+        if let Err(err) = linked {
             return Err(io::Error::new(
                 err.kind(),
                 format!(

@@ -363,8 +363,12 @@ impl Stager {
                 continue;
             };
             let holds = match entry {
+                // A blob the CAS evicted and got again is a new inode:
+                // ask again before calling the entry changed.
                 Found::File(file) => {
-                    kind == Some(FileKind::RegularFile) && Some(ino) == self.inode(spares, file)
+                    kind == Some(FileKind::RegularFile)
+                        && (Some(ino) == self.inode(spares, file, false)
+                            || Some(ino) == self.inode(spares, file, true))
                 }
                 Found::Symlink(link) => {
                     kind == Some(FileKind::Symlink)
@@ -392,12 +396,20 @@ impl Stager {
         Ok(matched == tree.len())
     }
 
-    /// The inode a hard link to `file`'s blob has, if the blob is there.
-    fn inode(&self, spares: &Spares, file: &crate::sandbox::merkle::FileEntry) -> Option<u64> {
+    /// The inode a hard link to `file`'s blob has, if the blob is there:
+    /// as last seen, or (`fresh`) as it is now.
+    fn inode(
+        &self,
+        spares: &Spares,
+        file: &crate::sandbox::merkle::FileEntry,
+        fresh: bool,
+    ) -> Option<u64> {
         let blob = blob_name(&file.hash, file.size);
         let key = (blob, file.executable);
-        if let Some(ino) = spares.inodes.lock().get(&key) {
-            return Some(*ino);
+        if !fresh {
+            if let Some(ino) = spares.inodes.lock().get(&key) {
+                return Some(*ino);
+            }
         }
         let source = if file.executable {
             self.cas().executable(&key.0).ok()?
