@@ -8,7 +8,7 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use actionfs::stage::{Mechanism, MissingBlob, StageError, Stager};
+use actionfs::stage::{Mechanism, MissingBlob, StageError, Staged, Stager};
 use actionfs_protocol::backend::digest::sha256_hex;
 use actionfs_protocol::backend::reapi;
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
@@ -44,6 +44,12 @@ impl Cas {
 
     fn stager(&self, mechanism: Mechanism) -> Stager {
         Stager::open(&self.content, &self.work.join(".exec"), mechanism).unwrap()
+    }
+
+    fn recycling_stager(&self) -> Stager {
+        self.stager(Mechanism::Hardlink)
+            .recycling(&self.at(".spares"), 4)
+            .unwrap()
     }
 
     fn put(&self, bytes: &[u8]) -> reapi::Digest {
@@ -91,6 +97,10 @@ impl Cas {
     }
 }
 
+fn stage(stager: &Stager, tree: &Tree, at: &Path, outputs: &[&str]) -> Result<Staged, StageError> {
+    stager.stage(&tree.root.hash, tree.root.size_bytes, at, outputs)
+}
+
 /// A tree with the kinds of node REAPI has: plain and executable files, a
 /// shared file at two paths, symlinks (one leaving the root), an empty
 /// directory.
@@ -116,14 +126,13 @@ fn stage_sample(cas: &Cas, mechanism: Mechanism) {
     let tree = sample_tree(cas);
     let stager = cas.stager(mechanism);
     let at = cas.at("action");
-    let staged = stager
-        .stage(
-            &tree.root.hash,
-            tree.root.size_bytes,
-            &at,
-            &["out/bin/prog", "out/gen/dir", "src/made.o"],
-        )
-        .unwrap();
+    let staged = stage(
+        &stager,
+        &tree,
+        &at,
+        &["out/bin/prog", "out/gen/dir", "src/made.o"],
+    )
+    .unwrap();
     assert_eq!(staged.path(), at);
     assert_eq!(staged.files, 4);
     assert_eq!(
@@ -169,9 +178,7 @@ fn a_tree_is_staged_by_hard_links() {
     let tree = sample_tree(&cas);
     let stager = cas.stager(Mechanism::Hardlink);
     let at = cas.at("again");
-    let staged = stager
-        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
-        .unwrap();
+    let staged = stage(&stager, &tree, &at, &[]).unwrap();
     let blob = cas.blob_path(&reapi::Digest {
         hash: sha256_hex(b"int main() { return 0; }\n"),
         size_bytes: 25,
@@ -217,9 +224,7 @@ fn teardown_removes_what_the_action_made_read_only() {
     let tree = sample_tree(&cas);
     let stager = cas.stager(Mechanism::Auto);
     let at = cas.at("action");
-    let staged = stager
-        .stage(&tree.root.hash, tree.root.size_bytes, &at, &["out/x"])
-        .unwrap();
+    let staged = stage(&stager, &tree, &at, &["out/x"]).unwrap();
     fs::create_dir_all(at.join("out/deep/er")).unwrap();
     fs::write(at.join("out/deep/er/f"), b"x").unwrap();
     fs::set_permissions(at.join("out/deep/er"), fs::Permissions::from_mode(0o500)).unwrap();
@@ -446,16 +451,12 @@ fn a_symlink_leaving_the_root_is_made_never_followed() {
     // An output below a symlink would make directories through it.
     for output in ["out/x/y", "rel/y", "f/y"] {
         let at = cas.at("action");
-        let err = stager
-            .stage(&tree.root.hash, tree.root.size_bytes, &at, &[output])
-            .unwrap_err();
+        let err = stage(&stager, &tree, &at, &[output]).unwrap_err();
         assert!(matches!(err, StageError::Invalid(_)), "{output}: {err}");
         assert!(!at.exists());
     }
     let at = cas.at("action");
-    let staged = stager
-        .stage(&tree.root.hash, tree.root.size_bytes, &at, &["o/y"])
-        .unwrap();
+    let staged = stage(&stager, &tree, &at, &["o/y"]).unwrap();
     assert_eq!(fs::read_link(at.join("out")).unwrap(), victim);
     assert_eq!(
         fs::read_link(at.join("rel")).unwrap(),
@@ -474,9 +475,7 @@ fn bad_output_paths_and_destinations_are_refused() {
     let stager = cas.stager(Mechanism::Auto);
     let at = cas.at("action");
     for output in ["../x", "/abs/x", "a//b", "a/./b", "a/../b", ""] {
-        let err = stager
-            .stage(&tree.root.hash, tree.root.size_bytes, &at, &[output])
-            .unwrap_err();
+        let err = stage(&stager, &tree, &at, &[output]).unwrap_err();
         assert!(matches!(err, StageError::Invalid(_)), "{output:?}: {err}");
         assert!(!at.exists());
     }
@@ -484,17 +483,13 @@ fn bad_output_paths_and_destinations_are_refused() {
     // as it was.
     fs::create_dir(&at).unwrap();
     fs::write(at.join("mine"), b"x").unwrap();
-    let err = stager
-        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
-        .unwrap_err();
+    let err = stage(&stager, &tree, &at, &[]).unwrap_err();
     assert!(err.to_string().contains("not empty"), "{err}");
     assert_eq!(fs::read(at.join("mine")).unwrap(), b"x");
     let link = cas.at("link");
     std::os::unix::fs::symlink(cas.at("empty"), &link).unwrap();
     fs::create_dir(cas.at("empty")).unwrap();
-    let err = stager
-        .stage(&tree.root.hash, tree.root.size_bytes, &link, &[])
-        .unwrap_err();
+    let err = stage(&stager, &tree, &link, &[]).unwrap_err();
     assert!(err.to_string().contains("open"), "{err}");
     assert_eq!(fs::read_dir(cas.at("empty")).unwrap().count(), 0);
     // A root digest that is not SHA-256.
@@ -534,11 +529,7 @@ fn many_roots_of_one_tree_staged_at_once_share_checked_directories() {
         let handles: Vec<_> = (0..8)
             .map(|i| {
                 let (stager, tree, at) = (&stager, &tree, cas.at(&format!("a{i}")));
-                s.spawn(move || {
-                    stager
-                        .stage(&tree.root.hash, tree.root.size_bytes, &at, &["out/f"])
-                        .unwrap()
-                })
+                s.spawn(move || stage(stager, tree, &at, &["out/f"]).unwrap())
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -645,18 +636,15 @@ fn recycled_roots_equal_fresh_ones_over_random_sequences_of_trees() {
         let tree = random_tree(&cas, &mut dice);
         let expected = {
             let at = cas.at("expected");
-            let staged = fresh
-                .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
-                .unwrap_or_else(|err| panic!("round {round}: {err}"));
+            let staged =
+                stage(&fresh, &tree, &at, &[]).unwrap_or_else(|err| panic!("round {round}: {err}"));
             let listed = listing(&at);
             fresh.tear_down(staged).unwrap();
             listed
         };
         let before = recycling.spare_count();
         let at = cas.at("action");
-        let staged = recycling
-            .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
-            .unwrap();
+        let staged = stage(&recycling, &tree, &at, &[]).unwrap();
         if before > recycling.spare_count() {
             reused += 1;
         }
@@ -678,15 +666,10 @@ fn recycled_roots_equal_fresh_ones_over_random_sequences_of_trees() {
 fn a_root_the_action_changed_is_not_kept() {
     let cas = Cas::new();
     let tree = sample_tree(&cas);
-    let stager = cas
-        .stager(Mechanism::Hardlink)
-        .recycling(&cas.at(".spares"), 4)
-        .unwrap();
+    let stager = cas.recycling_stager();
     let expected = {
         let fresh = cas.stager(Mechanism::Hardlink);
-        let staged = fresh
-            .stage(&tree.root.hash, tree.root.size_bytes, &cas.at("fresh"), &[])
-            .unwrap();
+        let staged = stage(&fresh, &tree, &cas.at("fresh"), &[]).unwrap();
         let listed = listing(staged.path());
         fresh.tear_down(staged).unwrap();
         listed
@@ -717,9 +700,7 @@ fn a_root_the_action_changed_is_not_kept() {
     ];
     for (what, tamper) in tampering {
         let at = cas.at("action");
-        let staged = stager
-            .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
-            .unwrap();
+        let staged = stage(&stager, &tree, &at, &[]).unwrap();
         assert_eq!(listing(&at), expected, "{what}: before");
         tamper(&at);
         let spares = stager.spare_count();
@@ -732,16 +713,12 @@ fn a_root_the_action_changed_is_not_kept() {
     }
     // Untouched but for outputs: kept, and the next root is right.
     let at = cas.at("action");
-    let staged = stager
-        .stage(&tree.root.hash, tree.root.size_bytes, &at, &["out/bin/x"])
-        .unwrap();
+    let staged = stage(&stager, &tree, &at, &["out/bin/x"]).unwrap();
     fs::write(at.join("out/bin/x"), b"output").unwrap();
     let spares = stager.spare_count();
     stager.tear_down(staged).unwrap();
     assert_eq!(stager.spare_count(), spares + 1);
-    let staged = stager
-        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
-        .unwrap();
+    let staged = stage(&stager, &tree, &at, &[]).unwrap();
     assert_eq!(stager.spare_count(), spares);
     assert_eq!(listing(&at), expected);
     stager.tear_down(staged).unwrap();
@@ -750,15 +727,10 @@ fn a_root_the_action_changed_is_not_kept() {
 #[test]
 fn a_missing_blob_while_recycling_leaves_nothing() {
     let cas = Cas::new();
-    let stager = cas
-        .stager(Mechanism::Hardlink)
-        .recycling(&cas.at(".spares"), 4)
-        .unwrap();
+    let stager = cas.recycling_stager();
     let tree = sample_tree(&cas);
     let at = cas.at("action");
-    let staged = stager
-        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
-        .unwrap();
+    let staged = stage(&stager, &tree, &at, &[]).unwrap();
     stager.tear_down(staged).unwrap();
     assert_eq!(stager.spare_count(), 1);
     let mut next = TreeBuilder::new();
@@ -772,9 +744,7 @@ fn a_missing_blob_while_recycling_leaves_nothing() {
         .unwrap();
     let next = next.build();
     cas.put_tree(&next);
-    let err = stager
-        .stage(&next.root.hash, next.root.size_bytes, &at, &[])
-        .unwrap_err();
+    let err = stage(&stager, &next, &at, &[]).unwrap_err();
     let StageError::Missing(missing) = err else {
         panic!("{err}")
     };
@@ -785,22 +755,16 @@ fn a_missing_blob_while_recycling_leaves_nothing() {
     // An empty directory as the destination (as NativeLink makes it)
     // stays one when the stage fails, and is used when it works.
     fs::create_dir(&at).unwrap();
-    let err = stager
-        .stage(&next.root.hash, next.root.size_bytes, &at, &[])
-        .unwrap_err();
+    let err = stage(&stager, &next, &at, &[]).unwrap_err();
     assert!(matches!(err, StageError::Missing(_)), "{err}");
     assert_eq!(fs::read_dir(&at).unwrap().count(), 0);
-    let staged = stager
-        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
-        .unwrap();
+    let staged = stage(&stager, &tree, &at, &[]).unwrap();
     stager.tear_down(staged).unwrap();
     assert_eq!(stager.spare_count(), 1);
     // A destination that is not empty is refused and the spare stays.
     fs::create_dir(&at).unwrap();
     fs::write(at.join("mine"), b"x").unwrap();
-    let err = stager
-        .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
-        .unwrap_err();
+    let err = stage(&stager, &tree, &at, &[]).unwrap_err();
     assert!(err.to_string().contains("not empty"), "{err}");
     assert_eq!(stager.spare_count(), 1);
     assert_eq!(fs::read(at.join("mine")).unwrap(), b"x");
@@ -829,9 +793,7 @@ fn two_threads_place_a_large_tree_and_report_missing_blobs_from_both() {
     cas.put_tree(&incomplete);
     let stager = cas.stager(Mechanism::Hardlink).threads(2);
     let at = cas.at("action");
-    let staged = stager
-        .stage(&complete.root.hash, complete.root.size_bytes, &at, &[])
-        .unwrap();
+    let staged = stage(&stager, &complete, &at, &[]).unwrap();
     assert_eq!(staged.files, 400);
     for n in [0, 7, 199, 200, 399] {
         let path = at.join(format!("d{}/f{n}", n % 3));
@@ -840,9 +802,7 @@ fn two_threads_place_a_large_tree_and_report_missing_blobs_from_both() {
         assert_eq!(mode, if n % 7 == 0 { 0o555 } else { 0o444 }, "{n}");
     }
     stager.tear_down(staged).unwrap();
-    let err = stager
-        .stage(&incomplete.root.hash, incomplete.root.size_bytes, &at, &[])
-        .unwrap_err();
+    let err = stage(&stager, &incomplete, &at, &[]).unwrap_err();
     let StageError::Missing(missing) = err else {
         panic!("{err}")
     };
@@ -855,10 +815,7 @@ fn two_threads_place_a_large_tree_and_report_missing_blobs_from_both() {
 #[test]
 fn the_spare_sharing_the_most_subtrees_is_the_one_reused() {
     let cas = Cas::new();
-    let stager = cas
-        .stager(Mechanism::Hardlink)
-        .recycling(&cas.at(".spares"), 4)
-        .unwrap();
+    let stager = cas.recycling_stager();
     let tree_of = |tag: &str, changed: bool| {
         let mut tree = TreeBuilder::new();
         for dir in ["sdk", "lib", "app"] {
@@ -880,9 +837,7 @@ fn the_spare_sharing_the_most_subtrees_is_the_one_reused() {
         .iter()
         .map(|tree| {
             let at = cas.at(&tree.root.hash[..8]);
-            stager
-                .stage(&tree.root.hash, tree.root.size_bytes, &at, &[])
-                .unwrap()
+            stage(&stager, tree, &at, &[]).unwrap()
         })
         .collect();
     for staged in live {
@@ -890,9 +845,7 @@ fn the_spare_sharing_the_most_subtrees_is_the_one_reused() {
     }
     assert_eq!(stager.spare_count(), 2);
     let at = cas.at("action");
-    let staged = stager
-        .stage(&wanted.root.hash, wanted.root.size_bytes, &at, &[])
-        .unwrap();
+    let staged = stage(&stager, &wanted, &at, &[]).unwrap();
     assert_eq!(
         staged.files, 1,
         "made {} files, not just the changed one",
@@ -906,16 +859,9 @@ fn the_spare_sharing_the_most_subtrees_is_the_one_reused() {
 #[test]
 fn a_blob_the_cas_stored_again_does_not_stop_roots_being_kept() {
     let cas = Cas::new();
-    let stager = cas
-        .stager(Mechanism::Hardlink)
-        .recycling(&cas.at(".spares"), 4)
-        .unwrap();
+    let stager = cas.recycling_stager();
     let tree = sample_tree(&cas);
-    let stage = |name: &str| {
-        stager
-            .stage(&tree.root.hash, tree.root.size_bytes, &cas.at(name), &[])
-            .unwrap()
-    };
+    let stage = |name: &str| stage(&stager, &tree, &cas.at(name), &[]).unwrap();
     let first = stage("first");
     stager.tear_down(first).unwrap();
     assert_eq!(stager.spare_count(), 1);
