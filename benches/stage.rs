@@ -14,9 +14,9 @@
 //! there), `ACTIONFS_BENCH_RUNS` (21), `ACTIONFS_BENCH_MECHANISM`
 //! (hardlink, clone, copy, auto; default hardlink), `ACTIONFS_BENCH_SIZES`,
 //! `ACTIONFS_BENCH_THREADS` (threads placing files: 0 by size, 1 or 2).
-//! `STAGE_MANIFEST=FILE`: stage the trees a manifest names instead, from
-//! its CAS (JSON: `{"content_path": DIR, "trees": [{"name", "files",
-//! "hash", "size"}]}`), the format the NativeLink bench writes too.
+//! `STAGE_MANIFEST=FILE`: stage the trees of the manifest NativeLink's
+//! staging benchmark wrote (`integrations/nativelink/bench`), from its CAS,
+//! so that both measure the same trees.
 //! Prints one JSON line per shape and measure (ms: min, median, p95, max).
 //! Run: `cargo bench --bench stage`.
 
@@ -107,17 +107,20 @@ fn make_one(
     (tree.root.hash.clone(), tree.root.size_bytes)
 }
 
+/// The trees of a manifest NativeLink's stage_bench example wrote
+/// (`integrations/nativelink/`): `{"content_path", "shapes": [{"name",
+/// "files", "root_digest": {"hash", "size_bytes"}}]}`.
 fn shapes_from_manifest(path: &Path) -> (PathBuf, Vec<Shape>) {
     let manifest: Value = serde_json::from_slice(&fs::read(path).unwrap()).unwrap();
     let content = PathBuf::from(manifest["content_path"].as_str().unwrap());
-    let trees = manifest["trees"].as_array().unwrap();
-    let shapes = trees
+    let shapes = manifest["shapes"].as_array().expect("a shapes list");
+    let shapes = shapes
         .iter()
         .map(|t| Shape {
             name: t["name"].as_str().unwrap().to_owned(),
             files: t["files"].as_u64().unwrap() as usize,
-            hash: t["hash"].as_str().unwrap().to_owned(),
-            size: t["size"].as_i64().unwrap(),
+            hash: t["root_digest"]["hash"].as_str().unwrap().to_owned(),
+            size: t["root_digest"]["size_bytes"].as_i64().unwrap(),
             changed: None,
         })
         .collect();
