@@ -42,6 +42,8 @@ pub enum Command {
         verbose: bool,
     },
     Calibrate(CalibrateArgs),
+    /// `actionfs stage-root`: one REAPI input root from a NativeLink CAS.
+    StageRoot(crate::tools::stage_root::StageRootArgs),
     Ctl(crate::tools::ctl::CtlArgs),
     Replay(crate::tools::replay::ReplayArgs),
     ReplayActions(crate::tools::replay_actions::ReplayActionsArgs),
@@ -240,6 +242,39 @@ included). On failure DEST is left as it was."
         #[arg(long, value_name = "N", value_parser = parse_positive)]
         threads: Option<usize>,
         /// Where to build the sandbox
+        #[arg(value_name = "DEST")]
+        dest: PathBuf,
+    },
+    /// Lay out a remote action's REAPI input root from a NativeLink CAS
+    #[command(
+        name = "stage-root",
+        override_usage = "actionfs stage-root --cas DIR --digest HASH/SIZE [OPTIONS] DEST",
+        long_about = "Lays out the REAPI input root of directory digest HASH/SIZE under DEST \
+(missing or an empty directory) from a CAS in NativeLink's filesystem-store layout \
+(DIR/d/HASH-SIZE), as a worker patched to use actionfs::stage would: to look at or rerun a \
+remote action's inputs by hand. Files are hard links to the CAS's blobs (or clones or \
+copies), executables links to 0555 copies, symlinks made verbatim. On failure DEST is left \
+as it was; remove the root with `actionfs rmtree DEST`."
+    )]
+    StageRoot {
+        /// The CAS's content_path (holding d/)
+        #[arg(long, value_name = "DIR")]
+        cas: PathBuf,
+        /// The input root's directory digest, as HASH/SIZE
+        #[arg(long, value_name = "HASH/SIZE")]
+        digest: String,
+        /// hardlink, clone, copy, or auto (per file: hard link, else clone,
+        /// else copy)
+        #[arg(long, value_name = "MECHANISM", default_value = "auto", value_parser = parse_mechanism)]
+        mechanism: crate::stage::Mechanism,
+        /// An output path (relative to the root) whose parent to make;
+        /// repeatable
+        #[arg(long = "output", value_name = "PATH")]
+        outputs: Vec<String>,
+        /// Print what was made and how long it took
+        #[arg(short = 'v', long = "verbose")]
+        verbose: bool,
+        /// Where to lay the root out
         #[arg(value_name = "DEST")]
         dest: PathBuf,
     },
@@ -645,6 +680,33 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             dest,
         }),
         Sub::Rmtree { verbose, dir } => Command::Rmtree { dir, verbose },
+        Sub::StageRoot {
+            cas,
+            digest,
+            mechanism,
+            outputs,
+            verbose,
+            dest,
+        } => {
+            let (hash, size) = digest
+                .split_once('/')
+                .and_then(|(hash, size)| Some((hash.to_owned(), size.parse::<i64>().ok()?)))
+                .ok_or_else(|| {
+                    UsageError(format!(
+                        "--digest {digest:?}: expected HASH/SIZE (64 hex digits, a slash, the \
+                         size in bytes)"
+                    ))
+                })?;
+            Command::StageRoot(crate::tools::stage_root::StageRootArgs {
+                cas,
+                hash,
+                size,
+                mechanism,
+                outputs,
+                verbose,
+                dest,
+            })
+        }
         Sub::Ctl {
             control,
             json,
@@ -843,6 +905,11 @@ fn parse_transport(text: &str) -> Result<Asked, String> {
 
 fn parse_method(text: &str) -> Result<Method, String> {
     Method::parse(text).ok_or_else(|| "takes symlink, hardlink, clone, copy or auto".to_owned())
+}
+
+fn parse_mechanism(text: &str) -> Result<crate::stage::Mechanism, String> {
+    crate::stage::Mechanism::parse(text)
+        .ok_or_else(|| "takes hardlink, clone, copy or auto".to_owned())
 }
 
 fn parse_replay_mode(text: &str) -> Result<crate::tools::replay_actions::Mode, String> {

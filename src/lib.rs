@@ -27,8 +27,8 @@
 //!   and unmount, the request loop, signals, statistics, the control
 //!   socket, the access log and recording.
 //! - [`tools`]: every subcommand but the daemon: `ctl`, `replay`,
-//!   `replay-actions`, `calibrate`, `doctor`, `man` and `completions`, `materialize` and
-//!   `rmtree`, and the progress line they share.
+//!   `replay-actions`, `calibrate`, `doctor`, `man` and `completions`, `materialize`,
+//!   `rmtree` and `stage-root`, and the progress line they share.
 //! - [`stage`]: the library remote-execution workers call to lay out an
 //!   action's REAPI input root from their CAS (NativeLink's layout).
 //! - [`cli`]: the one command-line grammar; `main.rs` dispatches on it.

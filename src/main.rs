@@ -52,6 +52,7 @@ fn main() -> ExitCode {
         Ok(Command::Rmtree { dir, verbose }) => {
             exit(actionfs::tools::oneshot::rmtree(&dir, verbose))
         }
+        Ok(Command::StageRoot(args)) => exit(actionfs::tools::stage_root::run(&args)),
         Ok(Command::Calibrate(args)) => exit(actionfs::tools::calibrate::run(&args)),
         Ok(Command::Ctl(args)) => exit(actionfs::tools::ctl::run(&args)),
         Ok(Command::Replay(args)) => exit(actionfs::tools::replay::run(&args)),

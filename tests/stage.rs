@@ -883,3 +883,80 @@ fn a_blob_the_cas_stored_again_does_not_stop_roots_being_kept() {
     );
     stager.tear_down(from_spare).unwrap();
 }
+
+// `actionfs stage-root`, the same library from the command line.
+
+#[test]
+fn stage_root_lays_out_a_root_from_the_command_line() {
+    let cas = Cas::new();
+    let tree = sample_tree(&cas);
+    let dest = cas.at("by-hand");
+    let digest = format!("{}/{}", tree.root.hash, tree.root.size_bytes);
+    let out = std::process::Command::new(actionfs_testkit::bin())
+        .args(["stage-root", "-v", "--cas"])
+        .arg(&cas.content)
+        .args(["--digest", &digest, "--output", "out/bin/x"])
+        .arg(&dest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("4 files"));
+    assert_eq!(
+        fs::metadata(dest.join("tools/tool.sh")).unwrap().mode() & 0o7777,
+        0o555
+    );
+    assert!(dest.join("out/bin").is_dir());
+    // Nothing beside the root: the executable variants went with the run.
+    assert_eq!(cas.leftovers(), ["by-hand"]);
+
+    // A blob the CAS lacks: status 1, the digest named, nothing made.
+    let mut missing = TreeBuilder::new();
+    let absent = sha256_hex(b"absent");
+    missing
+        .add_file(
+            "a/f",
+            reapi::Digest {
+                hash: absent.clone(),
+                size_bytes: 6,
+            },
+            false,
+        )
+        .unwrap();
+    let missing = missing.build();
+    cas.put_tree(&missing);
+    let dest = cas.at("missing");
+    let digest = format!("{}/{}", missing.root.hash, missing.root.size_bytes);
+    let out = std::process::Command::new(actionfs_testkit::bin())
+        .args(["stage-root", "--cas"])
+        .arg(&cas.content)
+        .args(["--digest", &digest])
+        .arg(&dest)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&absent) && stderr.contains("a/f"),
+        "{stderr}"
+    );
+    assert!(!dest.exists());
+
+    // A digest that is not HASH/SIZE: a usage error.
+    let out = std::process::Command::new(actionfs_testkit::bin())
+        .args([
+            "stage-root",
+            "--cas",
+            "/nonexistent",
+            "--digest",
+            "abc",
+            "/tmp/x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("HASH/SIZE"));
+}

@@ -8,3 +8,4 @@ pub mod oneshot;
 pub mod progress;
 pub mod replay;
 pub mod replay_actions;
+pub mod stage_root;
