@@ -960,3 +960,58 @@ fn stage_root_lays_out_a_root_from_the_command_line() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("HASH/SIZE"));
 }
+
+#[test]
+fn empty_files_and_directories_need_no_blob_in_the_cas() {
+    let cas = Cas::new();
+    let empty = reapi::Digest {
+        hash: sha256_hex(b""),
+        size_bytes: 0,
+    };
+    let mut tree = TreeBuilder::new();
+    tree.add_file("pkg/__init__.py", empty.clone(), false)
+        .unwrap();
+    tree.add_file("bin/true", empty.clone(), true).unwrap();
+    tree.add_file("pkg/a.py", cas.put(b"a = 1\n"), false)
+        .unwrap();
+    tree.add_dir("pkg/empty").unwrap();
+    let tree = tree.build();
+    // Every directory but the empty one, which is the empty blob.
+    for blob in tree.blobs.values().filter(|blob| !blob.is_empty()) {
+        cas.put(blob);
+    }
+    assert!(!cas.blob_path(&empty).exists());
+    let stager = cas.recycling_stager();
+    let at = cas.at("action");
+    for round in 0..2 {
+        let staged = stage(&stager, &tree, &at, &[]).unwrap();
+        assert_eq!(fs::read(at.join("pkg/__init__.py")).unwrap(), b"");
+        let mode = |rel: &str| fs::metadata(at.join(rel)).unwrap().mode() & 0o7777;
+        assert_eq!(mode("pkg/__init__.py"), 0o444);
+        assert_eq!(mode("bin/true"), 0o555);
+        assert!(at.join("pkg/empty").is_dir());
+        stager.tear_down(staged).unwrap();
+        // Empty files are links too, so the root is kept for reuse.
+        assert_eq!(stager.spare_count(), 1, "round {round}");
+    }
+    // A size of 0 with another hash is a bad digest.
+    let mut bad = TreeBuilder::new();
+    bad.add_file(
+        "f",
+        reapi::Digest {
+            hash: sha256_hex(b"not empty"),
+            size_bytes: 0,
+        },
+        false,
+    )
+    .unwrap();
+    let bad = bad.build();
+    cas.put_tree(&bad);
+    let err = stage(&stager, &bad, &cas.at("bad"), &[]).unwrap_err();
+    assert!(matches!(err, StageError::Invalid(_)), "{err}");
+    let err = stager
+        .stage(&sha256_hex(b"x"), 0, &cas.at("bad"), &[])
+        .unwrap_err();
+    assert!(matches!(err, StageError::Invalid(_)), "{err}");
+    assert!(!cas.at("bad").exists());
+}

@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use super::cas::{blob_name, Cas};
+use super::cas::Cas;
 use super::{Mechanism, MissingBlob, StageError, Staged};
 use crate::sandbox::dirfd::{c_name, DirFd};
 use crate::sandbox::materialize::{
@@ -169,13 +169,8 @@ pub fn fill(
         for (at, file) in files {
             let (path, fd) = (&walked.dirs[*at].0, fds[*at]);
             let name = CString::new(&*file.name).expect("checked: no NUL");
-            let blob = blob_name(&file.hash, file.size);
-            let source = if file.executable {
-                cas.executable(&blob)
-            } else {
-                Ok(cas.digests())
-            };
-            match source.and_then(|source| place(mechanism, source, &blob, fd, &name)) {
+            let source = cas.source(&file.hash, file.size, file.executable);
+            match source.and_then(|(source, blob)| place(mechanism, source, &blob, fd, &name)) {
                 Ok(()) => placed.files += 1,
                 Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
                     placed.missing.push(MissingBlob {

@@ -8,7 +8,7 @@
 //! clone or a copy created with that mode: no chmod, ever.
 
 use std::collections::HashSet;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -21,6 +21,15 @@ use crate::sandbox::merkle::DirectorySource;
 
 /// The subdirectory holding blobs by digest.
 const DIGESTS: &str = "d";
+
+// The empty blob (every empty file, and the empty `Directory`): REAPI
+// servers answer it without storing it (NativeLink's filesystem store never
+// writes a zero-byte blob), so it is never read from the CAS.
+use crate::sandbox::merkle::EMPTY_SHA256;
+
+/// Our own empty file, 0444, in the executables directory: what empty
+/// files of a root link to.
+const EMPTY_FILE: &CStr = c".empty";
 
 /// Directory blobs larger than this are refused rather than read (a
 /// `Directory` of a million entries is ~100 MiB).
@@ -59,13 +68,49 @@ impl Cas {
                 format!("mkdir for executable variants {executables:?}: {err}"),
             )
         })?;
+        let executables_dir = DirFd::open(executables)?;
+        for (name, mode) in [(EMPTY_FILE, 0o444), (&*blob_name(EMPTY_SHA256, 0), 0o555)] {
+            match executables_dir.create_file(name, mode) {
+                Err(err) if err.kind() != io::ErrorKind::AlreadyExists => {
+                    return Err(io::Error::new(
+                        err.kind(),
+                        format!(
+                            "create {:?}: {err}",
+                            executables.join(name.to_str().expect("ASCII"))
+                        ),
+                    ))
+                }
+                _ => {}
+            }
+        }
         Ok(Cas {
             content_path: content_path.to_owned(),
             digests,
-            executables: DirFd::open(executables)?,
+            executables: executables_dir,
             executables_path: executables.to_owned(),
             made_executable: Mutex::default(),
         })
+    }
+
+    /// Where the file of blob `hash`/`size` (as an executable or not) is
+    /// linked from: a directory and a name in it. The 0555 variant is made
+    /// first if needed; `ENOENT` if the CAS lacks the blob. The empty blob
+    /// is ours, never looked for in the CAS.
+    pub fn source(&self, hash: &str, size: i64, executable: bool) -> io::Result<(&DirFd, CString)> {
+        if size == 0 {
+            let name = if executable {
+                blob_name(EMPTY_SHA256, 0)
+            } else {
+                EMPTY_FILE.to_owned()
+            };
+            return Ok((&self.executables, name));
+        }
+        let name = blob_name(hash, size);
+        if executable {
+            Ok((self.executable(&name)?, name))
+        } else {
+            Ok((&self.digests, name))
+        }
     }
 
     pub fn content_path(&self) -> &Path {
@@ -84,7 +129,7 @@ impl Cas {
 
     /// The directory holding the 0555 variant of blob `name`, made first
     /// if it is not there yet. `ENOENT` if the CAS lacks the blob.
-    pub fn executable(&self, name: &CString) -> io::Result<&DirFd> {
+    fn executable(&self, name: &CString) -> io::Result<&DirFd> {
         let key = name.to_str().expect("an ASCII name");
         if self.made_executable.lock().contains(key) {
             return Ok(&self.executables);
@@ -142,6 +187,12 @@ impl DirectorySource for Cas {
     fn directory_blob(&self, hash: &str, size: i64) -> Result<Option<Arc<[u8]>>, String> {
         if !(0..=MAX_DIRECTORY_BLOB).contains(&size) {
             return Err(format!("a directory blob of {size} bytes is out of bounds"));
+        }
+        if size == 0 {
+            if hash != EMPTY_SHA256 {
+                return Err(format!("size 0, but {hash:?} is not the hash of no bytes"));
+            }
+            return Ok(Some(Arc::from(&[][..])));
         }
         let name = blob_name(hash, size);
         let mut file = match open_file_at(self.digests.as_fd(), &name) {

@@ -224,13 +224,9 @@ impl Stager {
             let entry_path = join(path, name);
             match entry {
                 Found::File(file) => {
-                    let blob = blob_name(&file.hash, file.size);
-                    let source = if file.executable {
-                        self.cas().executable(&blob)
-                    } else {
-                        Ok(self.cas().digests())
-                    };
-                    match source.and_then(|src| place(self.how.mechanism, src, &blob, dir, &c)) {
+                    let source = self.cas().source(&file.hash, file.size, file.executable);
+                    let mechanism = self.how.mechanism;
+                    match source.and_then(|(src, blob)| place(mechanism, src, &blob, dir, &c)) {
                         Ok(()) => staged.files += 1,
                         Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
                             missing.push(MissingBlob {
@@ -404,19 +400,17 @@ impl Stager {
         file: &crate::sandbox::merkle::FileEntry,
         fresh: bool,
     ) -> Option<u64> {
-        let blob = blob_name(&file.hash, file.size);
-        let key = (blob, file.executable);
+        let key = (blob_name(&file.hash, file.size), file.executable);
         if !fresh {
             if let Some(ino) = spares.inodes.lock().get(&key) {
                 return Some(*ino);
             }
         }
-        let source = if file.executable {
-            self.cas().executable(&key.0).ok()?
-        } else {
-            self.cas().digests()
-        };
-        let ino = source.stat_at(&key.0).ok()?.st_ino;
+        let (source, name) = self
+            .cas()
+            .source(&file.hash, file.size, file.executable)
+            .ok()?;
+        let ino = source.stat_at(&name).ok()?.st_ino;
         spares.inodes.lock().insert(key, ino);
         Some(ino)
     }

@@ -8,6 +8,9 @@ use prost::Message;
 use super::{Checked, DirEntry, FileEntry, SymlinkEntry, WalkError};
 use crate::sandbox::store::Digest;
 
+/// SHA-256 of no bytes: the only hash a digest of size 0 may have.
+pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
 /// Decodes directory `hash` and checks every name and digest in it.
 pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
     let invalid = |what: String| WalkError::Invalid(format!("directory {hash}: {what}"));
@@ -19,6 +22,12 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
             "entry {name:?}: negative size {}",
             digest.size_bytes
         ))),
+        Some(digest) if digest.size_bytes == 0 && digest.hash != EMPTY_SHA256 => {
+            Err(invalid(format!(
+                "entry {name:?}: size 0, but the hash {:?} is not that of no bytes",
+                digest.hash
+            )))
+        }
         Some(digest) if is_sha256_hex(&digest.hash) => {
             Ok((Box::<str>::from(digest.hash.as_str()), digest.size_bytes))
         }

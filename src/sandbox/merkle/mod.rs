@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-pub use check::check_name;
+pub use check::{check_name, EMPTY_SHA256};
 
 use crate::sandbox::store::Digest;
 
