@@ -13,7 +13,8 @@
 //! Env: `ACTIONFS_BENCH_DIR` (default /dev/shm: the CAS and the roots go
 //! there), `ACTIONFS_BENCH_RUNS` (21), `ACTIONFS_BENCH_MECHANISM`
 //! (hardlink, clone, copy, auto; default hardlink), `ACTIONFS_BENCH_SIZES`,
-//! `ACTIONFS_BENCH_THREADS` (threads placing files: 0 by size, 1 or 2).
+//! `ACTIONFS_BENCH_THREADS` (threads placing files: 0 by size, the
+//! default, 1 or 2).
 //! `STAGE_MANIFEST=FILE`: stage the trees of the manifest NativeLink's
 //! staging benchmark wrote (`integrations/nativelink/bench`), from its CAS,
 //! so that both measure the same trees.

@@ -83,12 +83,31 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
     let sorted = files.is_sorted_by(|a: &FileEntry, b| a.name < b.name)
         && dirs.is_sorted_by(|a: &DirEntry, b| a.name < b.name)
         && symlinks.is_sorted_by(|a: &SymlinkEntry, b| a.name < b.name);
-    Ok(Checked {
+    let mut checked = Checked {
         files: files.into(),
         dirs: dirs.into(),
         symlinks: symlinks.into(),
-        sorted,
-    })
+        order: None,
+    };
+    if !sorted {
+        // Searched by name all the same: an index sorted by name.
+        let kinds = [
+            checked.files.len(),
+            checked.dirs.len(),
+            checked.symlinks.len(),
+        ];
+        let mut order: Vec<(u8, u32)> = (0u8..3)
+            .flat_map(|kind| (0..kinds[kind as usize] as u32).map(move |at| (kind, at)))
+            .collect();
+        order.sort_unstable_by(|a, b| {
+            checked
+                .entry(a.0, a.1)
+                .name()
+                .cmp(checked.entry(b.0, b.1).name())
+        });
+        checked.order = Some(order.into());
+    }
+    Ok(checked)
 }
 
 /// One path component: not empty, not `.` or `..`, no `/` or NUL.
@@ -104,6 +123,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Found;
     use super::*;
 
     #[test]
@@ -113,6 +133,53 @@ mod tests {
         }
         for good in ["a", "...", ".hidden", "a b", "ü"] {
             assert!(check_name(good).is_ok(), "{good:?} was refused");
+        }
+    }
+
+    #[test]
+    fn entries_are_found_by_name_whether_or_not_the_blob_sorted_them() {
+        let digest = |n: u8| reapi::Digest {
+            hash: format!("{n:02x}").repeat(32),
+            size_bytes: 1,
+        };
+        let file = |name: &str| reapi::FileNode {
+            name: name.into(),
+            digest: Some(digest(1)),
+            ..Default::default()
+        };
+        let dir = |name: &str| reapi::DirectoryNode {
+            name: name.into(),
+            digest: Some(digest(2)),
+        };
+        let link = |name: &str| reapi::SymlinkNode {
+            name: name.into(),
+            target: "t".into(),
+            ..Default::default()
+        };
+        for (files, dirs, links) in [
+            (["a", "c"], ["b", "d"], ["e", "f"]),
+            (["c", "a"], ["d", "b"], ["f", "e"]),
+        ] {
+            let blob = reapi::Directory {
+                files: files.iter().map(|n| file(n)).collect(),
+                directories: dirs.iter().map(|n| dir(n)).collect(),
+                symlinks: links.iter().map(|n| link(n)).collect(),
+                ..Default::default()
+            }
+            .encode_to_vec();
+            let checked = check("h", &blob).unwrap();
+            for name in files {
+                assert!(matches!(checked.find(name), Some(Found::File(f)) if &*f.name == name));
+            }
+            for name in dirs {
+                assert!(matches!(checked.find(name), Some(Found::Dir(d)) if &*d.name == name));
+            }
+            for name in links {
+                assert!(matches!(checked.find(name), Some(Found::Symlink(l)) if &*l.name == name));
+            }
+            for absent in ["", "0", "bb", "g"] {
+                assert!(checked.find(absent).is_none(), "{absent:?}");
+            }
         }
     }
 }

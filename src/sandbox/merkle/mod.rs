@@ -50,9 +50,10 @@ pub struct Checked {
     pub files: Box<[FileEntry]>,
     pub dirs: Box<[DirEntry]>,
     pub symlinks: Box<[SymlinkEntry]>,
-    /// Whether each list is sorted by name, as REAPI asks (and Bazel
-    /// does): then [`Checked::find`] searches rather than scans.
-    pub(super) sorted: bool,
+    /// `None` when each list is sorted by name, as REAPI asks (and Bazel
+    /// does); else every entry as (kind, position), sorted by name, so
+    /// that [`Checked::find`] searches either way.
+    pub(super) order: Option<Box<[(u8, u32)]>>,
 }
 
 /// One entry of a directory, by kind.
@@ -63,8 +64,8 @@ pub enum Found<'a> {
     Symlink(&'a SymlinkEntry),
 }
 
-impl Found<'_> {
-    pub fn name(&self) -> &str {
+impl<'a> Found<'a> {
+    pub fn name(self) -> &'a str {
         match self {
             Found::File(f) => &f.name,
             Found::Dir(d) => &d.name,
@@ -93,31 +94,39 @@ impl Checked {
 
     /// The entry named `name`, of whatever kind.
     pub fn find(&self, name: &str) -> Option<Found<'_>> {
-        fn search<'a, T>(
-            list: &'a [T],
-            name: &str,
-            sorted: bool,
-            key: impl Fn(&T) -> &str,
-        ) -> Option<&'a T> {
-            if sorted {
-                list.binary_search_by(|e| key(e).cmp(name))
-                    .ok()
-                    .map(|at| &list[at])
-            } else {
-                list.iter().find(|e| key(e) == name)
+        fn search<'a, T>(list: &'a [T], name: &str, key: impl Fn(&T) -> &str) -> Option<&'a T> {
+            let at = list.binary_search_by(|e| key(e).cmp(name)).ok()?;
+            Some(&list[at])
+        }
+        match &self.order {
+            None => search(&self.files, name, |f| &f.name)
+                .map(Found::File)
+                .or_else(|| search(&self.dirs, name, |d| &d.name).map(Found::Dir))
+                .or_else(|| search(&self.symlinks, name, |l| &l.name).map(Found::Symlink)),
+            Some(order) => {
+                let at = order
+                    .binary_search_by(|&(kind, at)| self.entry(kind, at).name().cmp(name))
+                    .ok()?;
+                let (kind, at) = order[at];
+                Some(self.entry(kind, at))
             }
         }
-        let sorted = self.sorted;
-        search(&self.files, name, sorted, |f| &f.name)
-            .map(Found::File)
-            .or_else(|| search(&self.dirs, name, sorted, |d| &d.name).map(Found::Dir))
-            .or_else(|| search(&self.symlinks, name, sorted, |l| &l.name).map(Found::Symlink))
+    }
+
+    /// Entry `at` of the list of `kind` (0 files, 1 directories, 2
+    /// symlinks).
+    pub(super) fn entry(&self, kind: u8, at: u32) -> Found<'_> {
+        let at = at as usize;
+        match kind {
+            0 => Found::File(&self.files[at]),
+            1 => Found::Dir(&self.dirs[at]),
+            _ => Found::Symlink(&self.symlinks[at]),
+        }
     }
 
     /// Whether `name` is a file or symlink here.
     pub fn has_leaf(&self, name: &str) -> bool {
-        self.files.iter().any(|f| &*f.name == name)
-            || self.symlinks.iter().any(|l| &*l.name == name)
+        matches!(self.find(name), Some(Found::File(_) | Found::Symlink(_)))
     }
 }
 
