@@ -137,9 +137,12 @@ impl Stager {
         }
         let made = (|| {
             let root = DirFd::open(&at).map_err(|err| io_error("open", &at, "", err))?;
-            let old = self.checked(&spare.hash, spare.size)?;
-            let new = walked.dirs[0].1.clone();
-            self.transform(&root, "", &old, &new, &mut staged)?;
+            // A spare of this very tree was checked to hold it exactly.
+            if spare.hash != staged.hash {
+                let old = self.checked(&spare.hash, spare.size)?;
+                let new = walked.dirs[0].1.clone();
+                self.transform(&root, "", &old, &new, &mut staged)?;
+            }
             build::make_parents(&root, parents, &mut staged)
         })();
         match made {
