@@ -7,8 +7,9 @@ use std::process::{Command, Output};
 
 use actionfs_testkit::bin;
 
-const SUBCOMMANDS: [&str; 10] = [
+const SUBCOMMANDS: [&str; 11] = [
     "materialize",
+    "stage-root",
     "rmtree",
     "calibrate",
     "ctl",
@@ -80,6 +81,7 @@ fn help_lists_each_subcommand_with_its_own_description_and_one_mountpoint() {
             "completions" => "completions",
             "materialize" => "real files",
             "rmtree" => "rm -rf",
+            "stage-root" => "REAPI input root",
             _ => unreachable!(),
         };
         assert!(about.contains(own), "{name}: {about:?}");
