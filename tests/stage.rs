@@ -1015,3 +1015,33 @@ fn empty_files_and_directories_need_no_blob_in_the_cas() {
     assert!(matches!(err, StageError::Invalid(_)), "{err}");
     assert!(!cas.at("bad").exists());
 }
+
+#[test]
+fn an_executable_variant_left_short_is_made_again() {
+    let cas = Cas::new();
+    let tree = sample_tree(&cas);
+    let first = cas.stager(Mechanism::Copy);
+    let staged = stage(&first, &tree, &cas.at("first"), &[]).unwrap();
+    first.tear_down(staged).unwrap();
+    // As a crash could leave it: the variant there, but short.
+    let tool = reapi::Digest {
+        hash: sha256_hex(b"#!/bin/sh\necho tool\n"),
+        size_bytes: 20,
+    };
+    let variant = cas
+        .work
+        .join(".exec")
+        .join(format!("{}-{}", tool.hash, tool.size_bytes));
+    fs::set_permissions(&variant, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(&variant, b"#!/bin/sh\n").unwrap();
+    fs::set_permissions(&variant, fs::Permissions::from_mode(0o555)).unwrap();
+    // A new stager (a new process) checks it before using it.
+    let second = cas.stager(Mechanism::Copy);
+    let at = cas.at("second");
+    let staged = stage(&second, &tree, &at, &[]).unwrap();
+    assert_eq!(
+        fs::read(at.join("tools/tool.sh")).unwrap(),
+        b"#!/bin/sh\necho tool\n"
+    );
+    second.tear_down(staged).unwrap();
+}
