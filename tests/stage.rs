@@ -886,19 +886,25 @@ fn a_blob_the_cas_stored_again_does_not_stop_roots_being_kept() {
 
 // `actionfs stage-root`, the same library from the command line.
 
+fn stage_root(cas: &Cas, digest: &str, dest: &Path, flags: &[&str]) -> std::process::Output {
+    std::process::Command::new(actionfs_testkit::bin())
+        .arg("stage-root")
+        .args(flags)
+        .arg("--cas")
+        .arg(&cas.content)
+        .args(["--digest", digest])
+        .arg(dest)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn stage_root_lays_out_a_root_from_the_command_line() {
     let cas = Cas::new();
     let tree = sample_tree(&cas);
     let dest = cas.at("by-hand");
     let digest = format!("{}/{}", tree.root.hash, tree.root.size_bytes);
-    let out = std::process::Command::new(actionfs_testkit::bin())
-        .args(["stage-root", "-v", "--cas"])
-        .arg(&cas.content)
-        .args(["--digest", &digest, "--output", "out/bin/x"])
-        .arg(&dest)
-        .output()
-        .unwrap();
+    let out = stage_root(&cas, &digest, &dest, &["-v", "--output", "out/bin/x"]);
     assert!(
         out.status.success(),
         "{}",
@@ -930,13 +936,7 @@ fn stage_root_lays_out_a_root_from_the_command_line() {
     cas.put_tree(&missing);
     let dest = cas.at("missing");
     let digest = format!("{}/{}", missing.root.hash, missing.root.size_bytes);
-    let out = std::process::Command::new(actionfs_testkit::bin())
-        .args(["stage-root", "--cas"])
-        .arg(&cas.content)
-        .args(["--digest", &digest])
-        .arg(&dest)
-        .output()
-        .unwrap();
+    let out = stage_root(&cas, &digest, &dest, &[]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
