@@ -168,19 +168,9 @@ pub fn fill(
         let mut placed = Placed::default();
         for (at, file) in files {
             let (path, fd) = (&walked.dirs[*at].0, fds[*at]);
-            let name = CString::new(&*file.name).expect("checked: no NUL");
-            let source = cas.source(&file.hash, file.size, file.executable);
-            match source.and_then(|(source, blob)| place(mechanism, source, &blob, fd, &name)) {
-                Ok(()) => placed.files += 1,
-                Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
-                    placed.missing.push(MissingBlob {
-                        what: "file",
-                        hash: file.hash.to_string(),
-                        size: file.size,
-                        path: join(path, &file.name),
-                    });
-                }
-                Err(err) => return Err(io_error("link", &join(path, &file.name), err)),
+            match place_file(cas, mechanism, fd, path, file, &staged.root)? {
+                None => placed.files += 1,
+                Some(missing) => placed.missing.push(missing),
             }
         }
         Ok(placed)
@@ -211,6 +201,30 @@ pub fn fill(
         return Err(StageError::Missing(placed.missing));
     }
     Ok(())
+}
+
+/// Makes file `file` of directory `dir` (at `dir_path` in the root at
+/// `root`) from its blob; `Ok(Some(..))` names the blob if the CAS lacks it.
+pub fn place_file(
+    cas: &Cas,
+    mechanism: Mechanism,
+    dir: &DirFd,
+    dir_path: &str,
+    file: &FileEntry,
+    root: &Path,
+) -> Result<Option<MissingBlob>, StageError> {
+    let name = CString::new(&*file.name).expect("checked: no NUL");
+    let source = cas.source(&file.hash, file.size, file.executable);
+    match source.and_then(|(source, blob)| place(mechanism, source, &blob, dir, &name)) {
+        Ok(()) => Ok(None),
+        Err(err) if err.raw_os_error() == Some(libc::ENOENT) => Ok(Some(MissingBlob {
+            what: "file",
+            hash: file.hash.to_string(),
+            size: file.size,
+            path: join(dir_path, &file.name),
+        })),
+        Err(err) => Err(io_error("link", root, &join(dir_path, &file.name), err)),
+    }
 }
 
 /// Files placed by one thread, and blobs it found missing.
@@ -278,7 +292,8 @@ pub fn join(dir: &str, name: &str) -> String {
     }
 }
 
-fn staged_path(root: &Path, path: &str) -> std::path::PathBuf {
+/// Where `path` (relative, "" for the root itself) is below `root`.
+pub fn staged_path(root: &Path, path: &str) -> std::path::PathBuf {
     if path.is_empty() {
         root.to_owned()
     } else {

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::build::{self, io_error, join, place};
+use super::build::{self, io_error, join};
 use super::cas::blob_name;
 use super::{MissingBlob, StageError, Staged, Stager};
 use crate::sandbox::dirfd::{readlink_at, DirFd};
@@ -214,7 +214,7 @@ impl Stager {
                 Found::File(_) => FileKind::RegularFile,
                 Found::Symlink(_) => FileKind::Symlink,
             });
-            let dir_path = staged_dir(&root, path);
+            let dir_path = build::staged_path(&root, path);
             remove_entry(dir, &dir_path, &c, kind, &mut Removed::default())?;
         }
         let mut missing = Vec::new();
@@ -227,19 +227,10 @@ impl Stager {
             let entry_path = join(path, name);
             match entry {
                 Found::File(file) => {
-                    let source = self.cas().source(&file.hash, file.size, file.executable);
-                    let mechanism = self.how.mechanism;
-                    match source.and_then(|(src, blob)| place(mechanism, src, &blob, dir, &c)) {
-                        Ok(()) => staged.files += 1,
-                        Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
-                            missing.push(MissingBlob {
-                                what: "file",
-                                hash: file.hash.to_string(),
-                                size: file.size,
-                                path: entry_path,
-                            })
-                        }
-                        Err(err) => return Err(io_error("link", &root, &entry_path, err)),
+                    let how = self.how.mechanism;
+                    match build::place_file(self.cas(), how, dir, path, file, &root)? {
+                        None => staged.files += 1,
+                        Some(blob) => missing.push(blob),
                     }
                 }
                 Found::Symlink(link) => {
@@ -436,13 +427,5 @@ fn same(was: Found, now: Found) -> bool {
         (Found::Symlink(a), Found::Symlink(b)) => a.target == b.target,
         (Found::Dir(_), Found::Dir(_)) => true,
         _ => false,
-    }
-}
-
-fn staged_dir(root: &Path, path: &str) -> PathBuf {
-    if path.is_empty() {
-        root.to_owned()
-    } else {
-        root.join(path)
     }
 }
