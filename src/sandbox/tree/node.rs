@@ -478,13 +478,3 @@ mod tests {
         assert!(file.dir().is_err() && !file.is_dir());
     }
 }
-#[test]
-fn tmp_sizes() {
-    eprintln!(
-        "origin {} mutex {} dirslot {} name {}",
-        std::mem::size_of::<Origin>(),
-        std::mem::size_of::<Mutex<Origin>>(),
-        std::mem::size_of::<DirSlot>(),
-        std::mem::size_of::<Name>()
-    );
-}
