@@ -330,6 +330,114 @@ fn a_tree_becomes_a_sandbox_whose_outputs_are_collected() {
     }
 }
 
+/// Every entry below `dir`, sorted by path, as an action sees it: its
+/// type, and a file's bytes and x bit or a symlink's target. A native
+/// sandbox's inputs are symlinks with absolute targets: followed.
+fn describe_tree(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(at) = pending.pop() {
+        for entry in fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            let mut meta = fs::symlink_metadata(&path).unwrap();
+            let target = fs::read_link(&path).ok();
+            if target.as_ref().is_some_and(|t| t.is_absolute()) {
+                meta = fs::metadata(&path).unwrap();
+            }
+            let shown = path.strip_prefix(dir).unwrap().display().to_string();
+            let what = if meta.file_type().is_symlink() {
+                format!("symlink -> {}", target.unwrap().display())
+            } else if meta.is_dir() {
+                pending.push(path.clone());
+                "dir".to_owned()
+            } else {
+                let x = meta.permissions().mode() & 0o111 != 0;
+                format!(
+                    "file x={x} {:?}",
+                    String::from_utf8_lossy(&fs::read(&path).unwrap())
+                )
+            };
+            found.push(format!("{shown}: {what}"));
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn a_deep_tree_shows_the_same_through_fuse_as_natively() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    // In FUSE, directories off the outputs' paths are made at first use:
+    // nested ones, one holding only directories, empty ones inside them,
+    // symlinks and both kinds of content inside them must all show as a
+    // native sandbox shows them.
+    let mut seen = Vec::new();
+    for (mode, option) in modes() {
+        let b = Backend::start(&[option]);
+        let mut tb = TreeBuilder::new();
+        for (n, path) in [
+            "ws/lib/a.h",
+            "ws/lib/deep/er/b.h",
+            "ws/lib/deep/er/still/c.h",
+            "ws/only/dirs/d.h",
+            "ws/out/in.txt",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let digest = b.write_input(&path[WS.len() + 1..], format!("{path} {n}\n").as_bytes());
+            tb.add_file(path, digest, false).unwrap();
+        }
+        let pushed = b"pushed into a lazy directory\n";
+        b.push_inline(pushed);
+        tb.add_file("ws/lib/deep/pushed.sh", digest_of(pushed), true)
+            .unwrap();
+        tb.add_symlink("ws/lib/deep/link", "../a.h").unwrap();
+        tb.add_dir("ws/lib/deep/empty").unwrap();
+        tb.add_dir("ws/lib/empty").unwrap();
+        let tree = tb.build();
+        b.push_tree(&tree);
+        let root = b.create_ok("1", b.manifest(&tree, &[("/ws/out/o", "file")]));
+        let ws = root.join(WS);
+        // A name looked up before its directory was listed.
+        assert_eq!(
+            fs::read(ws.join("lib/deep/er/still/c.h")).unwrap(),
+            b"ws/lib/deep/er/still/c.h 2\n",
+            "{mode}"
+        );
+        assert_eq!(
+            fs::symlink_metadata(ws.join("lib/nothing"))
+                .unwrap_err()
+                .kind(),
+            std::io::ErrorKind::NotFound,
+            "{mode}"
+        );
+        // Outputs land in the scratch directory below lazy ones' parent.
+        fs::write(ws.join("out/o"), b"output\n").unwrap();
+        let described = describe_tree(&ws);
+        assert!(
+            described.contains(&"lib/deep/link: symlink -> ../a.h".to_owned()),
+            "{mode}: {described:#?}"
+        );
+        assert!(
+            described.contains(
+                &"lib/deep/pushed.sh: file x=true \"pushed into a lazy directory\\n\"".to_owned()
+            ),
+            "{mode}: {described:#?}"
+        );
+        seen.push((mode, described));
+        b.destroy_ok("1");
+        b.close();
+    }
+    assert_eq!(
+        seen[0].1, seen[1].1,
+        "{} and {} differ",
+        seen[0].0, seen[1].0
+    );
+}
+
 #[test]
 fn missing_content_is_named_then_pushed_then_the_create_succeeds() {
     if !require(&[Need::Mount]) {

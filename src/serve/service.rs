@@ -32,6 +32,7 @@ use crate::sandbox::layout::Draft;
 use crate::sandbox::materialize::remove_tree;
 use crate::sandbox::merkle::{MissingDir, Trees, WalkError, Walked};
 use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup};
+use crate::sandbox::tree::MerkleInputs;
 
 /// The directories of one `actionfs serve`, all below its base.
 #[derive(Clone, Debug)]
@@ -58,10 +59,9 @@ struct Plan<'a> {
     outs: Vec<Output>,
     writable: Vec<(&'a String, &'a String)>,
     exec_root: &'a Path,
-    /// Per file, in `walked.files()` order: whether the store holds it.
-    found: Vec<Lookup>,
-    /// The store's path of each file it holds, in the same order.
-    stored: Vec<PathBuf>,
+    /// Per file, in `walked.files()` order: its path in the store, or
+    /// `None` for its default place.
+    content: Vec<Option<PathBuf>>,
 }
 
 /// Why a create did not make a sandbox.
@@ -264,15 +264,22 @@ impl Service {
             Err(AcquireError::Missing(missing)) => return Err(self.missing(missing.hashes)),
             Err(AcquireError::Store(err)) => return Err(err.to_string().into()),
         };
-        let plan = Plan {
+        let mut stored = stored.into_iter();
+        let content = found
+            .iter()
+            .map(|found| match found {
+                Lookup::Present => Some(stored.next().expect("a stored path per present file")),
+                _ => None,
+            })
+            .collect();
+        let mut plan = Plan {
             walked,
             outs,
             writable,
             exec_root,
-            found,
-            stored,
+            content,
         };
-        match self.make(id, &plan) {
+        match self.make(id, &mut plan) {
             Ok(scratch) => {
                 self.live.lock().insert(
                     id.to_owned(),
@@ -292,18 +299,52 @@ impl Service {
 
     /// Makes the scratch directory and the sandbox from a checked tree;
     /// on failure nothing of it is left.
-    fn make(&self, id: &str, plan: &Plan) -> Result<PathBuf, String> {
-        let ws = plan.walked.top.as_str();
+    fn make(&self, id: &str, plan: &mut Plan) -> Result<PathBuf, String> {
         let scratch = self.dirs.scratch.join(id);
         fs::create_dir(&scratch).map_err(|err| format!("mkdir {scratch:?}: {err}"))?;
         let made = (|| {
-            let ws_dir = scratch.join(ws);
+            let ws_dir = scratch.join(&plan.walked.top);
             fs::create_dir(&ws_dir).map_err(|err| format!("mkdir {ws_dir:?}: {err}"))?;
             outputs::prepare(&scratch, &plan.outs).map_err(|err| err.to_string())?;
-            let draft = self.draft(id, plan, &ws_dir)?;
+            let links = self.symlinks_of(&plan.walked)?;
+            let mappings = mapping_count(plan);
+            if self.core.builds_natively(id, &ws_dir, mappings) {
+                // The materializer needs every input.
+                let draft = self.draft(id, plan, &ws_dir, &links, None)?;
+                return self
+                    .core
+                    .create(id, draft)
+                    .map(drop)
+                    .map_err(|err| err.to_string());
+            }
+            // FUSE: directories off the outputs' paths are lazy, made
+            // into nodes when the action first reaches them.
+            let mut lazy = Vec::new();
+            let draft = self.draft(id, plan, &ws_dir, &links, Some(&mut lazy))?;
+            if lazy.is_empty() {
+                return self
+                    .core
+                    .create(id, draft)
+                    .map(drop)
+                    .map_err(|err| err.to_string());
+            }
+            let inputs = MerkleInputs::new(
+                id,
+                plan.walked.clone(),
+                std::mem::take(&mut plan.content),
+                plan.exec_root.to_owned(),
+                links,
+                self.dirs.empty.clone(),
+            );
+            let lazy = lazy
+                .into_iter()
+                .map(|path| {
+                    let entries = inputs.dir(&path).expect("a directory of the walk");
+                    (path, entries)
+                })
+                .collect();
             self.core
-                .create(id, draft)
-                .map(drop)
+                .create_lazy(id, draft, lazy, mappings)
                 .map_err(|err| err.to_string())
         })();
         match made {
@@ -318,15 +359,24 @@ impl Service {
     }
 
     /// The layout: the workspace directory writable over `scratch_ws`,
-    /// writable directories, then every input read-only.
-    fn draft(&self, id: &str, plan: &Plan, scratch_ws: &Path) -> Result<Draft, String> {
+    /// writable directories, then every input read-only. With `lazy`,
+    /// only the directories on the outputs' paths get their inputs here;
+    /// the others whose parents are among them are pushed to `lazy` (their
+    /// paths in the walk) and left out.
+    fn draft(
+        &self,
+        id: &str,
+        plan: &Plan,
+        scratch_ws: &Path,
+        links: &HashMap<Box<str>, PathBuf>,
+        mut lazy: Option<&mut Vec<String>>,
+    ) -> Result<Draft, String> {
         let Plan {
             walked,
             outs,
             writable,
             exec_root,
-            found,
-            stored,
+            content,
         } = plan;
         let ws = walked.top.as_str();
         let mut draft = Draft::new(Some(id));
@@ -344,37 +394,49 @@ impl Service {
             .iter()
             .flat_map(|o| ancestors(&o.path, o.dir))
             .collect();
-        let mut stored = stored.iter();
-        let mut found = found.iter();
+        let on_outputs_path = |dir: &str| dir == ws || output_dirs.contains(dir);
         // One buffer for every sandbox path and one for every default
         // place: no allocation per input.
         let (mut path, mut under) = (String::with_capacity(256), Vec::with_capacity(512));
         under.extend_from_slice(exec_root.as_os_str().as_bytes());
         under.push(b'/');
         let under_base = under.len();
+        let mut first_file = 0;
         for (dir, entries) in &walked.dirs {
+            let files = first_file..first_file + entries.files.len();
+            first_file = files.end;
+            if let Some(lazy) = lazy.as_deref_mut() {
+                if !on_outputs_path(dir) {
+                    let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
+                    if on_outputs_path(parent) && !entries.is_empty() {
+                        lazy.push(dir.clone());
+                    }
+                    if !entries.is_empty() || !on_outputs_path(parent) {
+                        continue;
+                    }
+                }
+            }
             path.clear();
             path.push('/');
             path.push_str(dir);
             path.push('/');
             let base = path.len();
-            for file in entries.files.iter() {
+            for (file, content) in entries.files.iter().zip(&content[files]) {
                 path.truncate(base);
                 path.push_str(&file.name);
-                if found.next() == Some(&Lookup::Present) {
-                    let at = stored.next().expect("a stored path per present file");
-                    add(&path, at.as_os_str().as_bytes(), false);
-                } else {
-                    under.truncate(under_base);
-                    under.extend_from_slice(&path.as_bytes()[1..]);
-                    add(&path, &under, false);
+                match content {
+                    Some(stored) => add(&path, stored.as_os_str().as_bytes(), false),
+                    None => {
+                        under.truncate(under_base);
+                        under.extend_from_slice(&path.as_bytes()[1..]);
+                        add(&path, &under, false);
+                    }
                 }
             }
             for link in entries.symlinks.iter() {
                 path.truncate(base);
                 path.push_str(&link.name);
-                let made = self.symlink_for(&link.target)?;
-                add(&path, made.as_os_str().as_bytes(), false);
+                add(&path, links[&*link.target].as_os_str().as_bytes(), false);
             }
             if entries.is_empty() && dir != ws && !output_dirs.contains(dir.as_str()) {
                 add(
@@ -385,6 +447,19 @@ impl Service {
             }
         }
         Ok(draft)
+    }
+
+    /// The symlink of ours for each symlink target in `walked`.
+    fn symlinks_of(&self, walked: &Walked) -> Result<HashMap<Box<str>, PathBuf>, String> {
+        let mut links = HashMap::new();
+        for (_, dir) in &walked.dirs {
+            for link in dir.symlinks.iter() {
+                if !links.contains_key(&*link.target) {
+                    links.insert(link.target.clone(), self.symlink_for(&link.target)?);
+                }
+            }
+        }
+        Ok(links)
     }
 
     /// A symlink of ours whose target is `target`, made once per target.
@@ -510,6 +585,23 @@ fn walk_workspace(
         )));
     }
     trees.walk(&workspace.name, &workspace.hash, workspace.size)
+}
+
+/// How many mappings the sandbox of `plan` has: the workspace, the
+/// writable directories, and each input file, symlink and empty directory
+/// (as its draft would count them).
+fn mapping_count(plan: &Plan) -> usize {
+    let ws = plan.walked.top.as_str();
+    let inputs: usize = plan
+        .walked
+        .dirs
+        .iter()
+        .map(|(dir, entries)| match entries.len() {
+            0 => usize::from(dir != ws),
+            n => n - entries.dirs.len(),
+        })
+        .sum();
+    1 + plan.writable.len() + inputs
 }
 
 /// Every directory from the workspace down to `path` (itself too if it

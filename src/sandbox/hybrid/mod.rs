@@ -41,7 +41,7 @@ use crate::sandbox::layout::{Draft, Entry};
 use crate::sandbox::materialize::reuse::{self, Stamps};
 use crate::sandbox::materialize::shape::Dir;
 use crate::sandbox::materialize::{self, InPlace, Materialized, Method, Options, Trash};
-use crate::sandbox::tree::{SandboxError, SandboxFs};
+use crate::sandbox::tree::{LazyEntries, SandboxError, SandboxFs};
 
 /// The sandboxes of a mount, each made by the backend its size calls for:
 /// the FUSE view always, native trees too when hybrid mode is on. This is
@@ -102,6 +102,41 @@ impl Sandboxes {
                 }
             })
             .collect()
+    }
+
+    /// Whether sandbox `id` of `mappings` mappings, whose files a native
+    /// build would make in `made_in`, would be built natively.
+    pub fn builds_natively(&self, id: &str, made_in: &Path, mappings: usize) -> bool {
+        self.native
+            .as_deref()
+            .is_some_and(|n| n.wants(id, Some(made_in), mappings))
+    }
+
+    /// Creates sandbox `id` in the FUSE view from its draft and the lazy
+    /// directories grafted into it (see [`SandboxFs::create_drafted_lazy`]);
+    /// `mappings` counts the inputs of both. For callers that asked
+    /// [`Sandboxes::builds_natively`] first.
+    pub fn create_lazy(
+        &self,
+        id: &str,
+        draft: Draft,
+        lazy: Vec<(String, Box<dyn LazyEntries>)>,
+        mappings: usize,
+    ) -> Result<(), Refusal> {
+        validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
+        let _claimed = self.claim(id)?;
+        if self.fs.has_sandbox(id) {
+            return Err(SandboxError::Exists(id.to_owned()).into());
+        }
+        let draft = draft
+            .finish(&self.fs.config().mount_point)
+            .map_err(|error| SandboxError::Layout {
+                id: id.to_owned(),
+                error,
+            })?;
+        self.fs.create_drafted_lazy(id, draft, lazy, mappings)?;
+        self.stats.built(Built::Fuse);
+        Ok(())
     }
 
     fn claim<'a>(&'a self, id: &'a str) -> Result<InFlight<'a>, Refusal> {

@@ -157,7 +157,7 @@ pub struct SymlinkEntry {
 /// the walk's prefix, joined with `/`) and entries, parents before their
 /// children. No path per input is made here: users build them in one
 /// buffer.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Walked {
     /// The path the walk started at (the first directory's path).
     pub top: String,

@@ -12,7 +12,8 @@ use std::sync::{Arc, Weak};
 
 use super::attr::FileKind;
 use super::name::Name;
-use super::node::{Location, Node, Origin};
+use super::namespace::type_entry;
+use super::node::{LazyEntries, Location, Node, Origin};
 use crate::sandbox::layout::{Draft, Entry, Mapped};
 
 /// Builds the directory tree a layout describes, rooted at `/`.
@@ -64,6 +65,50 @@ fn draft_node(draft: &mut Draft, at: u32, origin: Origin, inherited_writable: bo
         }
         Node::new_dir(writable, origin, children)
     })
+}
+
+/// Puts lazy directory `entries` at `path` (below `/`, components joined
+/// by `/`) in `tree`, making the directories that lead to it as a draft
+/// would: each below a mapped or merged directory merges with the
+/// underlying directory of its name and is writable where its parent is.
+/// Fails (changing nothing) if a leaf is in the way or `path` is taken.
+pub fn graft_lazy(
+    tree: &Arc<Node>,
+    path: &str,
+    entries: Box<dyn LazyEntries>,
+) -> Result<(), String> {
+    let mut names = path.split('/').filter(|name| !name.is_empty()).peekable();
+    let mut parent = tree.clone();
+    while let Some(name) = names.next() {
+        if parent.typed_kind().is_none() {
+            // A mapping with nothing nested in it: typed (and a directory
+            // pinned) by the lstat its first lookup would make.
+            type_entry(&parent).map_err(|err| format!("{path:?}: {err}"))?;
+        }
+        let dir = parent
+            .dir()
+            .map_err(|_| format!("{path:?}: a file is in the way"))?;
+        let name = Name::new(OsStr::new(name));
+        let has_underlying = !matches!(parent.origin(), Origin::Virtual);
+        let origin = made_up_origin(has_underlying, &Arc::downgrade(&parent), &name);
+        let writable = has_underlying && parent.is_writable();
+        if names.peek().is_none() {
+            let node = Node::new_lazy_dir(writable, origin, entries);
+            return dir
+                .insert_explicit(name.as_os_str(), node)
+                .map_err(|_| format!("{path:?} is there already"));
+        }
+        parent = match dir.explicit(name.as_os_str()) {
+            Some(next) => next,
+            None => {
+                let next = Arc::new(Node::new_dir(writable, origin, Vec::new()));
+                // Cannot be taken: this thread alone sees the tree.
+                let _ = dir.insert_explicit(name.as_os_str(), next.clone());
+                next
+            }
+        };
+    }
+    Err(format!("{path:?}: not below the sandbox's top"))
 }
 
 /// The origin of directory `name`, made up for nested mappings below

@@ -23,6 +23,7 @@ mod held;
 mod inode_files;
 mod inodes;
 mod io;
+mod merkle_dirs;
 mod mutate;
 mod name;
 mod namespace;
@@ -47,14 +48,15 @@ pub use error::{Errno, FsError, FsResult};
 pub use handles::{DirEntry, OpenFile};
 pub use inodes::ROOT_INO;
 pub use io::Opened;
+pub use merkle_dirs::MerkleInputs;
 pub use mutate::{SetAttr, SetTime};
+pub use name::Name;
 pub use namespace::StatFs;
-pub use node::Access;
+pub use node::{Access, LazyEntries, Location, Node, Origin};
 pub use xattr::XattrReply;
 
 use handles::{HandleTable, OpenDir};
 use inodes::InodeTable;
-use node::Node;
 
 /// How many per-inode descriptors to keep: half the open-file limit,
 /// leaving the rest for pinned directories, handles and everything else.
@@ -109,6 +111,11 @@ pub enum SandboxError {
     },
     /// The id is the name of a `--mapping` at the root.
     HidesMapping(String),
+    /// A lazy directory could not be put where it was asked for.
+    Lazy {
+        id: String,
+        why: String,
+    },
 }
 
 impl fmt::Display for SandboxError {
@@ -122,6 +129,7 @@ impl fmt::Display for SandboxError {
                 f,
                 "sandbox {id:?} would hide the mapping of the same name at the root"
             ),
+            SandboxError::Lazy { id, why } => write!(f, "sandbox {id:?}: lazy directory {why}"),
         }
     }
 }
@@ -278,7 +286,28 @@ impl SandboxFs {
             return self.create_planned(id, plan);
         }
         let mappings = draft.mapping_count();
-        self.publish(id, build::tree_of_draft(draft), mappings)
+        self.publish(id, build::tree_of_draft(draft), mappings, false)
+    }
+
+    /// Creates sandbox `id` (a valid id) from its finished draft and
+    /// `lazy` directories grafted into it ([`build::graft_lazy`]: each
+    /// one's path and entries, made at first use); `mappings` counts the
+    /// inputs of both. On error nothing has changed.
+    pub fn create_drafted_lazy(
+        &self,
+        id: &str,
+        draft: crate::sandbox::layout::Draft,
+        lazy: Vec<(String, Box<dyn LazyEntries>)>,
+        mappings: usize,
+    ) -> Result<(), SandboxError> {
+        let tree = build::tree_of_draft(draft);
+        for (path, entries) in lazy {
+            build::graft_lazy(&tree, &path, entries).map_err(|why| SandboxError::Lazy {
+                id: id.to_owned(),
+                why,
+            })?;
+        }
+        self.publish(id, tree, mappings, true)
     }
 
     /// Creates sandbox `id` (a valid id) from its typed layout. On error
@@ -289,13 +318,20 @@ impl SandboxFs {
         plan: crate::sandbox::layout::Entry,
     ) -> Result<(), SandboxError> {
         let mappings = plan.mapping_count();
-        self.publish(id, build::tree_of(plan), mappings)
+        self.publish(id, build::tree_of(plan), mappings, false)
     }
 
     /// Puts `tree`, sandbox `id` of `mappings` mappings, at the top of
-    /// the view. On error nothing has changed.
-    fn publish(&self, id: &str, tree: Arc<Node>, mappings: usize) -> Result<(), SandboxError> {
-        let donor = self.take_over_cache(id, &tree, mappings);
+    /// the view; `lazy` if it has lazy directories. On error nothing has
+    /// changed.
+    fn publish(
+        &self,
+        id: &str,
+        tree: Arc<Node>,
+        mappings: usize,
+        lazy: bool,
+    ) -> Result<(), SandboxError> {
+        let donor = self.take_over_cache(id, &tree, mappings, lazy);
         if let Err(err) = self.insert_sandbox(id, tree.clone(), mappings) {
             if let Some(kernel_name) = donor {
                 // Nothing may stay of a refused create: the kernel's
@@ -318,7 +354,13 @@ impl SandboxFs {
     /// of the most recently destroyed sandbox (`adoption`), and tells the
     /// kernel what of it no longer holds. Returns the name the kernel
     /// holds the taken-over top directory by.
-    fn take_over_cache(&self, id: &str, tree: &Arc<Node>, mappings: usize) -> Option<OsString> {
+    fn take_over_cache(
+        &self,
+        id: &str,
+        tree: &Arc<Node>,
+        mappings: usize,
+        lazy: bool,
+    ) -> Option<OsString> {
         let invalidator = self.invalidator.get()?;
         // A taken-over cache hides the accesses of the new sandbox.
         if !tree.is_dir() || self.config.track_access {
@@ -329,7 +371,7 @@ impl SandboxFs {
             .latest(cache::adoption::CANDIDATES)
             .into_iter()
             .unzip();
-        let chosen = self.choose_donor(tree, mappings, &candidates)?;
+        let chosen = self.choose_donor(tree, mappings, lazy, &candidates)?;
         let donor = self.retention.take(&names[chosen])?;
         let old_top = candidates[chosen].top.clone();
         drop(candidates);

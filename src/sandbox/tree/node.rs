@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::attr::FileKind;
 use super::error::{Errno, FsResult};
@@ -160,9 +160,31 @@ fn new_dir_data() -> Box<DirData> {
 /// after creation, so they are a sorted slice: a third of a hash map's
 /// size for the thousands of inputs a directory can hold. Only the view's
 /// root, where sandboxes come and go, switches to a map on first change.
+/// A directory of an input tree may hold them unmade ([`Explicit::Lazy`])
+/// until something asks for them.
 enum Explicit {
     Sorted(Box<[(Name, Arc<Node>)]>),
     Map(HashMap<Name, Arc<Node>>),
+    Lazy {
+        entries: Box<dyn LazyEntries>,
+        /// The directory's own node, parent of the entries to be made.
+        this: Weak<Node>,
+    },
+}
+
+/// Explicit entries made on first use: what a directory of an input tree
+/// holds, known at create but made into nodes only when the kernel first
+/// looks a name up in it or lists it. A sandbox of thousands of inputs
+/// then costs its create a node per directory on the outputs' paths, not
+/// one per input, and its action pays only for the directories it reaches.
+pub trait LazyEntries: Send + Sync {
+    /// How many entries [`LazyEntries::make`] will give.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The entries of directory `this`, made now (once per directory).
+    fn make(self: Box<Self>, this: &Weak<Node>) -> Vec<(Name, Arc<Node>)>;
 }
 
 impl Explicit {
@@ -173,6 +195,7 @@ impl Explicit {
                 .ok()
                 .map(|at| &entries[at].1),
             Explicit::Map(map) => map.get(name),
+            Explicit::Lazy { .. } => unreachable!("read through DirData::made"),
         }
     }
 
@@ -180,24 +203,43 @@ impl Explicit {
         match self {
             Explicit::Sorted(entries) => entries.len(),
             Explicit::Map(map) => map.len(),
+            Explicit::Lazy { entries, .. } => entries.len(),
         }
     }
 
+    /// Visits the entries made so far: none of a lazy directory not yet
+    /// made, which the kernel cannot know any entry of.
     fn for_each(&self, mut f: impl FnMut(&Name, &Arc<Node>)) {
         match self {
             Explicit::Sorted(entries) => entries.iter().for_each(|(n, node)| f(n, node)),
             Explicit::Map(map) => map.iter().for_each(|(n, node)| f(n, node)),
+            Explicit::Lazy { .. } => {}
+        }
+    }
+
+    /// Makes the entries of a lazy directory (once).
+    fn make(&mut self) {
+        if let Explicit::Lazy { .. } = self {
+            let Explicit::Lazy { entries, this } =
+                std::mem::replace(self, Explicit::Sorted(Box::default()))
+            else {
+                unreachable!("matched above")
+            };
+            let mut made = entries.make(&this);
+            made.sort_unstable_by(|(a, _), (b, _)| a.as_os_str().cmp(b.as_os_str()));
+            *self = Explicit::Sorted(made.into_boxed_slice());
         }
     }
 
     fn map(&mut self) -> &mut HashMap<Name, Arc<Node>> {
+        self.make();
         if let Explicit::Sorted(entries) = self {
             let map = std::mem::take(entries).into_vec().into_iter().collect();
             *self = Explicit::Map(map);
         }
         match self {
             Explicit::Map(map) => map,
-            Explicit::Sorted(_) => unreachable!("converted above"),
+            _ => unreachable!("converted above"),
         }
     }
 }
@@ -268,6 +310,22 @@ impl Node {
             origin: Mutex::new(origin),
             dir: DirSlot::empty(),
         }
+    }
+
+    /// A directory whose explicit entries are made at first use.
+    pub fn new_lazy_dir(
+        writable: bool,
+        origin: Origin,
+        entries: Box<dyn LazyEntries>,
+    ) -> Arc<Node> {
+        Arc::new_cyclic(|this| {
+            let node = Node::new(FileKind::Directory, writable, origin);
+            *node.dir.get().expect("a directory").explicit.write() = Explicit::Lazy {
+                entries,
+                this: this.clone(),
+            };
+            node
+        })
     }
 
     /// A directory whose explicit entries are given up front.
@@ -369,29 +427,53 @@ impl Node {
 }
 
 impl DirData {
+    /// The explicit entries, made first if the directory is lazy.
+    fn made(&self) -> RwLockReadGuard<'_, Explicit> {
+        let explicit = self.explicit.read();
+        if !matches!(*explicit, Explicit::Lazy { .. }) {
+            return explicit;
+        }
+        drop(explicit);
+        let mut explicit = self.explicit.write();
+        // Made here unless another thread made them meanwhile.
+        explicit.make();
+        RwLockWriteGuard::downgrade(explicit)
+    }
+
     pub fn explicit(&self, name: &OsStr) -> Option<Arc<Node>> {
-        self.explicit.read().get(name).cloned()
+        self.made().get(name).cloned()
     }
 
     pub fn has_explicit(&self, name: &OsStr) -> bool {
-        self.explicit.read().get(name).is_some()
+        self.made().get(name).is_some()
     }
 
     /// A copy of the explicit entries, for listing.
     pub fn explicit_entries(&self) -> Vec<(OsString, Arc<Node>)> {
-        let explicit = self.explicit.read();
+        let explicit = self.made();
         let mut entries = Vec::with_capacity(explicit.len());
         explicit.for_each(|name, node| entries.push((name.as_os_str().to_owned(), node.clone())));
         entries
     }
 
-    /// Calls `visit` with each explicit entry, without copying them.
+    /// Calls `visit` with each explicit entry made so far, without copying
+    /// them or making those of a lazy directory: for walks after what the
+    /// kernel knows or reached, which a lazy directory's entries are not.
     pub fn visit_explicit(&self, mut visit: impl FnMut(&OsStr, &Arc<Node>)) {
         self.explicit
             .read()
             .for_each(|name, node| visit(name.as_os_str(), node));
     }
 
+    /// A copy of the explicit entries made so far (see
+    /// [`DirData::visit_explicit`]).
+    pub fn made_entries(&self) -> Vec<(OsString, Arc<Node>)> {
+        let mut entries = Vec::new();
+        self.visit_explicit(|name, node| entries.push((name.to_owned(), node.clone())));
+        entries
+    }
+
+    /// How many explicit entries there are, made or not.
     pub fn explicit_count(&self) -> usize {
         self.explicit.read().len()
     }
@@ -399,6 +481,7 @@ impl DirData {
     /// Adds an explicit entry unless the name is taken.
     pub fn insert_explicit(&self, name: &OsStr, node: Arc<Node>) -> Result<(), Arc<Node>> {
         let mut explicit = self.explicit.write();
+        explicit.make();
         if let Some(existing) = explicit.get(name) {
             return Err(existing.clone());
         }

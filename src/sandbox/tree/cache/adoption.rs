@@ -77,17 +77,28 @@ impl SandboxFs {
     /// in `tree` is dropped from the kernel (its entry must go), and with
     /// it its pages if no other cached sandbox has it: a small action must
     /// not take over a large one's cache. Both sides are estimated from
-    /// samples. `None` if no candidate gains.
+    /// samples (of the candidates' alone when `tree` has lazy
+    /// directories). `None` if no candidate gains.
     pub(in crate::sandbox::tree) fn choose_donor(
         &self,
         tree: &Arc<Node>,
         mappings: usize,
+        lazy: bool,
         candidates: &[Candidate],
     ) -> Option<usize> {
-        let wanted = sample(tree, mappings);
-        if wanted.is_empty() {
-            return None;
-        }
+        // A tree with lazy directories has few inputs made yet (`sample`
+        // sees only those): then the candidates' cached inputs are looked
+        // for in it instead, which makes only the directories they are in,
+        // those the action will likely reach as the one before did.
+        let wanted = if lazy {
+            Vec::new()
+        } else {
+            let wanted = sample(tree, mappings);
+            if wanted.is_empty() {
+                return None;
+            }
+            wanted
+        };
         // Inputs of `from` that `to` has cached at the same path.
         let cached_in = |to: &Arc<Node>, from: &[(Vec<OsString>, Arc<Node>)]| {
             from.iter()
@@ -100,26 +111,39 @@ impl SandboxFs {
         };
         let mut best = None;
         for (at, candidate) in candidates.iter().enumerate() {
-            let hits = cached_in(&candidate.top, &wanted);
-            if hits == 0 {
-                continue;
-            }
-            let kept = hits * mappings / wanted.len();
             let theirs: Vec<_> = sample(&candidate.top, candidate.mappings)
                 .into_iter()
                 .filter(|(_, input)| self.kernel_knows(input))
                 .collect();
-            let dropped = if theirs.is_empty() {
-                0
+            let found_in_tree = |theirs: &[(Vec<OsString>, Arc<Node>)]| {
+                theirs
+                    .iter()
+                    .filter(|(path, input)| {
+                        cached_at(tree, path).is_some_and(|mine| same_location(&mine, input))
+                    })
+                    .count()
+            };
+            let (kept, dropped) = if wanted.is_empty() {
+                if theirs.is_empty() {
+                    continue;
+                }
+                let found = found_in_tree(&theirs);
+                if found == 0 {
+                    continue;
+                }
+                let scale = |n: usize| n * candidate.mappings / theirs.len();
+                (scale(found), scale(theirs.len() - found))
             } else {
-                let lost = theirs.len()
-                    - theirs
-                        .iter()
-                        .filter(|(path, input)| {
-                            cached_at(tree, path).is_some_and(|mine| same_location(&mine, input))
-                        })
-                        .count();
-                lost * candidate.mappings / theirs.len()
+                let hits = cached_in(&candidate.top, &wanted);
+                if hits == 0 {
+                    continue;
+                }
+                let dropped = if theirs.is_empty() {
+                    0
+                } else {
+                    (theirs.len() - found_in_tree(&theirs)) * candidate.mappings / theirs.len()
+                };
+                (hits * mappings / wanted.len(), dropped)
             };
             let gain = kept as i64 - dropped as i64;
             if gain > 0 && best.is_none_or(|(best_gain, _)| gain > best_gain) {
@@ -149,7 +173,7 @@ impl SandboxFs {
             }
             adopted.stale_entries.push((ino, name));
         }
-        for (name, old_child) in old_dir.explicit_entries() {
+        for (name, old_child) in old_dir.made_entries() {
             if !self.kernel_knows(&old_child) {
                 continue;
             }

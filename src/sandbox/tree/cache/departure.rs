@@ -67,7 +67,7 @@ fn invalidate_known_dirs(dir: &Node, invalidator: &dyn Invalidator) {
     let Ok(data) = dir.dir() else {
         return;
     };
-    let mut children = data.explicit_entries();
+    let mut children = data.made_entries();
     children.extend(
         data.discovered()
             .lock()

@@ -1,0 +1,179 @@
+//! Directories of a walked input tree (`merkle::Walked`) as lazy
+//! directories of the view: a create grafts one node per directory it
+//! does not otherwise need, and each becomes its entries' nodes only when
+//! the kernel first looks a name up in it or lists it.
+//!
+//! The nodes made are those a draft of the same tree would give: a file
+//! is a read-only mapping of its content (a store file, or its default
+//! place below `default_place`), a symlink a read-only mapping of a
+//! symlink holding its target, an empty directory a read-only mapping of
+//! an empty directory, and a directory with entries another lazy
+//! directory that merges with the underlying directory of its name, as a
+//! directory made up for nested mappings does.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use super::name::Name;
+use super::node::{LazyEntries, Location, Node, Origin};
+use crate::sandbox::dirfd::Anchor;
+use crate::sandbox::merkle::Walked;
+
+/// What every lazy directory of one sandbox's tree reads from.
+pub struct MerkleInputs {
+    sandbox: Arc<str>,
+    walked: Walked,
+    /// Each directory's index in `walked.dirs`, by its path there.
+    index_of: HashMap<Box<str>, u32>,
+    /// Each directory's first file in `content`.
+    first_file: Vec<u32>,
+    /// Each file's content (in `Walked::files` order): `None` for its
+    /// default place.
+    content: Vec<Option<PathBuf>>,
+    default_place: PathBuf,
+    /// The symlink made for each symlink target.
+    links: HashMap<Box<str>, PathBuf>,
+    empty_dir: PathBuf,
+    /// Anchors made so far, by directory: one per directory per sandbox,
+    /// as a draft shares them.
+    anchors: Mutex<HashMap<PathBuf, Arc<Anchor>>>,
+}
+
+impl MerkleInputs {
+    /// The inputs of sandbox `sandbox`'s tree `walked`. `content` has an
+    /// entry per file of `walked.files()`; a file without one is read from
+    /// `default_place/<its path in walked>`. `links` has the symlink made
+    /// for each symlink target of the tree; `empty_dir` stands for every
+    /// empty directory.
+    pub fn new(
+        sandbox: &str,
+        walked: Walked,
+        content: Vec<Option<PathBuf>>,
+        default_place: PathBuf,
+        links: HashMap<Box<str>, PathBuf>,
+        empty_dir: PathBuf,
+    ) -> Arc<MerkleInputs> {
+        let mut index_of = HashMap::with_capacity(walked.dirs.len());
+        let mut first_file = Vec::with_capacity(walked.dirs.len());
+        let mut files = 0u32;
+        for (at, (path, dir)) in walked.dirs.iter().enumerate() {
+            index_of.insert(path.as_str().into(), at as u32);
+            first_file.push(files);
+            files += dir.files.len() as u32;
+        }
+        assert_eq!(content.len(), files as usize, "content for every file");
+        Arc::new(MerkleInputs {
+            sandbox: sandbox.into(),
+            walked,
+            index_of,
+            first_file,
+            content,
+            default_place,
+            links,
+            empty_dir,
+            anchors: Mutex::default(),
+        })
+    }
+
+    pub fn walked(&self) -> &Walked {
+        &self.walked
+    }
+
+    /// The lazy entries of the directory at `path` in the walk, if it is
+    /// one.
+    pub fn dir(self: &Arc<Self>, path: &str) -> Option<Box<dyn LazyEntries>> {
+        let at = *self.index_of.get(path)?;
+        Some(Box::new(LazyDir {
+            inputs: self.clone(),
+            at,
+        }))
+    }
+
+    /// A read-only mapping of `path`.
+    fn mapping(&self, path: &Path) -> Node {
+        let parent = path.parent().unwrap_or(Path::new("/"));
+        let name = path.file_name().unwrap_or_default();
+        self.mapping_in(parent, name)
+    }
+
+    /// A read-only mapping of `name` in directory `dir`.
+    fn mapping_in(&self, dir: &Path, name: &OsStr) -> Node {
+        let anchor = self
+            .anchors
+            .lock()
+            .entry(dir.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Anchor::deferred(dir.to_owned(), Some(self.sandbox.clone())))
+            })
+            .clone();
+        Node::new_untyped(
+            false,
+            Origin::Mapped(Location {
+                anchor,
+                name: Name::new(name),
+            }),
+        )
+    }
+}
+
+/// One directory of the tree, not made yet.
+struct LazyDir {
+    inputs: Arc<MerkleInputs>,
+    at: u32,
+}
+
+impl LazyEntries for LazyDir {
+    fn len(&self) -> usize {
+        self.inputs.walked.dirs[self.at as usize].1.len()
+    }
+
+    fn make(self: Box<Self>, this: &Weak<Node>) -> Vec<(Name, Arc<Node>)> {
+        let inputs = &self.inputs;
+        let (path, dir) = &inputs.walked.dirs[self.at as usize];
+        // As a draft makes directories below a mapped one: merged with the
+        // underlying directory of the same name, writable if this is.
+        let writable = this.upgrade().is_some_and(|node| node.is_writable());
+        let mut made = Vec::with_capacity(dir.len());
+        let default_dir = inputs.default_place.join(path);
+        let first = inputs.first_file[self.at as usize] as usize;
+        for (file, content) in dir.files.iter().zip(&inputs.content[first..]) {
+            let node = match content {
+                Some(stored) => inputs.mapping(stored),
+                None => inputs.mapping_in(&default_dir, OsStr::new(&*file.name)),
+            };
+            made.push((Name::new(OsStr::new(&*file.name)), Arc::new(node)));
+        }
+        for link in dir.symlinks.iter() {
+            let made_link = &inputs.links[&*link.target];
+            made.push((
+                Name::new(OsStr::new(&*link.name)),
+                Arc::new(inputs.mapping(made_link)),
+            ));
+        }
+        for sub in dir.dirs.iter() {
+            let name = Name::new(OsStr::new(&*sub.name));
+            let sub_path = if path.is_empty() {
+                sub.name.to_string()
+            } else {
+                format!("{path}/{}", sub.name)
+            };
+            let node = match inputs.dir(&sub_path) {
+                Some(entries) if !entries.is_empty() => Node::new_lazy_dir(
+                    writable,
+                    Origin::Child {
+                        parent: this.clone(),
+                        name: name.clone(),
+                    },
+                    entries,
+                ),
+                _ => Arc::new(inputs.mapping(&inputs.empty_dir)),
+            };
+            made.push((name, node));
+        }
+        made
+    }
+}
