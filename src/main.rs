@@ -6,6 +6,10 @@ use std::process::ExitCode;
 use actionfs::cli::{self, Command, BAZEL_VERSION_LINE};
 use actionfs::daemon::{stop, Stopped};
 
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let command = cli::parse(std::env::args_os().skip(1));
     // The daemon's start and stop lines are shown by default (in sandboxfs's

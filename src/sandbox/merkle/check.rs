@@ -1,7 +1,6 @@
 //! Decoding one `Directory` blob and checking every name and digest in it,
 //! so that nothing walked from it can name a path outside its directory.
 
-use actionfs_protocol::backend::digest::is_sha256_hex;
 use actionfs_protocol::backend::reapi;
 use prost::Message;
 
@@ -28,23 +27,27 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
                 digest.hash
             )))
         }
-        Some(digest) if is_sha256_hex(&digest.hash) => {
-            Ok((Box::<str>::from(digest.hash.as_str()), digest.size_bytes))
-        }
-        Some(digest) => Err(invalid(format!(
-            "entry {name:?}: digest hash {:?} is not SHA-256 (64 lowercase hex digits)",
-            digest.hash
-        ))),
+        Some(digest) => match Digest::parse(&digest.hash) {
+            Some(parsed) => Ok((
+                Box::<str>::from(digest.hash.as_str()),
+                digest.size_bytes,
+                parsed,
+            )),
+            None => Err(invalid(format!(
+                "entry {name:?}: digest hash {:?} is not SHA-256 (64 lowercase hex digits)",
+                digest.hash
+            ))),
+        },
         None => Err(invalid(format!("entry {name:?}: no digest"))),
     };
     let mut files = Vec::with_capacity(dir.files.len());
     for file in &dir.files {
         check_name(&file.name).map_err(&invalid)?;
         names.push(&file.name);
-        let (hash, size) = digest_of(&file.name, &file.digest)?;
+        let (hash, size, digest) = digest_of(&file.name, &file.digest)?;
         files.push(FileEntry {
             name: file.name.as_str().into(),
-            digest: Digest::parse(&hash).expect("checked as SHA-256 hex"),
+            digest,
             hash,
             size,
             executable: file.is_executable,
@@ -54,7 +57,7 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
     for sub in &dir.directories {
         check_name(&sub.name).map_err(&invalid)?;
         names.push(&sub.name);
-        let (hash, size) = digest_of(&sub.name, &sub.digest)?;
+        let (hash, size, _) = digest_of(&sub.name, &sub.digest)?;
         dirs.push(DirEntry {
             name: sub.name.as_str().into(),
             hash,

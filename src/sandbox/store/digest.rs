@@ -18,11 +18,16 @@ impl Digest {
         if key.len() != 64 {
             return None;
         }
+        // Every key of every input of a tree is parsed: a table and one
+        // check at the end, not a branch per digit.
         let mut out = [0u8; 32];
+        let mut invalid = 0u8;
         for (byte, pair) in out.iter_mut().zip(key.chunks_exact(2)) {
-            *byte = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+            let (high, low) = (NIBBLE[pair[0] as usize], NIBBLE[pair[1] as usize]);
+            invalid |= high | low;
+            *byte = (high << 4) | (low & 0x0f);
         }
-        Some(Digest(out))
+        (invalid & 0xf0 == 0).then_some(Digest(out))
     }
 
     /// The digest of `bytes`.
@@ -53,13 +58,16 @@ impl std::fmt::Debug for Digest {
     }
 }
 
-fn nibble(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        _ => None,
+/// Each byte's value as a lowercase hex digit, 0xff for any other byte.
+const NIBBLE: [u8; 256] = {
+    let mut table = [0xffu8; 256];
+    let mut digit = 0;
+    while digit < 16 {
+        table[b"0123456789abcdef"[digit] as usize] = digit as u8;
+        digit += 1;
     }
-}
+    table
+};
 
 /// Hashes bytes as they go by, counting them.
 pub struct Hasher {
