@@ -228,7 +228,8 @@ impl Service {
                     Lookup::Present => {}
                     Lookup::Gone => evicted.push(file.hash.to_string()),
                     // Pushed, but refused: not to be read from elsewhere.
-                    Lookup::Absent if refused.contains_key(&*file.hash) => {
+                    // (Most often none is: no hashing per input then.)
+                    Lookup::Absent if !refused.is_empty() && refused.contains_key(&*file.hash) => {
                         return Err(format!(
                             "input {dir}/{}: its pushed content was refused: {}",
                             file.name, refused[&*file.hash]

@@ -268,7 +268,7 @@ impl ContentStore {
             .map(|digest| {
                 if state.index.find(&digest, Kind::Content).is_some() {
                     Lookup::Present
-                } else if state.gone.contains(&digest) {
+                } else if !state.gone.is_empty() && state.gone.contains(&digest) {
                     Lookup::Gone
                 } else {
                     Lookup::Absent
