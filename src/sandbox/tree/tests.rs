@@ -288,3 +288,96 @@ fn read_only_nodes_refuse_changes_before_touching_disk() {
     assert_eq!(errno(fs.unlink(s, OsStr::new("f"))), Err(Errno::EPERM));
     assert_eq!(fs::read_to_string(&file).unwrap(), "f");
 }
+
+/// Lazy entries of files `names` in `dir`, counting how often they are made.
+struct CountedEntries {
+    dir: std::path::PathBuf,
+    names: Vec<&'static str>,
+    made: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl LazyEntries for CountedEntries {
+    fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    fn make(self: Box<Self>, _this: &Weak<Node>) -> Vec<(Name, Arc<Node>)> {
+        self.made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let anchor = Arc::new(crate::sandbox::dirfd::Anchor::deferred(
+            self.dir.clone(),
+            None,
+        ));
+        self.names
+            .iter()
+            .map(|name| {
+                let location = Location {
+                    anchor: anchor.clone(),
+                    name: Name::new(OsStr::new(name)),
+                };
+                let node = Node::new_untyped(false, Origin::Mapped(location));
+                (Name::new(OsStr::new(name)), Arc::new(node))
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn a_lazy_directory_is_made_once_at_the_first_lookup_into_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (inputs, scratch) = (dir.path().join("inputs"), dir.path().join("scratch"));
+    fs::create_dir_all(&inputs).unwrap();
+    fs::create_dir_all(&scratch).unwrap();
+    let names: Vec<&'static str> = vec!["a", "b", "c", "d", "e", "f", "g", "h"];
+    for name in &names {
+        fs::write(inputs.join(name), name).unwrap();
+    }
+    let fs = new_fs(dir.path());
+    let create = |id: &str, made: &Arc<std::sync::atomic::AtomicUsize>| {
+        let mut draft = crate::sandbox::layout::Draft::new(Some(id));
+        draft.add(
+            0,
+            "/ws",
+            std::os::unix::ffi::OsStrExt::as_bytes(scratch.as_os_str()),
+            true,
+        );
+        let draft = draft.finish(&dir.path().join("mnt")).unwrap();
+        let entries = CountedEntries {
+            dir: inputs.clone(),
+            names: names.clone(),
+            made: made.clone(),
+        };
+        fs.create_drafted_lazy(id, draft, vec![("/ws/lib".into(), Box::new(entries))], 9)
+            .unwrap();
+    };
+    let made = |count: &Arc<std::sync::atomic::AtomicUsize>| {
+        count.load(std::sync::atomic::Ordering::SeqCst)
+    };
+
+    let first = Arc::default();
+    create("s", &first);
+    // Reaching the directory itself, or listing its parent, makes nothing.
+    walk(&fs, "s/ws/lib").unwrap();
+    let ws = walk(&fs, "s/ws").unwrap();
+    let listed = fs.list(ws).unwrap();
+    assert!(listed.iter().any(|name| name == "lib"), "{listed:?}");
+    assert_eq!(made(&first), 0);
+    // Eight lookups at once into it make it once, and each finds its file.
+    std::thread::scope(|scope| {
+        for name in &names {
+            let fs = &fs;
+            scope.spawn(move || walk(fs, &format!("s/ws/lib/{name}")).unwrap());
+        }
+    });
+    assert_eq!(made(&first), 1);
+    assert_eq!(
+        errno(fs.lookup(walk(&fs, "s/ws/lib").unwrap(), OsStr::new("z"))).unwrap_err(),
+        Errno::ENOENT
+    );
+    assert_eq!(made(&first), 1);
+
+    // Nor does a create, or a destroy, of a sandbox that never reached it.
+    let second = Arc::default();
+    create("t", &second);
+    fs.destroy_sandbox("t").unwrap();
+    assert_eq!(made(&second), 0);
+}
