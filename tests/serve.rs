@@ -439,6 +439,44 @@ fn a_deep_tree_shows_the_same_through_fuse_as_natively() {
 }
 
 #[test]
+fn a_writable_dir_inside_an_input_directory_is_its_host_directory() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for (mode, option) in modes() {
+        let b = Backend::start(&[option]);
+        let mut tb = TreeBuilder::new();
+        let input = b.write_input("lib/a.h", b"input\n");
+        tb.add_file("ws/lib/a.h", input, false).unwrap();
+        let deep = b.write_input("lib/deeper/b.h", b"deeper\n");
+        tb.add_file("ws/lib/deeper/b.h", deep, false).unwrap();
+        let tree = tb.build();
+        b.push_tree(&tree);
+        let host = b.root.path().join("host-tmp");
+        fs::create_dir(&host).unwrap();
+        let mut manifest = b.manifest(&tree, &[("/ws/out/o", "file")]);
+        manifest
+            .writable_dirs
+            .insert("/ws/lib/tmp".into(), host.display().to_string());
+        let ws = b.create_ok("1", manifest).join(WS);
+        assert_eq!(fs::read(ws.join("lib/a.h")).unwrap(), b"input\n", "{mode}");
+        assert_eq!(
+            fs::read(ws.join("lib/deeper/b.h")).unwrap(),
+            b"deeper\n",
+            "{mode}"
+        );
+        fs::write(ws.join("lib/tmp/made"), b"by the action\n").unwrap();
+        assert_eq!(
+            fs::read(host.join("made")).unwrap(),
+            b"by the action\n",
+            "{mode}"
+        );
+        b.destroy_ok("1");
+        b.close();
+    }
+}
+
+#[test]
 fn missing_content_is_named_then_pushed_then_the_create_succeeds() {
     if !require(&[Need::Mount]) {
         return;

@@ -361,9 +361,9 @@ impl Service {
 
     /// The layout: the workspace directory writable over `scratch_ws`,
     /// writable directories, then every input read-only. With `lazy`,
-    /// only the directories on the outputs' paths get their inputs here;
-    /// the others whose parents are among them are pushed to `lazy` (their
-    /// paths in the walk) and left out.
+    /// only the directories on the outputs' and writable directories'
+    /// paths get their inputs here; the others whose parents are among
+    /// them are pushed to `lazy` (their paths in the walk) and left out.
     fn draft(
         &self,
         id: &str,
@@ -395,7 +395,14 @@ impl Service {
             .iter()
             .flat_map(|o| ancestors(&o.path, o.dir))
             .collect();
-        let on_outputs_path = |dir: &str| dir == ws || output_dirs.contains(dir);
+        // Writable directories are mappings the draft nests: the tree's
+        // directories on their paths stay in it too, never lazy.
+        let writable_dirs: HashSet<&str> = writable
+            .iter()
+            .flat_map(|(path, _)| ancestors(&path[1..], true))
+            .collect();
+        let on_outputs_path =
+            |dir: &str| dir == ws || output_dirs.contains(dir) || writable_dirs.contains(dir);
         // One buffer for every sandbox path and one for every default
         // place: no allocation per input.
         let (mut path, mut under) = (String::with_capacity(256), Vec::with_capacity(512));
