@@ -477,6 +477,30 @@ fn a_writable_dir_inside_an_input_directory_is_its_host_directory() {
 }
 
 #[test]
+fn an_exec_root_inside_the_mount_is_refused() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for (mode, option) in modes() {
+        let b = Backend::start(&[option]);
+        let mut tb = TreeBuilder::new();
+        tb.add_file("ws/lib/a.h", digest_of(b"a"), false).unwrap();
+        tb.add_file("ws/lib/deeper/b.h", digest_of(b"b"), false)
+            .unwrap();
+        let tree = tb.build();
+        b.push_tree(&tree);
+        let first = b.create_ok("1", b.manifest(&tree, &[("/ws/out/o", "file")]));
+        // Default places below sandbox "1", inside the backend's own view.
+        let mut manifest = b.manifest(&tree, &[("/ws/out/o", "file")]);
+        manifest.exec_root = first.display().to_string();
+        let why = b.create_error("2", manifest);
+        assert!(why.contains("inside the mount point"), "{mode}: {why}");
+        b.destroy_ok("1");
+        b.close();
+    }
+}
+
+#[test]
 fn missing_content_is_named_then_pushed_then_the_create_succeeds() {
     if !require(&[Need::Mount]) {
         return;

@@ -319,7 +319,18 @@ impl Service {
                     .map_err(|err| err.to_string());
             }
             // FUSE: directories off the outputs' paths are lazy, made
-            // into nodes when the action first reaches them.
+            // into nodes when the action first reaches them. Their inputs
+            // skip the draft's checks: a default place inside the mount
+            // would have the daemon look into its own view.
+            if plan.content.iter().any(Option::is_none)
+                && plan.exec_root.starts_with(&self.dirs.mount)
+            {
+                return Err(format!(
+                    "exec_root {:?} is inside the mount point {:?}, and inputs without pushed \
+                     content are read below it",
+                    plan.exec_root, self.dirs.mount
+                ));
+            }
             let mut lazy = Vec::new();
             let draft = self.draft(id, plan, &ws_dir, &links, Some(&mut lazy))?;
             if lazy.is_empty() {
