@@ -501,6 +501,42 @@ fn an_exec_root_inside_the_mount_is_refused() {
 }
 
 #[test]
+fn content_pushed_after_a_create_serves_the_next_create_of_the_same_tree() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for (mode, option) in modes() {
+        let b = Backend::start(&[option]);
+        let original = b"the bytes of the digest\n";
+        let digest = b.write_input("lib/a.h", original);
+        let mut tb = TreeBuilder::new();
+        tb.add_file("ws/lib/a.h", digest, false).unwrap();
+        let tree = tb.build();
+        b.push_tree(&tree);
+        let manifest = || b.manifest(&tree, &[("/ws/out/o", "file")]);
+        let first = b.create_ok("1", manifest());
+        assert_eq!(
+            fs::read(first.join("ws/lib/a.h")).unwrap(),
+            original,
+            "{mode}"
+        );
+        b.destroy_ok("1");
+        // The default place now holds other bytes, and the digest's own
+        // bytes are pushed: the same tree must be served from the store.
+        b.write_input("lib/a.h", b"rewritten\n");
+        b.push_inline(original);
+        let second = b.create_ok("2", manifest());
+        assert_eq!(
+            fs::read(second.join("ws/lib/a.h")).unwrap(),
+            original,
+            "{mode}: a tree seen before kept its lookups past a Push"
+        );
+        b.destroy_ok("2");
+        b.close();
+    }
+}
+
+#[test]
 fn missing_content_is_named_then_pushed_then_the_create_succeeds() {
     if !require(&[Need::Mount]) {
         return;

@@ -92,7 +92,13 @@ pub struct Service {
     /// is refused with that reason rather than asked for it again.
     refused: Mutex<HashMap<String, String>>,
     links_made: Mutex<HashSet<String>>,
+    /// Store lookups of each tree's files by root digest, and the store's
+    /// generation they were made at.
+    lookups: Mutex<HashMap<Box<str>, (u64, Arc<[Lookup]>)>>,
 }
+
+/// Trees whose lookups are kept at most; past it the cache starts over.
+const LOOKUPS_KEPT: usize = 4096;
 
 impl Service {
     pub fn new(core: Arc<Sandboxes>, store: Arc<ContentStore>, dirs: Dirs) -> Service {
@@ -104,6 +110,7 @@ impl Service {
             live: Mutex::default(),
             refused: Mutex::default(),
             links_made: Mutex::default(),
+            lookups: Mutex::default(),
         }
     }
 
@@ -218,12 +225,12 @@ impl Service {
 
         // Content the store holds comes from it (pinned for this sandbox);
         // the rest from the default place.
-        let found = self.store.lookup_all(walked.files().map(|(_, f)| f.digest));
+        let found = self.lookups(&root.hash, &walked);
         let mut evicted = Vec::new();
         let mut default_place = false;
         {
             let refused = self.refused.lock();
-            for ((dir, file), found) in walked.files().zip(&found) {
+            for ((dir, file), found) in walked.files().zip(found.iter()) {
                 match found {
                     Lookup::Present => {}
                     Lookup::Gone => evicted.push(file.hash.to_string()),
@@ -256,7 +263,7 @@ impl Service {
         }
         let wanted: Vec<(&str, bool)> = walked
             .files()
-            .zip(&found)
+            .zip(found.iter())
             .filter(|(_, found)| **found == Lookup::Present)
             .map(|((_, file), _)| (&*file.hash, file.executable))
             .collect();
@@ -296,6 +303,26 @@ impl Service {
                 Err(why.into())
             }
         }
+    }
+
+    /// What the store says of each file of tree `root` (`walked`): asked
+    /// once per tree while no content comes or goes, since a tree seen
+    /// before is the common case and has thousands of files.
+    fn lookups(&self, root: &str, walked: &Walked) -> Arc<[Lookup]> {
+        let generation = self.store.generation();
+        if let Some((at, found)) = self.lookups.lock().get(root) {
+            if *at == generation {
+                return found.clone();
+            }
+        }
+        let (found, generation) = self.store.lookup_all(walked.files().map(|(_, f)| f.digest));
+        let found: Arc<[Lookup]> = found.into();
+        let mut lookups = self.lookups.lock();
+        if lookups.len() >= LOOKUPS_KEPT {
+            lookups.clear();
+        }
+        lookups.insert(root.into(), (generation, found.clone()));
+        found
     }
 
     /// Makes the scratch directory and the sandbox from a checked tree;

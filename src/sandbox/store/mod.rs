@@ -97,6 +97,9 @@ struct State {
     /// spent): a sandbox needing it must have it pushed again, not read
     /// from elsewhere.
     gone: std::collections::HashSet<Digest>,
+    /// Changes whenever content comes or goes, so that lookups made at
+    /// one generation hold while it lasts.
+    generation: u64,
     /// Over the bound with only pinned entries left (logged once).
     over_bound: bool,
 }
@@ -226,6 +229,7 @@ impl ContentStore {
             state: Mutex::new(State {
                 index: Index::default(),
                 gone: Default::default(),
+                generation: 0,
                 over_bound: false,
             }),
             next_temp: AtomicU64::new(0),
@@ -256,15 +260,22 @@ impl ContentStore {
     /// held (a bad key is absent).
     pub fn lookup(&self, hash: &str) -> Lookup {
         match Digest::parse(hash) {
-            Some(digest) => self.lookup_all(std::iter::once(digest))[0],
+            Some(digest) => self.lookup_all(std::iter::once(digest)).0[0],
             None => Lookup::Absent,
         }
     }
 
-    /// [`ContentStore::lookup`] of many digests, under one lock.
-    pub fn lookup_all(&self, digests: impl Iterator<Item = Digest>) -> Vec<Lookup> {
+    /// The content generation: it changes whenever content comes or goes,
+    /// so [`ContentStore::lookup_all`]'s answers hold while it is the same.
+    pub fn generation(&self) -> u64 {
+        self.state.lock().generation
+    }
+
+    /// [`ContentStore::lookup`] of many digests, under one lock, and the
+    /// generation they were made at.
+    pub fn lookup_all(&self, digests: impl Iterator<Item = Digest>) -> (Vec<Lookup>, u64) {
         let state = self.state.lock();
-        digests
+        let found = digests
             .map(|digest| {
                 if state.index.find(&digest, Kind::Content).is_some() {
                     Lookup::Present
@@ -274,7 +285,8 @@ impl ContentStore {
                     Lookup::Absent
                 }
             })
-            .collect()
+            .collect();
+        (found, state.generation)
     }
 
     /// Whether content `hash` is held (a bad key is not).
@@ -614,6 +626,7 @@ impl ContentStore {
         temp.armed = false;
         let slot = state.index.insert(*digest, Kind::Content, size, single_use);
         state.gone.remove(digest);
+        state.generation += 1;
         self.evict(&mut state, Some(slot));
         Ok(())
     }
@@ -691,6 +704,7 @@ impl ContentStore {
             return;
         }
         state.gone.insert(removed.digest);
+        state.generation += 1;
         let hash = removed.digest.hex();
         let name = file_name(&hash);
         let mut dirs = vec![(&self.content, &self.content_path)];
