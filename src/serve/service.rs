@@ -92,10 +92,12 @@ pub struct Service {
     /// is refused with that reason rather than asked for it again.
     refused: Mutex<HashMap<String, String>>,
     links_made: Mutex<HashSet<String>>,
-    /// Store lookups of each tree's files by root digest, and the store's
-    /// generation they were made at.
-    lookups: Mutex<HashMap<Box<str>, (u64, Arc<[Lookup]>)>>,
+    lookups: Mutex<HashMap<Box<str>, KeptLookups>>,
 }
+
+/// Store lookups of a tree's files (by root digest), and the store's
+/// generation they were made at.
+type KeptLookups = (u64, Arc<[Lookup]>);
 
 /// Trees whose lookups are kept at most; past it the cache starts over.
 const LOOKUPS_KEPT: usize = 4096;
