@@ -128,15 +128,20 @@ impl Sandboxes {
         if self.fs.has_sandbox(id) {
             return Err(SandboxError::Exists(id.to_owned()).into());
         }
-        let draft = draft
+        let draft = self.finish(id, draft)?;
+        self.fs.create_drafted_lazy(id, draft, lazy, mappings)?;
+        self.stats.built(Built::Fuse);
+        Ok(())
+    }
+
+    /// Checks sandbox `id`'s draft against the mount (`Draft::finish`).
+    fn finish(&self, id: &str, draft: Draft) -> Result<Draft, SandboxError> {
+        draft
             .finish(&self.fs.config().mount_point)
             .map_err(|error| SandboxError::Layout {
                 id: id.to_owned(),
                 error,
-            })?;
-        self.fs.create_drafted_lazy(id, draft, lazy, mappings)?;
-        self.stats.built(Built::Fuse);
-        Ok(())
+            })
     }
 
     fn claim<'a>(&'a self, id: &'a str) -> Result<InFlight<'a>, Refusal> {
@@ -206,12 +211,7 @@ impl Backend for Sandboxes {
         // Checked once (an lstat per mapped directory, none per input),
         // whichever backend builds it.
         let started = std::time::Instant::now();
-        let draft = draft
-            .finish(&self.fs.config().mount_point)
-            .map_err(|error| SandboxError::Layout {
-                id: id.to_owned(),
-                error,
-            })?;
+        let draft = self.finish(id, draft)?;
         let native = self
             .native
             .as_deref()
