@@ -495,6 +495,7 @@ fn an_exec_root_inside_the_mount_is_refused() {
         manifest.exec_root = first.display().to_string();
         let why = b.create_error("2", manifest);
         assert!(why.contains("inside the mount point"), "{mode}: {why}");
+        assert_eq!(why.matches("sandbox \"2\"").count(), 1, "{mode}: {why}");
         b.destroy_ok("1");
         b.close();
     }

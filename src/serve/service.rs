@@ -345,7 +345,7 @@ impl Service {
                     .core
                     .create(id, draft)
                     .map(drop)
-                    .map_err(|err| err.to_string());
+                    .map_err(|err| core_refusal(id, err));
             }
             // FUSE: directories off the outputs' paths are lazy, made
             // into nodes when the action first reaches them. Their inputs
@@ -367,7 +367,7 @@ impl Service {
                     .core
                     .create(id, draft)
                     .map(drop)
-                    .map_err(|err| err.to_string());
+                    .map_err(|err| core_refusal(id, err));
             }
             let inputs = MerkleInputs::new(
                 id,
@@ -386,7 +386,7 @@ impl Service {
                 .collect();
             self.core
                 .create_lazy(id, draft, lazy, mappings)
-                .map_err(|err| err.to_string())
+                .map_err(|err| core_refusal(id, err))
         })();
         match made {
             Ok(()) => Ok(scratch),
@@ -601,6 +601,16 @@ impl Service {
                 log::warn!("{why}");
             }
         }
+    }
+}
+
+/// Why the core refused sandbox `id`, without the sandbox's name it
+/// starts with: the Error Bazel gets names it once, in front.
+fn core_refusal(id: &str, err: impl std::fmt::Display) -> String {
+    let why = err.to_string();
+    match why.strip_prefix(&format!("sandbox {id:?}: ")) {
+        Some(rest) => rest.to_owned(),
+        None => why,
     }
 }
 
