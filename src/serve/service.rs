@@ -338,20 +338,14 @@ impl Service {
             outputs::prepare(&scratch, &plan.outs).map_err(|err| err.to_string())?;
             let links = self.symlinks_of(&plan.walked)?;
             let mappings = mapping_count(plan);
-            if self.core.builds_natively(id, &ws_dir, mappings) {
-                // The materializer needs every input.
-                let draft = self.draft(id, plan, &ws_dir, &links, None)?;
-                return self
-                    .core
-                    .create(id, draft)
-                    .map(drop)
-                    .map_err(|err| core_refusal(id, err));
-            }
-            // FUSE: directories off the outputs' paths are lazy, made
-            // into nodes when the action first reaches them. Their inputs
-            // skip the draft's checks: a default place inside the mount
-            // would have the daemon look into its own view.
-            if plan.content.iter().any(Option::is_none)
+            // Natively, every input (the materializer needs them all). In
+            // FUSE, directories off the outputs' paths are lazy, made into
+            // nodes when the action first reaches them. Their inputs skip
+            // the draft's checks: a default place inside the mount would
+            // have the daemon look into its own view.
+            let native = self.core.builds_natively(id, &ws_dir, mappings);
+            if !native
+                && plan.content.iter().any(Option::is_none)
                 && plan.exec_root.starts_with(&self.dirs.mount)
             {
                 return Err(format!(
@@ -361,7 +355,7 @@ impl Service {
                 ));
             }
             let mut lazy = Vec::new();
-            let draft = self.draft(id, plan, &ws_dir, &links, Some(&mut lazy))?;
+            let draft = self.draft(id, plan, &ws_dir, &links, (!native).then_some(&mut lazy))?;
             if lazy.is_empty() {
                 return self
                     .core
@@ -456,12 +450,14 @@ impl Service {
             if let Some(lazy) = lazy.as_deref_mut() {
                 if !on_outputs_path(dir) {
                     let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
-                    if on_outputs_path(parent) && !entries.is_empty() {
-                        lazy.push(dir.clone());
+                    if !on_outputs_path(parent) {
+                        continue; // inside a lazy directory
                     }
-                    if !entries.is_empty() || !on_outputs_path(parent) {
+                    if !entries.is_empty() {
+                        lazy.push(dir.clone());
                         continue;
                     }
+                    // Empty: mapped below, as in any draft.
                 }
             }
             path.clear();

@@ -15,7 +15,7 @@ use crate::sandbox::dirfd::{c_name, DirFd};
 use crate::sandbox::materialize::{
     self, copy_file, empty_dir, may_fall_back, remove_tree, Removed,
 };
-use crate::sandbox::merkle::{check_name, Checked, FileEntry, Walked};
+use crate::sandbox::merkle::{check_name, join, Checked, FileEntry, Walked};
 use crate::sys;
 
 /// How files are placed: the mechanism, and threads (0: by size).
@@ -281,14 +281,6 @@ pub fn place(
             },
             linked => linked,
         },
-    }
-}
-
-pub fn join(dir: &str, name: &str) -> String {
-    if dir.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{dir}/{name}")
     }
 }
 

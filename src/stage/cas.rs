@@ -47,7 +47,11 @@ pub struct Cas {
 /// The blob's file name: `<hash>-<size>`, NUL-terminated for the `*at`
 /// calls. The hash was checked as 64 hex digits, so it is a safe name.
 pub fn blob_name(hash: &str, size: i64) -> CString {
-    CString::new(format!("{hash}-{size}")).expect("hex digits and a number hold no NUL")
+    CString::new(blob_file_name(hash, size)).expect("hex digits and a number hold no NUL")
+}
+
+fn blob_file_name(hash: &str, size: i64) -> String {
+    format!("{hash}-{size}")
 }
 
 impl Cas {
@@ -124,7 +128,7 @@ impl Cas {
     pub fn blob_path(&self, hash: &str, size: i64) -> PathBuf {
         self.content_path
             .join(DIGESTS)
-            .join(format!("{hash}-{size}"))
+            .join(blob_file_name(hash, size))
     }
 
     /// The directory holding the 0555 variant of blob `name`, made first

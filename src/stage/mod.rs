@@ -230,7 +230,6 @@ impl Stager {
             }
         };
         let parents = build::output_parents(&walked, outputs).map_err(StageError::Invalid)?;
-        let staged = Staged::new(at, hash, size);
         if let Some(spares) = &self.spares {
             if let Some(made) =
                 self.stage_from_spare(spares, &walked, &parents, Staged::new(at, hash, size))
@@ -238,7 +237,13 @@ impl Stager {
                 return made;
             }
         }
-        build::build(self.cas(), self.how, &walked, &parents, staged)
+        build::build(
+            self.cas(),
+            self.how,
+            &walked,
+            &parents,
+            Staged::new(at, hash, size),
+        )
     }
 
     /// Removes a staged root and everything the action left in it (or,

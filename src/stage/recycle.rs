@@ -24,13 +24,13 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::build::{self, io_error, join};
+use super::build::{self, io_error};
 use super::cas::blob_name;
 use super::{MissingBlob, StageError, Staged, Stager};
 use crate::sandbox::dirfd::{readlink_at, DirFd};
 use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::materialize::{remove_entry, remove_tree, Removed};
-use crate::sandbox::merkle::{Checked, DirEntry, Found, WalkError, Walked};
+use crate::sandbox::merkle::{join, Checked, DirEntry, Found, WalkError, Walked};
 
 /// Torn-down roots kept for reuse, in one directory on the staging file
 /// system.
@@ -193,9 +193,9 @@ impl Stager {
         // so that a name may change kind.
         for entry in old.entries() {
             let name = entry.name();
-            let kept = new.find(name).is_some_and(|now| same(entry, now));
-            if kept {
-                if let (Found::Dir(was), Some(Found::Dir(now))) = (entry, new.find(name)) {
+            let now = new.find(name);
+            if now.is_some_and(|now| same(entry, now)) {
+                if let (Found::Dir(was), Some(Found::Dir(now))) = (entry, now) {
                     if was.hash != now.hash {
                         let sub_path = join(path, name);
                         let c = CString::new(name).expect("checked: no NUL");

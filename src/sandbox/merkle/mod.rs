@@ -177,6 +177,16 @@ impl Walked {
     }
 }
 
+/// The path of entry `name` of the directory at `dir` in a walk (`dir`
+/// empty: the walk's top, whose paths have no leading `/`).
+pub fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
 /// Why a tree cannot be walked.
 #[derive(Debug)]
 pub enum WalkError {
@@ -233,12 +243,7 @@ impl<S: DirectorySource> Trees<S> {
                 continue;
             };
             for sub in dir.dirs.iter() {
-                let sub_path = if path.is_empty() {
-                    sub.name.to_string()
-                } else {
-                    format!("{path}/{}", sub.name)
-                };
-                pending.push((sub_path, sub.hash.clone(), sub.size));
+                pending.push((join(&path, &sub.name), sub.hash.clone(), sub.size));
             }
             walked.dirs.push((path, dir));
         }

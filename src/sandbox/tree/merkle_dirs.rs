@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use super::name::Name;
 use super::node::{LazyEntries, Location, Node, Origin};
 use crate::sandbox::dirfd::Anchor;
-use crate::sandbox::merkle::Walked;
+use crate::sandbox::merkle::{join, Walked};
 
 /// What every lazy directory of one sandbox's tree reads from.
 pub struct MerkleInputs {
@@ -97,27 +97,30 @@ impl MerkleInputs {
     fn mapping(&self, path: &Path) -> Node {
         let parent = path.parent().unwrap_or(Path::new("/"));
         let name = path.file_name().unwrap_or_default();
-        self.mapping_in(parent, name)
+        mapping_in(self.anchor(parent), name)
     }
 
-    /// A read-only mapping of `name` in directory `dir`.
-    fn mapping_in(&self, dir: &Path, name: &OsStr) -> Node {
-        let anchor = self
-            .anchors
-            .lock()
-            .entry(dir.to_owned())
-            .or_insert_with(|| {
-                Arc::new(Anchor::deferred(dir.to_owned(), Some(self.sandbox.clone())))
-            })
-            .clone();
-        Node::new_untyped(
-            false,
-            Origin::Mapped(Location {
-                anchor,
-                name: Name::new(name),
-            }),
-        )
+    /// The anchor of directory `dir` for this sandbox.
+    fn anchor(&self, dir: &Path) -> Arc<Anchor> {
+        let mut anchors = self.anchors.lock();
+        if let Some(anchor) = anchors.get(dir) {
+            return anchor.clone();
+        }
+        let anchor = Arc::new(Anchor::deferred(dir.to_owned(), Some(self.sandbox.clone())));
+        anchors.insert(dir.to_owned(), anchor.clone());
+        anchor
     }
+}
+
+/// A read-only mapping of `name` in the directory of `anchor`.
+fn mapping_in(anchor: Arc<Anchor>, name: &OsStr) -> Node {
+    Node::new_untyped(
+        false,
+        Origin::Mapped(Location {
+            anchor,
+            name: Name::new(name),
+        }),
+    )
 }
 
 /// One directory of the tree, not made yet.
@@ -138,12 +141,16 @@ impl LazyEntries for LazyDir {
         // underlying directory of the same name, writable if this is.
         let writable = this.upgrade().is_some_and(|node| node.is_writable());
         let mut made = Vec::with_capacity(dir.len());
-        let default_dir = inputs.default_place.join(path);
+        let mut default_dir = None;
         let first = inputs.first_file[self.at as usize] as usize;
         for (file, content) in dir.files.iter().zip(&inputs.content[first..]) {
             let node = match content {
                 Some(stored) => inputs.mapping(stored),
-                None => inputs.mapping_in(&default_dir, OsStr::new(&*file.name)),
+                None => {
+                    let anchor = default_dir
+                        .get_or_insert_with(|| inputs.anchor(&inputs.default_place.join(path)));
+                    mapping_in(anchor.clone(), OsStr::new(&*file.name))
+                }
             };
             made.push((Name::new(OsStr::new(&*file.name)), Arc::new(node)));
         }
@@ -156,12 +163,7 @@ impl LazyEntries for LazyDir {
         }
         for sub in dir.dirs.iter() {
             let name = Name::new(OsStr::new(&*sub.name));
-            let sub_path = if path.is_empty() {
-                sub.name.to_string()
-            } else {
-                format!("{path}/{}", sub.name)
-            };
-            let node = match inputs.dir(&sub_path) {
+            let node = match inputs.dir(&join(path, &sub.name)) {
                 Some(entries) if !entries.is_empty() => Node::new_lazy_dir(
                     writable,
                     Origin::Child {

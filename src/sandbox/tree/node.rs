@@ -188,6 +188,12 @@ pub trait LazyEntries: Send + Sync {
 }
 
 impl Explicit {
+    /// Entries given in any order.
+    fn sorted(mut entries: Vec<(Name, Arc<Node>)>) -> Explicit {
+        entries.sort_unstable_by(|(a, _), (b, _)| a.as_os_str().cmp(b.as_os_str()));
+        Explicit::Sorted(entries.into_boxed_slice())
+    }
+
     fn get(&self, name: &OsStr) -> Option<&Arc<Node>> {
         match self {
             Explicit::Sorted(entries) => entries
@@ -219,16 +225,10 @@ impl Explicit {
 
     /// Makes the entries of a lazy directory (once).
     fn make(&mut self) {
-        if let Explicit::Lazy { .. } = self {
-            let Explicit::Lazy { entries, this } =
-                std::mem::replace(self, Explicit::Sorted(Box::default()))
-            else {
-                unreachable!("matched above")
-            };
-            let mut made = entries.make(&this);
-            made.sort_unstable_by(|(a, _), (b, _)| a.as_os_str().cmp(b.as_os_str()));
-            *self = Explicit::Sorted(made.into_boxed_slice());
-        }
+        *self = match std::mem::replace(self, Explicit::Sorted(Box::default())) {
+            Explicit::Lazy { entries, this } => Explicit::sorted(entries.make(&this)),
+            made => made,
+        };
     }
 
     fn map(&mut self) -> &mut HashMap<Name, Arc<Node>> {
@@ -329,11 +329,9 @@ impl Node {
     }
 
     /// A directory whose explicit entries are given up front.
-    pub fn new_dir(writable: bool, origin: Origin, mut explicit: Vec<(Name, Arc<Node>)>) -> Node {
-        explicit.sort_unstable_by(|(a, _), (b, _)| a.as_os_str().cmp(b.as_os_str()));
+    pub fn new_dir(writable: bool, origin: Origin, explicit: Vec<(Name, Arc<Node>)>) -> Node {
         let node = Node::new(FileKind::Directory, writable, origin);
-        *node.dir.get().expect("a directory").explicit.write() =
-            Explicit::Sorted(explicit.into_boxed_slice());
+        *node.dir.get().expect("a directory").explicit.write() = Explicit::sorted(explicit);
         node
     }
 

@@ -111,40 +111,35 @@ impl SandboxFs {
         };
         let mut best = None;
         for (at, candidate) in candidates.iter().enumerate() {
+            let hits = if lazy {
+                0
+            } else {
+                match cached_in(&candidate.top, &wanted) {
+                    0 => continue,
+                    hits => hits,
+                }
+            };
+            // The candidate's cached inputs, and how many `tree` holds.
             let theirs: Vec<_> = sample(&candidate.top, candidate.mappings)
                 .into_iter()
                 .filter(|(_, input)| self.kernel_knows(input))
                 .collect();
-            let found_in_tree = |theirs: &[(Vec<OsString>, Arc<Node>)]| {
-                theirs
-                    .iter()
-                    .filter(|(path, input)| {
-                        cached_at(tree, path).is_some_and(|mine| same_location(&mine, input))
-                    })
-                    .count()
-            };
-            let (kept, dropped) = if wanted.is_empty() {
-                if theirs.is_empty() {
-                    continue;
-                }
-                let found = found_in_tree(&theirs);
+            let found = theirs
+                .iter()
+                .filter(|(path, input)| {
+                    cached_at(tree, path).is_some_and(|mine| same_location(&mine, input))
+                })
+                .count();
+            let scale = |n: usize| n * candidate.mappings / theirs.len().max(1);
+            let kept = if lazy {
                 if found == 0 {
                     continue;
                 }
-                let scale = |n: usize| n * candidate.mappings / theirs.len();
-                (scale(found), scale(theirs.len() - found))
+                scale(found)
             } else {
-                let hits = cached_in(&candidate.top, &wanted);
-                if hits == 0 {
-                    continue;
-                }
-                let dropped = if theirs.is_empty() {
-                    0
-                } else {
-                    (theirs.len() - found_in_tree(&theirs)) * candidate.mappings / theirs.len()
-                };
-                (hits * mappings / wanted.len(), dropped)
+                hits * mappings / wanted.len()
             };
+            let dropped = scale(theirs.len() - found);
             let gain = kept as i64 - dropped as i64;
             if gain > 0 && best.is_none_or(|(best_gain, _)| gain > best_gain) {
                 best = Some((gain, at));
