@@ -14,7 +14,10 @@
 //! there), `ACTIONFS_BENCH_RUNS` (21), `ACTIONFS_BENCH_MECHANISM`
 //! (hardlink, clone, copy, auto; default hardlink), `ACTIONFS_BENCH_SIZES`,
 //! `ACTIONFS_BENCH_THREADS` (threads placing files: 0 by size, the
-//! default, 1 or 2).
+//! default, 1 or 2), `ACTIONFS_BENCH_FUSE=1` (also roots served by FUSE
+//! (`actionfs::stage::FuseRoots`, one mount for the whole run): staged
+//! cold and seen, torn down, and every file of a root opened and read
+//! once after staging, against the same read of a linked root).
 //! `STAGE_MANIFEST=FILE`: stage the trees of the manifest NativeLink's
 //! staging benchmark wrote (`integrations/nativelink/bench`), from its CAS,
 //! so that both measure the same trees.
@@ -27,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use actionfs::stage::{Mechanism, Stager};
+use actionfs::stage::{FuseRoots, Mechanism, Stager};
 use actionfs_protocol::backend::digest::sha256_hex;
 use actionfs_protocol::backend::reapi;
 use actionfs_protocol::backend::tree::TreeBuilder;
@@ -128,6 +131,35 @@ fn shapes_from_manifest(path: &Path) -> (PathBuf, Vec<Shape>) {
     (content, shapes)
 }
 
+/// Every regular file below `root`, relative to it.
+fn file_paths(root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                files.push(entry.path().strip_prefix(root).unwrap().to_owned());
+            }
+        }
+    }
+    files
+}
+
+/// Opens, reads and closes each of `files` below `root` by its path, as
+/// an action that reads every input once (a compiler looks paths up; it
+/// does not list directories).
+fn read_every_file(root: &Path, files: &[PathBuf]) {
+    let mut buf = vec![0u8; 1 << 16];
+    for path in files {
+        let mut file = fs::File::open(root.join(path)).unwrap();
+        while std::io::Read::read(&mut file, &mut buf).unwrap() > 0 {}
+    }
+}
+
 fn ms(d: &Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -181,7 +213,13 @@ fn main() {
     let recycling = open(&content, &exec)
         .recycling(&work.join(".spares"), 1)
         .unwrap();
-    let mut times: Vec<[Vec<Duration>; 8]> = shapes.iter().map(|_| Default::default()).collect();
+    let fuse = std::env::var_os("ACTIONFS_BENCH_FUSE")
+        .is_some_and(|v| v == "1")
+        .then(|| std::sync::Arc::new(FuseRoots::open(&base.path().join("fuse"), 0).unwrap()));
+    let fuse_seen = fuse
+        .as_ref()
+        .map(|roots| open(&content, &exec).fuse_roots(roots.clone()));
+    let mut times: Vec<[Vec<Duration>; 13]> = shapes.iter().map(|_| Default::default()).collect();
     // Warm: every blob read once, every executable variant made.
     for shape in &shapes {
         let at = work.join("warm");
@@ -204,6 +242,12 @@ fn main() {
             let staged = seen.stage(&shape.hash, shape.size, &at, &[]).unwrap();
             times[1].push(start.elapsed());
             drop(staged);
+            if fuse.is_some() {
+                let files = file_paths(&at);
+                let start = Instant::now();
+                read_every_file(&at, &files);
+                times[12].push(start.elapsed());
+            }
             let start = Instant::now();
             let status = Command::new("rm").arg("-rf").arg(&at).status().unwrap();
             times[3].push(start.elapsed());
@@ -233,6 +277,39 @@ fn main() {
             }
         }
     }
+    // Roots served by FUSE, in a loop of their own: a worker staging by
+    // FUSE links no blob, so their attributes (and the kernel's cache of
+    // them, taken over from root to root) stay as they are.
+    if let (Some(roots), Some(fuse_seen)) = (&fuse, &fuse_seen) {
+        let at = work.join("root");
+        let files: Vec<Vec<PathBuf>> = shapes
+            .iter()
+            .map(|shape| {
+                let staged = seen.stage(&shape.hash, shape.size, &at, &[]).unwrap();
+                let files = file_paths(&at);
+                seen.tear_down(staged).unwrap();
+                files
+            })
+            .collect();
+        for _ in 0..runs {
+            for ((shape, times), files) in shapes.iter().zip(&mut times).zip(&files) {
+                let cold = open(&content, &exec).fuse_roots(roots.clone());
+                let start = Instant::now();
+                let staged = cold.stage(&shape.hash, shape.size, &at, &[]).unwrap();
+                times[8].push(start.elapsed());
+                let start = Instant::now();
+                cold.tear_down(staged).unwrap();
+                times[10].push(start.elapsed());
+                let start = Instant::now();
+                let staged = fuse_seen.stage(&shape.hash, shape.size, &at, &[]).unwrap();
+                times[9].push(start.elapsed());
+                let start = Instant::now();
+                read_every_file(&at, files);
+                times[11].push(start.elapsed());
+                fuse_seen.tear_down(staged).unwrap();
+            }
+        }
+    }
     let measures = [
         "stage cold",
         "stage seen",
@@ -242,6 +319,11 @@ fn main() {
         "stage recycled, same tree",
         "teardown, kept as spare",
         "stage recycled, one file changed",
+        "fuse stage cold",
+        "fuse stage seen",
+        "fuse teardown",
+        "fuse root: read every file",
+        "linked root: read every file",
     ];
     for (shape, times) in shapes.iter().zip(times) {
         for (measure, times) in measures.iter().zip(times) {

@@ -8,7 +8,7 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use actionfs::stage::{Mechanism, MissingBlob, StageError, Staged, Stager};
+use actionfs::stage::{FuseRoots, Mechanism, MissingBlob, StageError, Staged, Stager};
 use actionfs_protocol::backend::digest::sha256_hex;
 use actionfs_protocol::backend::reapi;
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
@@ -44,6 +44,18 @@ impl Cas {
 
     fn stager(&self, mechanism: Mechanism) -> Stager {
         Stager::open(&self.content, &self.work.join(".exec"), mechanism).unwrap()
+    }
+
+    /// A stager serving roots of `from_files` files or more from FUSE,
+    /// its mount and scratch directories beside the work directory.
+    fn fuse_stager(&self, from_files: usize) -> Stager {
+        let roots = FuseRoots::open(&self.fuse_dir(), from_files).unwrap();
+        self.stager(Mechanism::Hardlink)
+            .fuse_roots(std::sync::Arc::new(roots))
+    }
+
+    fn fuse_dir(&self) -> PathBuf {
+        self._dir.path().join("fuse")
     }
 
     fn recycling_stager(&self) -> Stager {
@@ -1044,4 +1056,204 @@ fn an_executable_variant_left_short_is_made_again() {
         b"#!/bin/sh\necho tool\n"
     );
     second.tear_down(staged).unwrap();
+}
+
+// Roots served by the stager's FUSE mount.
+
+/// Whether `path` is a mount point now.
+fn is_mounted(path: &Path) -> bool {
+    let path = path.to_str().unwrap();
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|line| line.split(' ').nth(4) == Some(path))
+}
+
+/// What a FUSE root holds equals what a linked root of the same tree
+/// holds (kinds, modes, bytes, symlink targets), for the sample tree and
+/// random ones; outputs' parents and every directory are writable, and
+/// teardown leaves nothing in the work directory, the scratch directory
+/// or the mount.
+#[test]
+fn a_fuse_root_shows_what_a_linked_root_shows() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let cas = Cas::new();
+    let linked = cas.stager(Mechanism::Hardlink);
+    let fuse = cas.fuse_stager(0);
+    let mut trees = vec![sample_tree(&cas)];
+    let mut dice = Dice(7);
+    trees.extend((0..6).map(|_| random_tree(&cas, &mut dice)));
+    let outputs = ["out/bin/prog", "out/gen/dir", "src/made.o"];
+    for (n, tree) in trees.iter().enumerate() {
+        let (a, b) = (cas.at(&format!("linked{n}")), cas.at(&format!("fuse{n}")));
+        fs::create_dir(&b).unwrap(); // as NativeLink makes it, empty
+        let staged_a = stage(&linked, tree, &a, &outputs).unwrap();
+        let staged_b = stage(&fuse, tree, &b, &outputs).unwrap();
+        assert!(staged_b.is_fuse() && !staged_a.is_fuse());
+        assert!(fs::symlink_metadata(&b).unwrap().file_type().is_symlink());
+        assert_eq!(staged_b.files, staged_a.files, "tree {n}");
+        assert_eq!(listing(&a), listing(&b), "tree {n}");
+        // Every directory takes new entries, as a linked root's do.
+        for dir in ["out/bin", "out/gen", "src", ""] {
+            if a.join(dir).is_dir() {
+                fs::write(b.join(dir).join("written"), b"x").unwrap();
+                fs::create_dir(b.join(dir).join("made")).unwrap();
+                assert_eq!(fs::read(b.join(dir).join("written")).unwrap(), b"x");
+            }
+        }
+        linked.tear_down(staged_a).unwrap();
+        fuse.tear_down(staged_b).unwrap();
+        assert!(!b.exists());
+    }
+    assert!(cas.leftovers().is_empty(), "{:?}", cas.leftovers());
+    let scratch: Vec<_> = fs::read_dir(cas.fuse_dir().join("scratch"))
+        .unwrap()
+        .collect();
+    assert!(scratch.is_empty(), "{scratch:?}");
+    let shown: Vec<_> = fs::read_dir(cas.fuse_dir().join("mnt")).unwrap().collect();
+    assert!(shown.is_empty(), "{shown:?}");
+}
+
+/// Executables run from the mount, and a blob is one inode in every root
+/// that holds it (one page cache), read with no message per open.
+#[test]
+fn fuse_roots_share_one_inode_per_blob_and_run_executables() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let cas = Cas::new();
+    let fuse = cas.fuse_stager(0);
+    let tree = sample_tree(&cas);
+    let (a, b) = (cas.at("a"), cas.at("b"));
+    let staged_a = stage(&fuse, &tree, &a, &[]).unwrap();
+    let staged_b = stage(&fuse, &tree, &b, &[]).unwrap();
+    let ino = |path: PathBuf| fs::metadata(path).unwrap().ino();
+    assert_eq!(ino(a.join("src/main.c")), ino(b.join("src/main.c")));
+    assert_eq!(ino(a.join("include/a.h")), ino(b.join("src/lib/a.h")));
+    assert_ne!(ino(a.join("src/main.c")), ino(a.join("include/a.h")));
+    let out = std::process::Command::new(b.join("tools/tool.sh"))
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, b"tool\n");
+    // Inputs are read-only, as linked blobs are.
+    assert!(fs::write(a.join("src/main.c"), b"changed").is_err());
+    assert_eq!(
+        fs::read(b.join("src/main.c")).unwrap(),
+        b"int main() { return 0; }\n"
+    );
+    fuse.tear_down(staged_a).unwrap();
+    fuse.tear_down(staged_b).unwrap();
+}
+
+/// A blob the CAS lacks is named, and nothing of the root is left: not
+/// at its path (an empty directory stays one), not in the mount.
+#[test]
+fn a_missing_blob_of_a_fuse_root_is_named_and_nothing_is_left() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let cas = Cas::new();
+    let fuse = cas.fuse_stager(0);
+    let mut tree = TreeBuilder::new();
+    let here = cas.put(b"here");
+    let absent = reapi::Digest {
+        hash: sha256_hex(b"absent"),
+        size_bytes: 6,
+    };
+    tree.add_file("a/here", here, false).unwrap();
+    tree.add_file("a/b/absent", absent.clone(), true).unwrap();
+    let tree = tree.build();
+    cas.put_tree(&tree);
+    let at = cas.at("action");
+    fs::create_dir(&at).unwrap();
+    match stage(&fuse, &tree, &at, &[]) {
+        Err(StageError::Missing(missing)) => assert_eq!(
+            missing,
+            vec![MissingBlob {
+                what: "file",
+                hash: absent.hash.clone(),
+                size: 6,
+                path: "a/b/absent".into(),
+            }]
+        ),
+        other => panic!("expected Missing, got {other:?}"),
+    }
+    assert!(at.is_dir() && fs::read_dir(&at).unwrap().next().is_none());
+    assert_eq!(fs::read_dir(cas.fuse_dir().join("mnt")).unwrap().count(), 0);
+    assert_eq!(
+        fs::read_dir(cas.fuse_dir().join("scratch"))
+            .unwrap()
+            .count(),
+        0
+    );
+    // Once the blob is there, the same tree stages.
+    cas.put(b"absent");
+    fs::remove_dir(&at).unwrap();
+    let staged = stage(&fuse, &tree, &at, &[]).unwrap();
+    assert_eq!(fs::read(at.join("a/b/absent")).unwrap(), b"absent");
+    fuse.tear_down(staged).unwrap();
+}
+
+/// Roots below the cutoff are linked; dropping the stager unmounts.
+#[test]
+fn small_roots_are_linked_and_dropping_the_stager_unmounts() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let cas = Cas::new();
+    let fuse = cas.fuse_stager(5);
+    let mount_point = cas.fuse_dir().join("mnt");
+    assert!(is_mounted(&mount_point));
+    let small = sample_tree(&cas); // 4 files
+    let at = cas.at("small");
+    let staged = stage(&fuse, &small, &at, &[]).unwrap();
+    assert!(!staged.is_fuse());
+    assert!(fs::symlink_metadata(&at).unwrap().is_dir());
+    fuse.tear_down(staged).unwrap();
+    let mut tree = TreeBuilder::new();
+    for n in 0..5 {
+        tree.add_file(&format!("f{n}"), cas.put(format!("{n}").as_bytes()), false)
+            .unwrap();
+    }
+    let large = tree.build();
+    cas.put_tree(&large);
+    let staged = stage(&fuse, &large, &cas.at("large"), &[]).unwrap();
+    assert!(staged.is_fuse());
+    fuse.tear_down(staged).unwrap();
+    drop(fuse);
+    assert!(!is_mounted(&mount_point));
+}
+
+/// A stager dropped while a process still works inside one of its roots
+/// neither hangs nor leaves the mount behind: it is detached, and the
+/// process keeps its working directory until it exits.
+#[test]
+fn dropping_the_stager_with_a_process_inside_detaches_the_mount() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let cas = Cas::new();
+    let fuse = cas.fuse_stager(0);
+    let mount_point = cas.fuse_dir().join("mnt");
+    let tree = sample_tree(&cas);
+    let at = cas.at("busy");
+    let staged = stage(&fuse, &tree, &at, &[]).unwrap();
+    let mut inside = std::process::Command::new("sh")
+        .args(["-c", "read line; cat main.c"])
+        .current_dir(at.join("src").canonicalize().unwrap())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(staged);
+    drop(fuse);
+    assert!(!is_mounted(&mount_point));
+    // Its directory still serves it: the relative open goes through the
+    // detached mount.
+    drop(inside.stdin.take());
+    let out = inside.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"int main() { return 0; }\n");
 }

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::mem::ManuallyDrop;
 use std::path::Path;
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
 use fuser::{Config, MountOption, SessionACL};
@@ -78,7 +78,129 @@ pub fn run_with(options: DaemonConfig, front_end: FrontEnd) -> Result<Stopped, D
     nix::sys::stat::umask(nix::sys::stat::Mode::empty());
     raise_fd_limit();
     one_malloc_arena();
+    let mut signals =
+        Signals::new(stop::STOP_SIGNALS.iter().chain([&SIGUSR1])).map_err(DaemonError::Signals)?;
+    let started = start(&options, Some(front_end))?;
+    {
+        let events = started.sender.clone();
+        let report = started.report.clone();
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                for signal in signals.forever() {
+                    if signal == SIGUSR1 {
+                        log::warn!("stats (SIGUSR1): {}", report());
+                        continue;
+                    }
+                    if events.send(Event::Signal(signal)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|source| DaemonError::Thread {
+                name: "signal watcher",
+                source,
+            })?;
+    }
+    started.wait()
+}
 
+/// A mount served by this process for a library's caller (see
+/// [`crate::stage`]): no signal handlers, no request reader, nothing
+/// process-wide changed. Dropping it unmounts (detaching a busy mount).
+pub struct Embedded {
+    sandboxes: Arc<Sandboxes>,
+    /// Behind a lock only to be shared: nothing uses it before the drop.
+    started: parking_lot::Mutex<Option<Started>>,
+}
+
+impl Embedded {
+    /// Mounts at `options.mount_point`; the caller makes its sandboxes.
+    pub fn start(options: &DaemonConfig) -> Result<Embedded, DaemonError> {
+        let started = start(options, None)?;
+        Ok(Embedded {
+            sandboxes: started.sandboxes.clone(),
+            started: parking_lot::Mutex::new(Some(started)),
+        })
+    }
+
+    pub fn sandboxes(&self) -> &Arc<Sandboxes> {
+        &self.sandboxes
+    }
+}
+
+impl Drop for Embedded {
+    fn drop(&mut self) {
+        if let Some(started) = self.started.get_mut().take() {
+            started.unmount_now();
+        }
+    }
+}
+
+/// A mount that serves, and what stops it.
+struct Started {
+    sandboxes: Arc<Sandboxes>,
+    events: Receiver<Event>,
+    /// For the threads that report to `events` (dropped when waiting, so
+    /// that their ending is seen).
+    sender: Sender<Event>,
+    mounted: stop::Mounted,
+    mount_point: std::path::PathBuf,
+    native: Option<Arc<NativeSandboxes>>,
+    report: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
+    /// Serves until dropped, then removes its socket.
+    control_socket: Option<ControlSocket>,
+}
+
+impl Started {
+    /// Waits for a reason to stop (a signal, an unmount, the front end's
+    /// end) and unmounts.
+    fn wait(self) -> Result<Stopped, DaemonError> {
+        let Started {
+            events,
+            sender,
+            mounted,
+            mount_point,
+            native,
+            report,
+            control_socket,
+            ..
+        } = self;
+        drop(sender);
+        let outcome = stop::wait_and_unmount(&events, mounted, &mount_point);
+        drop(control_socket);
+        log::info!("stats at exit: {}", report());
+        Self::destroy_native(native);
+        outcome
+    }
+
+    /// Unmounts now, detaching the mount if it is busy.
+    fn unmount_now(self) {
+        let Started {
+            events,
+            sender,
+            mounted,
+            mount_point,
+            native,
+            ..
+        } = self;
+        drop(sender);
+        stop::unmount_or_detach(&events, mounted, &mount_point);
+        Self::destroy_native(native);
+    }
+
+    /// Native sandboxes outlive the mount unless removed: an undestroyed
+    /// FUSE sandbox vanishes with the unmount, and so must they.
+    fn destroy_native(native: Option<Arc<NativeSandboxes>>) {
+        if let Some(native) = native {
+            native.destroy_all();
+        }
+    }
+}
+
+/// Mounts and starts every thread but the signal watcher; `front_end`
+/// `None` leaves making sandboxes to the caller.
+fn start(options: &DaemonConfig, front_end: Option<FrontEnd>) -> Result<Started, DaemonError> {
     // Every argument is checked before anything is changed, mappings and
     // stream paths first: the first mistake is the one reported.
     let fs = Arc::new(
@@ -95,10 +217,10 @@ pub fn run_with(options: DaemonConfig, front_end: FrontEnd) -> Result<Stopped, D
     // The stream's input is opened with the arguments' checks, its
     // output once the start can no longer fail for a bad argument.
     let input = match &front_end {
-        FrontEnd::SandboxfsStream => Some(open_input(&options)?),
-        FrontEnd::Owning(_) => None,
+        Some(FrontEnd::SandboxfsStream) => Some(open_input(options)?),
+        _ => None,
     };
-    checks::paths_to_make(&options)?;
+    checks::paths_to_make(options)?;
     let (policy, policy_source) =
         cutoff::resolve(&options.native_below, options.calibration.as_deref())
             .map_err(DaemonError::Calibration)?;
@@ -118,13 +240,14 @@ pub fn run_with(options: DaemonConfig, front_end: FrontEnd) -> Result<Stopped, D
         })?;
     }
     let requests = match (front_end, input) {
-        (FrontEnd::Owning(serve), _) => Requests::Owning(serve),
-        (FrontEnd::SandboxfsStream, input) => Requests::Stream {
+        (None, _) => None,
+        (Some(FrontEnd::Owning(serve)), _) => Some(Requests::Owning(serve)),
+        (Some(FrontEnd::SandboxfsStream), input) => Some(Requests::Stream {
             input: input.expect("opened above for the stream"),
-            output: open_output(&options, &mut created)?,
-        },
+            output: open_output(options, &mut created)?,
+        }),
     };
-    let native = open_native(&options, &mount_point, policy, &policy_source, &mut created)?;
+    let native = open_native(options, &mount_point, policy, &policy_source, &mut created)?;
     let access_log = match &options.access_log {
         Some(path) => Some(
             created
@@ -153,13 +276,11 @@ pub fn run_with(options: DaemonConfig, front_end: FrontEnd) -> Result<Stopped, D
             None => None,
         };
     let stats = Arc::new(Stats::default());
-    let mut signals =
-        Signals::new(stop::STOP_SIGNALS.iter().chain([&SIGUSR1])).map_err(DaemonError::Signals)?;
 
     let dispatch = Arc::new(Dispatcher::new(
         fs.clone(),
         stats.clone(),
-        kernel_ttl(&options),
+        kernel_ttl(options),
         options.passthrough,
         options.zero_message_opens,
     ));
@@ -190,7 +311,7 @@ pub fn run_with(options: DaemonConfig, front_end: FrontEnd) -> Result<Stopped, D
     )));
     log::info!("mounted at {mount_point:?}");
     // On error the session is dropped, which unmounts.
-    let transport = start_transport(&session, &ring, &dispatch, &options, &why)?;
+    let transport = start_transport(&session, &ring, &dispatch, options, &why)?;
     // Only a start that serves keeps what it made: queues that cannot
     // start end it as one refused.
     created.keep();
@@ -223,35 +344,14 @@ pub fn run_with(options: DaemonConfig, front_end: FrontEnd) -> Result<Stopped, D
                 source,
             })?;
     }
-    let report = {
+    let report: Arc<dyn Fn() -> serde_json::Value + Send + Sync> = {
         let (fs, stats) = (fs.clone(), stats.clone());
-        move || {
+        Arc::new(move || {
             let mut live = live_figures(&fs);
             live["transport"] = transport.name().into();
             stats.to_json(live)
-        }
+        })
     };
-    {
-        let events = events.clone();
-        let report = report.clone();
-        std::thread::Builder::new()
-            .name("signals".into())
-            .spawn(move || {
-                for signal in signals.forever() {
-                    if signal == SIGUSR1 {
-                        log::warn!("stats (SIGUSR1): {}", report());
-                        continue;
-                    }
-                    if events.send(Event::Signal(signal)).is_err() {
-                        break;
-                    }
-                }
-            })
-            .map_err(|source| DaemonError::Thread {
-                name: "signal watcher",
-                source,
-            })?;
-    }
     let sandboxes = Arc::new(Sandboxes::new(
         fs.clone(),
         native.clone(),
@@ -275,13 +375,15 @@ pub fn run_with(options: DaemonConfig, front_end: FrontEnd) -> Result<Stopped, D
             })?;
         log::info!("control socket at {:?}", options.control);
     }
+    let serving = sandboxes.clone();
     match requests {
-        Requests::Owning(serve) => {
+        None => {}
+        Some(Requests::Owning(serve)) => {
             let events = events.clone();
             std::thread::Builder::new()
                 .name("front end".into())
                 .spawn(move || {
-                    serve(sandboxes);
+                    serve(serving);
                     let _ = events.send(Event::FrontEndDone);
                 })
                 .map_err(|source| DaemonError::Thread {
@@ -289,13 +391,13 @@ pub fn run_with(options: DaemonConfig, front_end: FrontEnd) -> Result<Stopped, D
                     source,
                 })?;
         }
-        Requests::Stream { input, output } => {
+        Some(Requests::Stream { input, output }) => {
             let sink = Arc::new(match recording {
                 Some(recording) => ResponseSink::recorded(output, recording),
                 None => ResponseSink::new(output),
             });
             let threads = options.reconfig_threads;
-            let backend: Arc<dyn reconfig::Backend> = sandboxes;
+            let backend: Arc<dyn reconfig::Backend> = serving;
             std::thread::Builder::new()
                 .name("requests".into())
                 .spawn(
@@ -312,16 +414,16 @@ pub fn run_with(options: DaemonConfig, front_end: FrontEnd) -> Result<Stopped, D
                 })?;
         }
     }
-    drop(events);
-
-    let outcome = stop::wait_and_unmount(&event, mounted, &mount_point);
-    log::info!("stats at exit: {}", report());
-    // Native sandboxes outlive the mount unless removed: an undestroyed
-    // FUSE sandbox vanishes with the unmount, and so must they.
-    if let Some(native) = native {
-        native.destroy_all();
-    }
-    outcome
+    Ok(Started {
+        sandboxes,
+        events: event,
+        sender: events,
+        mounted,
+        mount_point,
+        native,
+        report,
+        control_socket,
+    })
 }
 
 /// Starts the io_uring queues if that transport was chosen and the kernel

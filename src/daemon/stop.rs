@@ -201,6 +201,36 @@ fn unmount_patiently(
     Ok(stopped)
 }
 
+/// Unmounts at once for a caller that is done with the mount (an
+/// embedded one, [`crate::daemon::Embedded`]): a busy mount is detached,
+/// so files still open through it keep working until closed.
+pub fn unmount_or_detach(events: &Receiver<Event>, mut mounted: Mounted, mount_point: &Path) {
+    match mount::unmount(mount_point) {
+        Ok(()) => {}
+        Err(err) => {
+            log::warn!(
+                target: LOG,
+                "Unmounting file system failed with '{err}'; detaching {}",
+                mount_point.display()
+            );
+            // The session serves the open files on, by itself.
+            match detach(mount_point) {
+                Ok(()) => mounted.gone(),
+                Err(err) => log::error!(target: LOG, "{err}"),
+            }
+            return;
+        }
+    }
+    mounted.gone();
+    // The session notices the unmount when its next read fails.
+    loop {
+        match events.recv_timeout(SESSION_END_WAIT) {
+            Ok(Event::SessionEnded(_)) | Err(_) => break,
+            Ok(Event::Signal(_) | Event::FrontEndDone) => continue,
+        }
+    }
+}
+
 /// After a detach: serves what is still open until the kernel lets the
 /// file system go with its last close (the session ends), or until another
 /// signal, which ends the daemon at once.

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use actionfs_protocol::backend::digest::{is_sha256_hex, sha256_hex};
+use actionfs_protocol::backend::digest::is_sha256_hex;
 use actionfs_protocol::backend::sandbox::{
     self, collect, content, create, destroy, Manifest, Push, Retention,
 };
@@ -32,7 +32,7 @@ use crate::sandbox::layout::Draft;
 use crate::sandbox::materialize::remove_tree;
 use crate::sandbox::merkle::{MissingDir, Trees, WalkError, Walked};
 use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup};
-use crate::sandbox::tree::MerkleInputs;
+use crate::sandbox::tree::{EmptyDirs, MerkleInputs, SymlinkTargets};
 
 /// The directories of one `actionfs serve`, all below its base.
 #[derive(Clone, Debug)]
@@ -91,7 +91,7 @@ pub struct Service {
     /// Digests a Push brought bad bytes for, and why: a Create naming one
     /// is refused with that reason rather than asked for it again.
     refused: Mutex<HashMap<String, String>>,
-    links_made: Mutex<HashSet<String>>,
+    links: SymlinkTargets,
     lookups: Mutex<HashMap<Box<str>, KeptLookups>>,
 }
 
@@ -106,12 +106,12 @@ impl Service {
     pub fn new(core: Arc<Sandboxes>, store: Arc<ContentStore>, dirs: Dirs) -> Service {
         Service {
             trees: Trees::new(store.clone()),
+            links: SymlinkTargets::new(dirs.links.clone()),
             core,
             store,
             dirs,
             live: Mutex::default(),
             refused: Mutex::default(),
-            links_made: Mutex::default(),
             lookups: Mutex::default(),
         }
     }
@@ -336,7 +336,7 @@ impl Service {
             let ws_dir = scratch.join(&plan.walked.top);
             fs::create_dir(&ws_dir).map_err(|err| format!("mkdir {ws_dir:?}: {err}"))?;
             outputs::prepare(&scratch, &plan.outs).map_err(|err| err.to_string())?;
-            let links = self.symlinks_of(&plan.walked)?;
+            let links = self.links.of(&plan.walked)?;
             let mappings = mapping_count(plan);
             // Natively, every input (the materializer needs them all). In
             // FUSE, directories off the outputs' paths are lazy, made into
@@ -369,7 +369,7 @@ impl Service {
                 std::mem::take(&mut plan.content),
                 plan.exec_root.to_owned(),
                 links,
-                self.dirs.empty.clone(),
+                EmptyDirs::Mapped(self.dirs.empty.clone()),
             );
             let lazy = lazy
                 .into_iter()
@@ -491,38 +491,6 @@ impl Service {
             }
         }
         Ok(draft)
-    }
-
-    /// The symlink of ours for each symlink target in `walked`.
-    fn symlinks_of(&self, walked: &Walked) -> Result<HashMap<Box<str>, PathBuf>, String> {
-        let mut links = HashMap::new();
-        for (_, dir) in &walked.dirs {
-            for link in dir.symlinks.iter() {
-                if !links.contains_key(&*link.target) {
-                    links.insert(link.target.clone(), self.symlink_for(&link.target)?);
-                }
-            }
-        }
-        Ok(links)
-    }
-
-    /// A symlink of ours whose target is `target`, made once per target.
-    fn symlink_for(&self, target: &str) -> Result<PathBuf, String> {
-        let name = sha256_hex(target.as_bytes());
-        let path = self.dirs.links.join(&name);
-        if self.links_made.lock().contains(&name) {
-            return Ok(path);
-        }
-        let temp = self
-            .dirs
-            .links
-            .join(format!(".{name}.{:?}", std::thread::current().id()));
-        let _ = fs::remove_file(&temp);
-        std::os::unix::fs::symlink(target, &temp)
-            .and_then(|()| fs::rename(&temp, &path))
-            .map_err(|err| format!("symlink to {target:?} at {path:?}: {err}"))?;
-        self.links_made.lock().insert(name);
-        Ok(path)
     }
 
     /// MissingContent for `hashes`, unless a Push brought bad bytes for

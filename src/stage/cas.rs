@@ -117,6 +117,23 @@ impl Cas {
         }
     }
 
+    /// The path of the file [`Cas::source`] names, for a view that maps
+    /// it rather than linking it: checked to be there (`ENOENT` if not).
+    pub fn source_path(&self, hash: &str, size: i64, executable: bool) -> io::Result<PathBuf> {
+        let (dir, name) = self.source(hash, size, executable)?;
+        let ours = std::ptr::eq(dir, &self.executables);
+        if !ours {
+            // Ours were made (and checked) by `source`.
+            self.digests.stat_at(&name)?;
+        }
+        let name = name.into_string().expect("an ASCII name");
+        Ok(if ours {
+            self.executables_path.join(name)
+        } else {
+            self.content_path.join(DIGESTS).join(name)
+        })
+    }
+
     pub fn content_path(&self) -> &Path {
         &self.content_path
     }

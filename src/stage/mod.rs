@@ -24,12 +24,15 @@
 
 mod build;
 mod cas;
+mod fuse_roots;
 mod recycle;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use cas::Cas;
+pub use fuse_roots::FuseRoots;
 pub use recycle::Spares;
 
 use crate::sandbox::materialize::{self, remove_tree};
@@ -119,9 +122,12 @@ pub struct Staged {
     /// The tree it holds: the root directory's digest.
     hash: Box<str>,
     size: i64,
-    /// Files and directories made (not those a recycled root kept).
+    /// Files and directories made (not those a recycled root kept; for
+    /// a root in the mount, its files and the directories made for it).
     pub files: usize,
     pub dirs: usize,
+    /// The root's sandbox in [`FuseRoots`]' mount, if it is served there.
+    fuse_id: Option<Box<str>>,
 }
 
 impl Staged {
@@ -132,11 +138,18 @@ impl Staged {
             size,
             files: 0,
             dirs: 0,
+            fuse_id: None,
         }
     }
 
     pub fn path(&self) -> &Path {
         &self.root
+    }
+
+    /// Whether the root is served by the stager's FUSE mount (its path
+    /// is then a symlink into it).
+    pub fn is_fuse(&self) -> bool {
+        self.fuse_id.is_some()
     }
 }
 
@@ -146,6 +159,7 @@ pub struct Stager {
     trees: Trees<Cas>,
     how: build::How,
     spares: Option<Spares>,
+    fuse: Option<Arc<FuseRoots>>,
 }
 
 impl Stager {
@@ -164,6 +178,7 @@ impl Stager {
                 threads: 0,
             },
             spares: None,
+            fuse: None,
         })
     }
 
@@ -185,6 +200,15 @@ impl Stager {
             self.spares = Some(Spares::new(dir, max)?);
         }
         Ok(self)
+    }
+
+    /// Serves roots of as many files as `roots` wants from its FUSE mount
+    /// ([`FuseRoots`]): staging one costs a `stat` per file and a `mkdir`
+    /// per directory, and its action then looks each name up through
+    /// FUSE. The mount goes with the last stager holding it.
+    pub fn fuse_roots(mut self, roots: Arc<FuseRoots>) -> Stager {
+        self.fuse = Some(roots);
+        self
     }
 
     /// How many torn-down roots are kept for reuse now.
@@ -230,6 +254,11 @@ impl Stager {
             }
         };
         let parents = build::output_parents(&walked, outputs).map_err(StageError::Invalid)?;
+        if let Some(fuse) = &self.fuse {
+            if fuse.wants(walked.file_count()) {
+                return fuse.stage(self.cas(), &walked, &parents, Staged::new(at, hash, size));
+            }
+        }
         if let Some(spares) = &self.spares {
             if let Some(made) =
                 self.stage_from_spare(spares, &walked, &parents, Staged::new(at, hash, size))
@@ -249,6 +278,9 @@ impl Stager {
     /// Removes a staged root and everything the action left in it (or,
     /// when recycling, keeps it as a spare once that is removed).
     pub fn tear_down(&self, staged: Staged) -> Result<(), StageError> {
+        if let (Some(fuse), Some(id)) = (&self.fuse, &staged.fuse_id) {
+            return fuse.tear_down(&staged, id);
+        }
         match &self.spares {
             Some(spares) => self.recycle(spares, &staged).map(drop),
             None => remove_tree(&staged.root)

@@ -134,6 +134,27 @@ impl Sandboxes {
         Ok(())
     }
 
+    /// Creates sandbox `id` in the FUSE view as one lazy directory over
+    /// the writable directory `writable_root`
+    /// ([`SandboxFs::create_lazy_root`]).
+    pub fn create_lazy_root(
+        &self,
+        id: &str,
+        writable_root: &Path,
+        entries: Box<dyn LazyEntries>,
+        mappings: usize,
+    ) -> Result<(), Refusal> {
+        validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
+        let _claimed = self.claim(id)?;
+        if self.fs.has_sandbox(id) {
+            return Err(SandboxError::Exists(id.to_owned()).into());
+        }
+        self.fs
+            .create_lazy_root(id, writable_root, entries, mappings)?;
+        self.stats.built(Built::Fuse);
+        Ok(())
+    }
+
     /// Checks sandbox `id`'s draft against the mount (`Draft::finish`).
     fn finish(&self, id: &str, draft: Draft) -> Result<Draft, SandboxError> {
         draft

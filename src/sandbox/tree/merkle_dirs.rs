@@ -11,17 +11,28 @@
 //! directory that merges with the underlying directory of its name, as a
 //! directory made up for nested mappings does.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
+use actionfs_protocol::backend::digest::sha256_hex;
 use parking_lot::Mutex;
 
 use super::name::Name;
 use super::node::{LazyEntries, Location, Node, Origin};
 use crate::sandbox::dirfd::Anchor;
 use crate::sandbox::merkle::{join, Walked};
+
+/// What an empty directory of the tree is.
+pub enum EmptyDirs {
+    /// A read-only mapping of this empty directory.
+    Mapped(PathBuf),
+    /// A directory merged with the underlying one of its name, as a
+    /// directory with entries is (for a caller that makes every directory
+    /// of the tree underneath, writable).
+    Merged,
+}
 
 /// What every lazy directory of one sandbox's tree reads from.
 pub struct MerkleInputs {
@@ -37,7 +48,7 @@ pub struct MerkleInputs {
     default_place: PathBuf,
     /// The symlink made for each symlink target.
     links: HashMap<Box<str>, PathBuf>,
-    empty_dir: PathBuf,
+    empty_dirs: EmptyDirs,
     /// Anchors made so far, by directory: one per directory per sandbox,
     /// as a draft shares them.
     anchors: Mutex<HashMap<PathBuf, Arc<Anchor>>>,
@@ -47,15 +58,14 @@ impl MerkleInputs {
     /// The inputs of sandbox `sandbox`'s tree `walked`. `content` has an
     /// entry per file of `walked.files()`; a file without one is read from
     /// `default_place/<its path in walked>`. `links` has the symlink made
-    /// for each symlink target of the tree; `empty_dir` stands for every
-    /// empty directory.
+    /// for each symlink target of the tree.
     pub fn new(
         sandbox: &str,
         walked: Walked,
         content: Vec<Option<PathBuf>>,
         default_place: PathBuf,
         links: HashMap<Box<str>, PathBuf>,
-        empty_dir: PathBuf,
+        empty_dirs: EmptyDirs,
     ) -> Arc<MerkleInputs> {
         let mut index_of = HashMap::with_capacity(walked.dirs.len());
         let mut first_file = Vec::with_capacity(walked.dirs.len());
@@ -74,7 +84,7 @@ impl MerkleInputs {
             content,
             default_place,
             links,
-            empty_dir,
+            empty_dirs,
             anchors: Mutex::default(),
         })
     }
@@ -172,10 +182,69 @@ impl LazyEntries for LazyDir {
                     },
                     entries,
                 ),
-                _ => Arc::new(inputs.mapping(&inputs.empty_dir)),
+                _ => match &inputs.empty_dirs {
+                    EmptyDirs::Mapped(empty) => Arc::new(inputs.mapping(empty)),
+                    EmptyDirs::Merged => Arc::new(Node::new_dir(
+                        writable,
+                        Origin::Child {
+                            parent: this.clone(),
+                            name: name.clone(),
+                        },
+                        Vec::new(),
+                    )),
+                },
             };
             made.push((name, node));
         }
         made
+    }
+}
+
+/// The symlinks that stand for a tree's symlink nodes: one of ours per
+/// target, holding it verbatim, made once in `dir` and named by the
+/// target's hash, so nothing ever follows a symlink of the tree.
+pub struct SymlinkTargets {
+    dir: PathBuf,
+    made: Mutex<HashSet<String>>,
+}
+
+impl SymlinkTargets {
+    pub fn new(dir: PathBuf) -> SymlinkTargets {
+        SymlinkTargets {
+            dir,
+            made: Mutex::default(),
+        }
+    }
+
+    /// The symlink of ours for each symlink target in `walked`.
+    pub fn of(&self, walked: &Walked) -> Result<HashMap<Box<str>, PathBuf>, String> {
+        let mut links = HashMap::new();
+        for (_, dir) in &walked.dirs {
+            for link in dir.symlinks.iter() {
+                if !links.contains_key(&*link.target) {
+                    links.insert(link.target.clone(), self.symlink_for(&link.target)?);
+                }
+            }
+        }
+        Ok(links)
+    }
+
+    /// A symlink of ours whose target is `target`: made by a rename, so
+    /// that one is whole whenever it is there.
+    fn symlink_for(&self, target: &str) -> Result<PathBuf, String> {
+        let name = sha256_hex(target.as_bytes());
+        let path = self.dir.join(&name);
+        if self.made.lock().contains(&name) {
+            return Ok(path);
+        }
+        let temp = self
+            .dir
+            .join(format!(".{name}.{:?}", std::thread::current().id()));
+        let _ = std::fs::remove_file(&temp);
+        std::os::unix::fs::symlink(target, &temp)
+            .and_then(|()| std::fs::rename(&temp, &path))
+            .map_err(|err| format!("symlink to {target:?} at {path:?}: {err}"))?;
+        self.made.lock().insert(name);
+        Ok(path)
     }
 }

@@ -48,7 +48,7 @@ pub use error::{Errno, FsError, FsResult};
 pub use handles::{DirEntry, OpenFile};
 pub use inodes::ROOT_INO;
 pub use io::Opened;
-pub use merkle_dirs::MerkleInputs;
+pub use merkle_dirs::{EmptyDirs, MerkleInputs, SymlinkTargets};
 pub use mutate::{SetAttr, SetTime};
 pub use name::Name;
 pub use namespace::StatFs;
@@ -307,6 +307,35 @@ impl SandboxFs {
                 why,
             })?;
         }
+        self.publish(id, tree, mappings, true)
+    }
+
+    /// Creates sandbox `id` (a valid id) as one lazy directory, `entries`,
+    /// merged with the writable directory at `writable_root`, where
+    /// everything the sandbox's user makes goes (see [`crate::stage`]).
+    /// On error nothing has changed.
+    pub fn create_lazy_root(
+        &self,
+        id: &str,
+        writable_root: &std::path::Path,
+        entries: Box<dyn LazyEntries>,
+        mappings: usize,
+    ) -> Result<(), SandboxError> {
+        let anchor =
+            crate::sandbox::dirfd::Anchor::open(writable_root, Some(id.into())).map_err(|err| {
+                SandboxError::Lazy {
+                    id: id.to_owned(),
+                    why: format!("root: open {writable_root:?}: {err}"),
+                }
+            })?;
+        let tree = Node::new_lazy_dir(
+            true,
+            Origin::Mapped(Location {
+                anchor: Arc::new(anchor),
+                name: Name::new(OsStr::new("")),
+            }),
+            entries,
+        );
         self.publish(id, tree, mappings, true)
     }
 
