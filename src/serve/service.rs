@@ -31,7 +31,7 @@ use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::layout::Draft;
 use crate::sandbox::materialize::remove_tree;
 use crate::sandbox::merkle::{MissingDir, Trees, WalkError, Walked};
-use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup};
+use crate::sandbox::store::{self, AcquireError, Acquired, ContentStore, Lookup};
 use crate::sandbox::tree::{EmptyDirs, MerkleInputs, SymlinkTargets};
 
 /// The directories of one `actionfs serve`, all below its base.
@@ -54,14 +54,21 @@ struct Live {
 
 /// A Create checked and resolved, ready to build.
 struct Plan<'a> {
-    walked: Walked,
+    walked: Arc<Walked>,
     /// Sorted by path.
     outs: Vec<Output>,
     writable: Vec<(&'a String, &'a String)>,
     exec_root: &'a Path,
     /// Per file, in `walked.files()` order: its path in the store, or
     /// `None` for its default place.
-    content: Vec<Option<PathBuf>>,
+    content: Arc<[Option<PathBuf>]>,
+}
+
+/// A tree's content as acquired for a sandbox, kept by root digest.
+struct TreeContent {
+    acquired: Acquired,
+    /// Per file, in `walked.files()` order, as in [`Plan`].
+    content: Arc<[Option<PathBuf>]>,
 }
 
 /// Why a create did not make a sandbox.
@@ -93,6 +100,8 @@ pub struct Service {
     refused: Mutex<HashMap<String, String>>,
     links: SymlinkTargets,
     lookups: Mutex<HashMap<Box<str>, KeptLookups>>,
+    acquired: Mutex<HashMap<Box<str>, Arc<TreeContent>>>,
+    walks: Mutex<HashMap<Box<str>, Arc<Walked>>>,
 }
 
 /// Store lookups of a tree's files (by root digest), and the store's
@@ -113,6 +122,8 @@ impl Service {
             live: Mutex::default(),
             refused: Mutex::default(),
             lookups: Mutex::default(),
+            acquired: Mutex::default(),
+            walks: Mutex::default(),
         }
     }
 
@@ -197,13 +208,7 @@ impl Service {
         if !is_sha256_hex(&root.hash) {
             return Err(format!("input_root_digest {:?} is not a SHA-256 hash", root.hash).into());
         }
-        let walked = match walk_workspace(&self.trees, &root.hash, root.size_bytes) {
-            Ok(walked) => walked,
-            Err(WalkError::Invalid(why)) => return Err(why.into()),
-            Err(WalkError::Missing(missing)) => {
-                return Err(self.missing(missing.into_iter().map(|dir| dir.hash).collect()))
-            }
-        };
+        let walked = self.walk(&root.hash, root.size_bytes)?;
         let ws = walked.top.as_str();
         let mut outs = Vec::with_capacity(manifest.outputs.len());
         for (key, output) in &manifest.outputs {
@@ -263,25 +268,7 @@ impl Service {
             )
             .into());
         }
-        let wanted: Vec<(&str, bool)> = walked
-            .files()
-            .zip(found.iter())
-            .filter(|(_, found)| **found == Lookup::Present)
-            .map(|((_, file), _)| (&*file.hash, file.executable))
-            .collect();
-        let stored = match self.store.acquire(id, &wanted) {
-            Ok(stored) => stored,
-            Err(AcquireError::Missing(missing)) => return Err(self.missing(missing.hashes)),
-            Err(AcquireError::Store(err)) => return Err(err.to_string().into()),
-        };
-        let mut stored = stored.into_iter();
-        let content = found
-            .iter()
-            .map(|found| match found {
-                Lookup::Present => Some(stored.next().expect("a stored path per present file")),
-                _ => None,
-            })
-            .collect();
+        let content = self.acquire(id, &root.hash, &walked, &found)?;
         let mut plan = Plan {
             walked,
             outs,
@@ -305,6 +292,82 @@ impl Service {
                 Err(why.into())
             }
         }
+    }
+
+    /// Pins in the store, for sandbox `id`, the content of tree `root`'s
+    /// present files; returns each file's store path (`None` for its
+    /// default place). A tree acquired before is pinned again as it was
+    /// while no content came or went: no lookup or path per file.
+    fn acquire(
+        &self,
+        id: &str,
+        root: &str,
+        walked: &Walked,
+        found: &[Lookup],
+    ) -> Result<Arc<[Option<PathBuf>]>, Refused> {
+        let kept = self.acquired.lock().get(root).cloned();
+        if let Some(kept) = kept {
+            if self.store.acquire_again(id, &kept.acquired) {
+                return Ok(kept.content.clone());
+            }
+        }
+        let wanted: Vec<(&str, bool)> = walked
+            .files()
+            .zip(found.iter())
+            .filter(|(_, found)| **found == Lookup::Present)
+            .map(|((_, file), _)| (&*file.hash, file.executable))
+            .collect();
+        let acquired = match self.store.acquire_tree(id, &wanted) {
+            Ok(acquired) => acquired,
+            Err(AcquireError::Missing(missing)) => return Err(self.missing(missing.hashes)),
+            Err(AcquireError::Store(err)) => return Err(err.to_string().into()),
+        };
+        let mut stored = acquired.paths.iter();
+        let content: Arc<[Option<PathBuf>]> = found
+            .iter()
+            .map(|found| match found {
+                Lookup::Present => Some(
+                    stored
+                        .next()
+                        .expect("a stored path per present file")
+                        .clone(),
+                ),
+                _ => None,
+            })
+            .collect();
+        let mut kept = self.acquired.lock();
+        if kept.len() >= LOOKUPS_KEPT {
+            kept.clear();
+        }
+        kept.insert(
+            root.into(),
+            Arc::new(TreeContent {
+                acquired,
+                content: content.clone(),
+            }),
+        );
+        Ok(content)
+    }
+
+    /// The walk of tree `root`, kept by digest (a digest's tree never
+    /// changes), since a tree seen before is the common case.
+    fn walk(&self, root: &str, size: i64) -> Result<Arc<Walked>, Refused> {
+        if let Some(walked) = self.walks.lock().get(root) {
+            return Ok(walked.clone());
+        }
+        let walked = match walk_workspace(&self.trees, root, size) {
+            Ok(walked) => Arc::new(walked),
+            Err(WalkError::Invalid(why)) => return Err(why.into()),
+            Err(WalkError::Missing(missing)) => {
+                return Err(self.missing(missing.into_iter().map(|dir| dir.hash).collect()))
+            }
+        };
+        let mut walks = self.walks.lock();
+        if walks.len() >= LOOKUPS_KEPT {
+            walks.clear();
+        }
+        walks.insert(root.into(), walked.clone());
+        Ok(walked)
     }
 
     /// What the store says of each file of tree `root` (`walked`): asked
@@ -366,7 +429,7 @@ impl Service {
             let inputs = MerkleInputs::new(
                 id,
                 plan.walked.clone(),
-                std::mem::take(&mut plan.content),
+                plan.content.clone(),
                 plan.exec_root.to_owned(),
                 links,
                 EmptyDirs::Mapped(self.dirs.empty.clone()),

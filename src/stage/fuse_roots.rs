@@ -22,6 +22,7 @@ use std::ffi::CString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::build::{io_error, open_destination};
@@ -107,8 +108,8 @@ impl FuseRoots {
             let links = self.links.of(walked).map_err(StageError::Invalid)?;
             let inputs = MerkleInputs::new(
                 &id,
-                walked.clone(),
-                content,
+                Arc::new(walked.clone()),
+                content.into(),
                 PathBuf::new(),
                 links,
                 EmptyDirs::Merged,

@@ -84,6 +84,17 @@ pub struct Usage {
     pub pinned: usize,
 }
 
+/// The entries a sandbox's tree acquired, to acquire again for another
+/// sandbox of the same tree.
+pub struct Acquired {
+    /// The content generation they were pinned at.
+    generation: u64,
+    /// Their slots, sorted, each once.
+    slots: Vec<u32>,
+    /// Each wanted entry's path, in the order wanted.
+    pub paths: Vec<PathBuf>,
+}
+
 /// File mode of content files and of executable variants.
 const CONTENT_MODE: u32 = 0o444;
 const EXECUTABLE_MODE: u32 = 0o555;
@@ -454,6 +465,17 @@ impl ContentStore {
         sandbox: &str,
         wanted: &[(&str, bool)],
     ) -> Result<Vec<PathBuf>, AcquireError> {
+        self.acquire_tree(sandbox, wanted)
+            .map(|acquired| acquired.paths.to_vec())
+    }
+
+    /// [`ContentStore::acquire`], kept to pin the same entries for the
+    /// next sandbox of the same tree ([`ContentStore::acquire_again`]).
+    pub fn acquire_tree(
+        &self,
+        sandbox: &str,
+        wanted: &[(&str, bool)],
+    ) -> Result<Acquired, AcquireError> {
         let digests = wanted
             .iter()
             .map(|(hash, _)| parse(hash))
@@ -484,8 +506,9 @@ impl ContentStore {
                     make_executable.push(i);
                 }
             }
-            state.index.pin(sandbox, &slots)
+            (state.index.pin(sandbox, &slots), state.generation)
         };
+        let (pinned, generation) = pinned;
         make_executable.sort_unstable_by_key(|&i| digests[i]);
         make_executable.dedup_by_key(|i| digests[*i]);
         for i in make_executable {
@@ -494,7 +517,7 @@ impl ContentStore {
                 return Err(err.into());
             }
         }
-        Ok(wanted
+        let paths = wanted
             .iter()
             .map(|&(hash, executable)| {
                 let dir = if executable {
@@ -504,7 +527,25 @@ impl ContentStore {
                 };
                 dir.join(hash)
             })
-            .collect())
+            .collect();
+        Ok(Acquired {
+            generation,
+            slots: pinned,
+            paths,
+        })
+    }
+
+    /// Pins for `sandbox` what `acquired` pinned for another sandbox, if
+    /// no content came or went since (its entries and executable variants
+    /// are then all still there); false, pinning nothing, if some did.
+    /// Costs no lookup and no path per entry.
+    pub fn acquire_again(&self, sandbox: &str, acquired: &Acquired) -> bool {
+        let mut state = self.state.lock();
+        if state.generation != acquired.generation {
+            return false;
+        }
+        state.index.pin(sandbox, &acquired.slots);
+        true
     }
 
     /// Unpins everything `sandbox` pinned; single-use entries no sandbox

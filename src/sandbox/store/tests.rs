@@ -663,3 +663,29 @@ fn a_store_serves_many_threads_through_an_arc() {
     }
     assert_eq!(store.usage().pinned, 4);
 }
+
+/// A tree's content acquired once pins the same entries for the next
+/// sandbox while no content came or went, and is refused (pinning
+/// nothing) once some did: an entry it held may be gone.
+#[test]
+fn acquired_content_is_pinned_again_only_while_no_content_came_or_went() {
+    let (_dir, store) = open(1 << 20);
+    let (a, b) = (hash(b"a"), hash(b"b"));
+    store.put_bytes(&a, b"a", Retention::Keep).unwrap();
+    store.put_bytes(&b, b"b", Retention::Keep).unwrap();
+    let acquired = store
+        .acquire_tree("s1", &[(&a, false), (&b, true), (&a, false)])
+        .unwrap();
+    assert_eq!(acquired.paths.len(), 3);
+    assert_eq!(store.usage().pinned, 2);
+    store.release("s1");
+    assert_eq!(store.usage().pinned, 0);
+    assert!(store.acquire_again("s2", &acquired));
+    assert_eq!(store.usage().pinned, 2);
+    store.release("s2");
+    assert_eq!(store.usage().pinned, 0);
+    // New content: the next sandbox must look its entries up again.
+    store.put_bytes(&hash(b"c"), b"c", Retention::Keep).unwrap();
+    assert!(!store.acquire_again("s3", &acquired));
+    assert_eq!(store.usage().pinned, 0);
+}

@@ -37,14 +37,14 @@ pub enum EmptyDirs {
 /// What every lazy directory of one sandbox's tree reads from.
 pub struct MerkleInputs {
     sandbox: Arc<str>,
-    walked: Walked,
+    walked: Arc<Walked>,
     /// Each directory's index in `walked.dirs`, by its path there.
     index_of: HashMap<Box<str>, u32>,
     /// Each directory's first file in `content`.
     first_file: Vec<u32>,
     /// Each file's content (in `Walked::files` order): `None` for its
     /// default place.
-    content: Vec<Option<PathBuf>>,
+    content: Arc<[Option<PathBuf>]>,
     default_place: PathBuf,
     /// The symlink made for each symlink target.
     links: HashMap<Box<str>, PathBuf>,
@@ -61,8 +61,8 @@ impl MerkleInputs {
     /// for each symlink target of the tree.
     pub fn new(
         sandbox: &str,
-        walked: Walked,
-        content: Vec<Option<PathBuf>>,
+        walked: Arc<Walked>,
+        content: Arc<[Option<PathBuf>]>,
         default_place: PathBuf,
         links: HashMap<Box<str>, PathBuf>,
         empty_dirs: EmptyDirs,
