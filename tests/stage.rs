@@ -1257,3 +1257,54 @@ fn dropping_the_stager_with_a_process_inside_detaches_the_mount() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(out.stdout, b"int main() { return 0; }\n");
 }
+
+/// A worker killed while its FUSE roots are mounted (no destructor runs)
+/// leaves no mount behind: a FUSE mount whose server died stays in the
+/// mount table, failing every access, unless something unmounts it.
+#[test]
+fn a_killed_worker_leaves_no_mount_behind() {
+    const CHILD: &str = "ACTIONFS_TEST_FUSE_ROOTS_IN";
+    if let Some(dir) = std::env::var_os(CHILD) {
+        // The worker: mounts, says so, and waits to be killed.
+        let _roots = FuseRoots::open(Path::new(&dir), 0).unwrap();
+        println!("mounted");
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        return;
+    }
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let cas = Cas::new();
+    let mount_point = cas.fuse_dir().join("mnt");
+    let mut worker = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_killed_worker_leaves_no_mount_behind",
+            "--nocapture",
+        ])
+        .env(CHILD, cas.fuse_dir())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    let mut out = std::io::BufReader::new(worker.stdout.take().unwrap());
+    while !said.contains("mounted") {
+        said.clear();
+        assert_ne!(
+            std::io::BufRead::read_line(&mut out, &mut said).unwrap(),
+            0,
+            "the worker ended before mounting"
+        );
+    }
+    assert!(is_mounted(&mount_point));
+    worker.kill().unwrap(); // SIGKILL: nothing of the worker runs again
+    worker.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while is_mounted(&mount_point) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{mount_point:?} is still mounted 10 s after its worker was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -28,6 +28,7 @@ pub mod reconfig;
 pub mod record;
 pub mod stats;
 pub mod stop;
+mod unmount_guard;
 
 pub use error::DaemonError;
 use stop::Event;
@@ -112,15 +113,27 @@ pub struct Embedded {
     sandboxes: Arc<Sandboxes>,
     /// Behind a lock only to be shared: nothing uses it before the drop.
     started: parking_lot::Mutex<Option<Started>>,
+    /// Unmounts if this process dies first; `None` if it could not start.
+    guard: Option<unmount_guard::UnmountGuard>,
 }
 
 impl Embedded {
     /// Mounts at `options.mount_point`; the caller makes its sandboxes.
     pub fn start(options: &DaemonConfig) -> Result<Embedded, DaemonError> {
         let started = start(options, None)?;
+        let guard = unmount_guard::UnmountGuard::watch(&started.mount_point)
+            .inspect_err(|err| {
+                log::warn!(
+                    "{:?} stays mounted if this process dies before unmounting it: no watcher \
+                     ({err})",
+                    started.mount_point
+                )
+            })
+            .ok();
         Ok(Embedded {
             sandboxes: started.sandboxes.clone(),
             started: parking_lot::Mutex::new(Some(started)),
+            guard,
         })
     }
 
@@ -134,6 +147,7 @@ impl Drop for Embedded {
         if let Some(started) = self.started.get_mut().take() {
             started.unmount_now();
         }
+        drop(self.guard.take());
     }
 }
 
