@@ -162,9 +162,36 @@ pub struct Walked {
     /// The path the walk started at (the first directory's path).
     pub top: String,
     pub dirs: Vec<(String, Arc<Checked>)>,
+    index: std::sync::OnceLock<WalkIndex>,
+}
+
+/// Where each directory of a walk is, made once per walk at first use
+/// (a tree seen again is found by its walk, index and all).
+#[derive(Debug, Default, Clone)]
+pub struct WalkIndex {
+    /// Each directory's index in `Walked::dirs`, by its path there.
+    pub by_path: HashMap<Box<str>, u32>,
+    /// Each directory's first file's index in `Walked::files` order.
+    pub first_file: Vec<u32>,
 }
 
 impl Walked {
+    pub fn index(&self) -> &WalkIndex {
+        self.index.get_or_init(|| {
+            let mut index = WalkIndex {
+                by_path: HashMap::with_capacity(self.dirs.len()),
+                first_file: Vec::with_capacity(self.dirs.len()),
+            };
+            let mut files = 0u32;
+            for (at, (path, dir)) in self.dirs.iter().enumerate() {
+                index.by_path.insert(path.as_str().into(), at as u32);
+                index.first_file.push(files);
+                files += dir.files.len() as u32;
+            }
+            index
+        })
+    }
+
     /// Every file, with the path of its directory, in a fixed order.
     pub fn files(&self) -> impl Iterator<Item = (&str, &FileEntry)> {
         self.dirs
@@ -230,6 +257,7 @@ impl<S: DirectorySource> Trees<S> {
         let mut walked = Walked {
             top: top.to_owned(),
             dirs: Vec::new(),
+            index: Default::default(),
         };
         let mut missing = Vec::new();
         let mut pending: Vec<(String, Box<str>, i64)> = vec![(top.to_owned(), hash.into(), size)];

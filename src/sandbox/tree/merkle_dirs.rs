@@ -37,11 +37,8 @@ pub enum EmptyDirs {
 /// What every lazy directory of one sandbox's tree reads from.
 pub struct MerkleInputs {
     sandbox: Arc<str>,
+    /// Its index says where each directory and its first file are.
     walked: Arc<Walked>,
-    /// Each directory's index in `walked.dirs`, by its path there.
-    index_of: HashMap<Box<str>, u32>,
-    /// Each directory's first file in `content`.
-    first_file: Vec<u32>,
     /// Each file's content (in `Walked::files` order): `None` for its
     /// default place.
     content: Arc<[Option<PathBuf>]>,
@@ -67,20 +64,10 @@ impl MerkleInputs {
         links: HashMap<Box<str>, PathBuf>,
         empty_dirs: EmptyDirs,
     ) -> Arc<MerkleInputs> {
-        let mut index_of = HashMap::with_capacity(walked.dirs.len());
-        let mut first_file = Vec::with_capacity(walked.dirs.len());
-        let mut files = 0u32;
-        for (at, (path, dir)) in walked.dirs.iter().enumerate() {
-            index_of.insert(path.as_str().into(), at as u32);
-            first_file.push(files);
-            files += dir.files.len() as u32;
-        }
-        assert_eq!(content.len(), files as usize, "content for every file");
+        assert_eq!(content.len(), walked.file_count(), "content for every file");
         Arc::new(MerkleInputs {
             sandbox: sandbox.into(),
             walked,
-            index_of,
-            first_file,
             content,
             default_place,
             links,
@@ -96,7 +83,7 @@ impl MerkleInputs {
     /// The lazy entries of the directory at `path` in the walk, if it is
     /// one.
     pub fn dir(self: &Arc<Self>, path: &str) -> Option<Box<dyn LazyEntries>> {
-        let at = *self.index_of.get(path)?;
+        let at = *self.walked.index().by_path.get(path)?;
         Some(Box::new(LazyDir {
             inputs: self.clone(),
             at,
@@ -152,7 +139,7 @@ impl LazyEntries for LazyDir {
         let writable = this.upgrade().is_some_and(|node| node.is_writable());
         let mut made = Vec::with_capacity(dir.len());
         let mut default_dir = None;
-        let first = inputs.first_file[self.at as usize] as usize;
+        let first = inputs.walked.index().first_file[self.at as usize] as usize;
         for (file, content) in dir.files.iter().zip(&inputs.content[first..]) {
             let node = match content {
                 Some(stored) => inputs.mapping(stored),
