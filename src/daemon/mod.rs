@@ -170,37 +170,19 @@ impl Started {
     /// Waits for a reason to stop (a signal, an unmount, the front end's
     /// end) and unmounts.
     fn wait(self) -> Result<Stopped, DaemonError> {
-        let Started {
-            events,
-            sender,
-            mounted,
-            mount_point,
-            native,
-            report,
-            control_socket,
-            ..
-        } = self;
-        drop(sender);
-        let outcome = stop::wait_and_unmount(&events, mounted, &mount_point);
-        drop(control_socket);
-        log::info!("stats at exit: {}", report());
-        Self::destroy_native(native);
+        drop(self.sender);
+        let outcome = stop::wait_and_unmount(&self.events, self.mounted, &self.mount_point);
+        drop(self.control_socket);
+        log::info!("stats at exit: {}", (self.report)());
+        Self::destroy_native(self.native);
         outcome
     }
 
     /// Unmounts now, detaching the mount if it is busy.
     fn unmount_now(self) {
-        let Started {
-            events,
-            sender,
-            mounted,
-            mount_point,
-            native,
-            ..
-        } = self;
-        drop(sender);
-        stop::unmount_or_detach(&events, mounted, &mount_point);
-        Self::destroy_native(native);
+        drop(self.sender);
+        stop::unmount_or_detach(&self.events, self.mounted, &self.mount_point);
+        Self::destroy_native(self.native);
     }
 
     /// Native sandboxes outlive the mount unless removed: an undestroyed

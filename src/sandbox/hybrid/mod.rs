@@ -123,15 +123,10 @@ impl Sandboxes {
         lazy: Vec<(String, Box<dyn LazyEntries>)>,
         mappings: usize,
     ) -> Result<(), Refusal> {
-        validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
-        let _claimed = self.claim(id)?;
-        if self.fs.has_sandbox(id) {
-            return Err(SandboxError::Exists(id.to_owned()).into());
-        }
-        let draft = self.finish(id, draft)?;
-        self.fs.create_drafted_lazy(id, draft, lazy, mappings)?;
-        self.stats.built(Built::Fuse);
-        Ok(())
+        self.create_in_view(id, || {
+            let draft = self.finish(id, draft)?;
+            Ok(self.fs.create_drafted_lazy(id, draft, lazy, mappings)?)
+        })
     }
 
     /// Creates sandbox `id` in the FUSE view as one lazy directory over
@@ -144,13 +139,26 @@ impl Sandboxes {
         entries: Box<dyn LazyEntries>,
         mappings: usize,
     ) -> Result<(), Refusal> {
+        self.create_in_view(id, || {
+            Ok(self
+                .fs
+                .create_lazy_root(id, writable_root, entries, mappings)?)
+        })
+    }
+
+    /// Creates sandbox `id` in the FUSE view by `make`, once the id is
+    /// checked, claimed for this request and free.
+    fn create_in_view(
+        &self,
+        id: &str,
+        make: impl FnOnce() -> Result<(), Refusal>,
+    ) -> Result<(), Refusal> {
         validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
         let _claimed = self.claim(id)?;
         if self.fs.has_sandbox(id) {
             return Err(SandboxError::Exists(id.to_owned()).into());
         }
-        self.fs
-            .create_lazy_root(id, writable_root, entries, mappings)?;
+        make()?;
         self.stats.built(Built::Fuse);
         Ok(())
     }
