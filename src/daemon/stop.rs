@@ -191,13 +191,7 @@ fn unmount_patiently(
         }
     }
     mounted.gone();
-    // The session notices the unmount when its next read fails.
-    loop {
-        match events.recv_timeout(SESSION_END_WAIT) {
-            Ok(Event::SessionEnded(_)) | Err(_) => break,
-            Ok(Event::Signal(_) | Event::FrontEndDone) => continue,
-        }
-    }
+    await_session_end(events);
     Ok(stopped)
 }
 
@@ -222,7 +216,12 @@ pub fn unmount_or_detach(events: &Receiver<Event>, mut mounted: Mounted, mount_p
         }
     }
     mounted.gone();
-    // The session notices the unmount when its next read fails.
+    await_session_end(events);
+}
+
+/// After an unmount, waits (a while) for the session to notice it, which
+/// it does when its next read fails.
+fn await_session_end(events: &Receiver<Event>) {
     loop {
         match events.recv_timeout(SESSION_END_WAIT) {
             Ok(Event::SessionEnded(_)) | Err(_) => break,

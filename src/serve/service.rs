@@ -99,17 +99,41 @@ pub struct Service {
     /// is refused with that reason rather than asked for it again.
     refused: Mutex<HashMap<String, String>>,
     links: SymlinkTargets,
-    lookups: Mutex<HashMap<Box<str>, KeptLookups>>,
-    acquired: Mutex<HashMap<Box<str>, Arc<TreeContent>>>,
-    walks: Mutex<HashMap<Box<str>, Arc<Walked>>>,
+    lookups: KeptByRoot<KeptLookups>,
+    acquired: KeptByRoot<Arc<TreeContent>>,
+    walks: KeptByRoot<Arc<Walked>>,
 }
 
 /// Store lookups of a tree's files (by root digest), and the store's
 /// generation they were made at.
 type KeptLookups = (u64, Arc<[Lookup]>);
 
-/// Trees whose lookups are kept at most; past it the cache starts over.
-const LOOKUPS_KEPT: usize = 4096;
+/// What is kept of a tree seen before, by root digest: a tree seen again
+/// is the common case, and has thousands of files.
+struct KeptByRoot<V>(Mutex<HashMap<Box<str>, V>>);
+
+impl<V> Default for KeptByRoot<V> {
+    fn default() -> Self {
+        KeptByRoot(Mutex::default())
+    }
+}
+
+impl<V: Clone> KeptByRoot<V> {
+    /// Trees kept at most; past it the cache starts over.
+    const MAX: usize = 4096;
+
+    fn get(&self, root: &str) -> Option<V> {
+        self.0.lock().get(root).cloned()
+    }
+
+    fn keep(&self, root: &str, value: V) {
+        let mut kept = self.0.lock();
+        if kept.len() >= Self::MAX {
+            kept.clear();
+        }
+        kept.insert(root.into(), value);
+    }
+}
 
 impl Service {
     pub fn new(core: Arc<Sandboxes>, store: Arc<ContentStore>, dirs: Dirs) -> Service {
@@ -121,9 +145,9 @@ impl Service {
             dirs,
             live: Mutex::default(),
             refused: Mutex::default(),
-            lookups: Mutex::default(),
-            acquired: Mutex::default(),
-            walks: Mutex::default(),
+            lookups: KeptByRoot::default(),
+            acquired: KeptByRoot::default(),
+            walks: KeptByRoot::default(),
         }
     }
 
@@ -305,8 +329,7 @@ impl Service {
         walked: &Walked,
         found: &[Lookup],
     ) -> Result<Arc<[Option<PathBuf>]>, Refused> {
-        let kept = self.acquired.lock().get(root).cloned();
-        if let Some(kept) = kept {
+        if let Some(kept) = self.acquired.get(root) {
             if self.store.acquire_again(id, &kept.acquired) {
                 return Ok(kept.content.clone());
             }
@@ -317,30 +340,21 @@ impl Service {
             .filter(|(_, found)| **found == Lookup::Present)
             .map(|((_, file), _)| (&*file.hash, file.executable))
             .collect();
-        let acquired = match self.store.acquire_tree(id, &wanted) {
+        let (acquired, stored) = match self.store.acquire_tree(id, &wanted) {
             Ok(acquired) => acquired,
             Err(AcquireError::Missing(missing)) => return Err(self.missing(missing.hashes)),
             Err(AcquireError::Store(err)) => return Err(err.to_string().into()),
         };
-        let mut stored = acquired.paths.iter();
+        let mut stored = stored.into_iter();
         let content: Arc<[Option<PathBuf>]> = found
             .iter()
             .map(|found| match found {
-                Lookup::Present => Some(
-                    stored
-                        .next()
-                        .expect("a stored path per present file")
-                        .clone(),
-                ),
+                Lookup::Present => Some(stored.next().expect("a stored path per present file")),
                 _ => None,
             })
             .collect();
-        let mut kept = self.acquired.lock();
-        if kept.len() >= LOOKUPS_KEPT {
-            kept.clear();
-        }
-        kept.insert(
-            root.into(),
+        self.acquired.keep(
+            root,
             Arc::new(TreeContent {
                 acquired,
                 content: content.clone(),
@@ -352,8 +366,8 @@ impl Service {
     /// The walk of tree `root`, kept by digest (a digest's tree never
     /// changes), since a tree seen before is the common case.
     fn walk(&self, root: &str, size: i64) -> Result<Arc<Walked>, Refused> {
-        if let Some(walked) = self.walks.lock().get(root) {
-            return Ok(walked.clone());
+        if let Some(walked) = self.walks.get(root) {
+            return Ok(walked);
         }
         let walked = match walk_workspace(&self.trees, root, size) {
             Ok(walked) => Arc::new(walked),
@@ -362,11 +376,7 @@ impl Service {
                 return Err(self.missing(missing.into_iter().map(|dir| dir.hash).collect()))
             }
         };
-        let mut walks = self.walks.lock();
-        if walks.len() >= LOOKUPS_KEPT {
-            walks.clear();
-        }
-        walks.insert(root.into(), walked.clone());
+        self.walks.keep(root, walked.clone());
         Ok(walked)
     }
 
@@ -375,18 +385,14 @@ impl Service {
     /// before is the common case and has thousands of files.
     fn lookups(&self, root: &str, walked: &Walked) -> Arc<[Lookup]> {
         let generation = self.store.generation();
-        if let Some((at, found)) = self.lookups.lock().get(root) {
-            if *at == generation {
-                return found.clone();
+        if let Some((at, found)) = self.lookups.get(root) {
+            if at == generation {
+                return found;
             }
         }
         let (found, generation) = self.store.lookup_all(walked.files().map(|(_, f)| f.digest));
         let found: Arc<[Lookup]> = found.into();
-        let mut lookups = self.lookups.lock();
-        if lookups.len() >= LOOKUPS_KEPT {
-            lookups.clear();
-        }
-        lookups.insert(root.into(), (generation, found.clone()));
+        self.lookups.keep(root, (generation, found.clone()));
         found
     }
 

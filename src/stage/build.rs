@@ -175,32 +175,48 @@ pub fn fill(
         }
         Ok(placed)
     };
-    let threads = match how.threads {
-        0 if files.len() >= PARALLEL_FROM => 2,
-        0 => 1,
-        n => n.min(2),
-    };
-    let placed = if threads == 1 {
-        place_files(&files)?
-    } else {
-        let (first, second) = files.split_at(files.len() / 2);
-        let (a, b) = std::thread::scope(|scope| {
-            let other = scope.spawn(|| place_files(second));
-            (
-                place_files(first),
-                other.join().expect("no panic placing files"),
-            )
-        });
-        let (mut a, b) = (a?, b?);
-        a.files += b.files;
-        a.missing.extend(b.missing);
-        a
-    };
+    let (first, second) = in_halves(&files, two_threads(how.threads, files.len()), place_files);
+    let mut placed = first?;
+    if let Some(second) = second {
+        let second = second?;
+        placed.files += second.files;
+        placed.missing.extend(second.missing);
+    }
     staged.files += placed.files;
     if !placed.missing.is_empty() {
         return Err(StageError::Missing(placed.missing));
     }
     Ok(())
+}
+
+/// Whether files are placed (or looked at) on two threads: `threads`
+/// as the stager was told (1 or 2), or 0: by number of files.
+pub fn two_threads(threads: usize, files: usize) -> bool {
+    match threads {
+        0 => files >= PARALLEL_FROM,
+        n => n >= 2,
+    }
+}
+
+/// `work` on `items`, or on each half of them, the second on a thread of
+/// its own, when `two`: the first half's result, then the second's.
+pub fn in_halves<T: Sync, R: Send>(
+    items: &[T],
+    two: bool,
+    work: impl Fn(&[T]) -> R + Sync,
+) -> (R, Option<R>) {
+    if !two {
+        return (work(items), None);
+    }
+    let (first, second) = items.split_at(items.len() / 2);
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| work(second));
+        let first = work(first);
+        (
+            first,
+            Some(other.join().expect("no panic in a half's work")),
+        )
+    })
 }
 
 /// Makes file `file` of directory `dir` (at `dir_path` in the root at

@@ -18,14 +18,13 @@
 //! The CAS must keep a root's blobs while its action runs: the view maps
 //! them by path, where a hard link would have kept the inode.
 
-use std::ffi::CString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::build::{io_error, open_destination};
+use super::build::{in_halves, io_error, make_parents, open_destination, two_threads};
 use super::cas::Cas;
 use super::{MissingBlob, StageError, Staged};
 use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
@@ -34,7 +33,6 @@ use crate::daemon::Embedded;
 use crate::fuse::transport::Asked;
 use crate::sandbox::dirfd::{c_name, DirFd};
 use crate::sandbox::hybrid::cutoff::NativeBelow;
-use crate::sandbox::materialize::PARALLEL_FROM;
 use crate::sandbox::materialize::{self, remove_tree, Method};
 use crate::sandbox::merkle::{join, FileEntry, Walked};
 use crate::sandbox::tree::{EmptyDirs, MerkleInputs, SymlinkTargets};
@@ -95,27 +93,28 @@ impl FuseRoots {
     pub fn stage(
         &self,
         cas: &Cas,
-        walked: &Walked,
+        threads: usize,
+        walked: Walked,
         parents: &[String],
         mut staged: Staged,
     ) -> Result<Staged, StageError> {
         let at = staged.root.clone();
-        let content = blob_paths(cas, walked, &at)?;
+        let content = blob_paths(cas, &walked, threads, &at)?;
         let id = format!("r{}", self.next_id.fetch_add(1, Ordering::Relaxed));
         let scratch = self.scratch.join(&id);
         let made = (|| {
-            staged.dirs = mirror_dirs(&scratch, walked, parents, &at)?;
-            let links = self.links.of(walked).map_err(StageError::Invalid)?;
+            mirror_dirs(&scratch, &walked, parents, &mut staged)?;
+            let links = self.links.of(&walked).map_err(StageError::Invalid)?;
+            let files = walked.file_count();
             let inputs = MerkleInputs::new(
                 &id,
-                Arc::new(walked.clone()),
+                Arc::new(walked),
                 content.into(),
                 PathBuf::new(),
                 links,
                 EmptyDirs::Merged,
             );
             let root = inputs.dir("").expect("a walk holds its root");
-            let files = walked.file_count();
             self.mount
                 .sandboxes()
                 .create_lazy_root(&id, &scratch, root, files)
@@ -179,9 +178,14 @@ impl FuseRoots {
 }
 
 /// Each file's blob in the CAS, in the walk's order; every blob the CAS
-/// lacks, named, if any. One `stat` each, on two threads from
-/// [`PARALLEL_FROM`] files on, as linking them would be.
-fn blob_paths(cas: &Cas, walked: &Walked, at: &Path) -> Result<Vec<Option<PathBuf>>, StageError> {
+/// lacks, named, if any. One `stat` each, on as many threads as linking
+/// them would take.
+fn blob_paths(
+    cas: &Cas,
+    walked: &Walked,
+    threads: usize,
+    at: &Path,
+) -> Result<Vec<Option<PathBuf>>, StageError> {
     let files: Vec<_> = walked.files().collect();
     let find = |files: &[(&str, &FileEntry)]| {
         let mut content = Vec::with_capacity(files.len());
@@ -200,21 +204,14 @@ fn blob_paths(cas: &Cas, walked: &Walked, at: &Path) -> Result<Vec<Option<PathBu
         }
         Ok((content, missing))
     };
-    let (content, mut missing) = if files.len() < PARALLEL_FROM {
-        find(&files)?
-    } else {
-        let (first, second) = files.split_at(files.len() / 2);
-        let (a, b) = std::thread::scope(|scope| {
-            let other = scope.spawn(|| find(second));
-            (find(first), other.join().expect("no panic finding blobs"))
-        });
-        let ((mut content, mut missing), (more, also_missing)) = (a?, b?);
+    let (first, second) = in_halves(&files, two_threads(threads, files.len()), find);
+    let (mut content, mut missing) = first?;
+    if let Some(second) = second {
+        let (more, also_missing) = second?;
         content.extend(more);
         missing.extend(also_missing);
-        (content, missing)
-    };
+    }
     if !missing.is_empty() {
-        missing.sort_by(|a, b| a.path.cmp(&b.path));
         return Err(StageError::Missing(missing));
     }
     Ok(content)
@@ -222,33 +219,25 @@ fn blob_paths(cas: &Cas, walked: &Walked, at: &Path) -> Result<Vec<Option<PathBu
 
 /// Makes `scratch` and, in it, every directory of the tree and each of
 /// `parents`: what the merged view shows as the root's writable
-/// directories. Returns how many it made.
+/// directories, counted in `staged.dirs`.
 fn mirror_dirs(
     scratch: &Path,
     walked: &Walked,
     parents: &[String],
-    at: &Path,
-) -> Result<usize, StageError> {
+    staged: &mut Staged,
+) -> Result<(), StageError> {
     std::fs::create_dir(scratch)
         .map_err(|err| StageError::Io(materialize::Error::new("mkdir", scratch, err)))?;
     let root = DirFd::open(scratch)
         .map_err(|err| StageError::Io(materialize::Error::new("open", scratch, err)))?;
-    let mkdir = |path: &str| -> Result<(), StageError> {
-        let name: CString =
-            c_name(path.as_ref()).map_err(|err| io_error("mkdir", at, path, err))?;
-        root.mkdir_at(&name, 0o755)
-            .map_err(|err| io_error("mkdir", at, path, err))
-    };
-    let mut made = 1;
+    staged.dirs = 1;
     for (path, _) in walked.dirs.iter().filter(|(path, _)| !path.is_empty()) {
-        mkdir(path)?;
-        made += 1;
+        let fail = |err| io_error("mkdir", &staged.root, path, err);
+        let name = c_name(path.as_ref()).map_err(fail)?;
+        root.mkdir_at(&name, 0o755).map_err(fail)?;
+        staged.dirs += 1;
     }
-    for path in parents {
-        mkdir(path)?;
-        made += 1;
-    }
-    Ok(made)
+    make_parents(&root, parents, staged)
 }
 
 /// The mount: the worker's user alone, zero-message opens (blobs never

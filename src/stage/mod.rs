@@ -256,7 +256,8 @@ impl Stager {
         let parents = build::output_parents(&walked, outputs).map_err(StageError::Invalid)?;
         if let Some(fuse) = &self.fuse {
             if fuse.wants(walked.file_count()) {
-                return fuse.stage(self.cas(), &walked, &parents, Staged::new(at, hash, size));
+                let staged = Staged::new(at, hash, size);
+                return fuse.stage(self.cas(), self.how.threads, walked, &parents, staged);
             }
         }
         if let Some(spares) = &self.spares {

@@ -91,8 +91,6 @@ pub struct Acquired {
     generation: u64,
     /// Their slots, sorted, each once.
     slots: Vec<u32>,
-    /// Each wanted entry's path, in the order wanted.
-    pub paths: Vec<PathBuf>,
 }
 
 /// File mode of content files and of executable variants.
@@ -465,17 +463,17 @@ impl ContentStore {
         sandbox: &str,
         wanted: &[(&str, bool)],
     ) -> Result<Vec<PathBuf>, AcquireError> {
-        self.acquire_tree(sandbox, wanted)
-            .map(|acquired| acquired.paths.to_vec())
+        self.acquire_tree(sandbox, wanted).map(|(_, paths)| paths)
     }
 
-    /// [`ContentStore::acquire`], kept to pin the same entries for the
-    /// next sandbox of the same tree ([`ContentStore::acquire_again`]).
+    /// [`ContentStore::acquire`], and what it pinned, to pin the same
+    /// entries for the next sandbox of the same tree
+    /// ([`ContentStore::acquire_again`]).
     pub fn acquire_tree(
         &self,
         sandbox: &str,
         wanted: &[(&str, bool)],
-    ) -> Result<Acquired, AcquireError> {
+    ) -> Result<(Acquired, Vec<PathBuf>), AcquireError> {
         let digests = wanted
             .iter()
             .map(|(hash, _)| parse(hash))
@@ -528,11 +526,11 @@ impl ContentStore {
                 dir.join(hash)
             })
             .collect();
-        Ok(Acquired {
+        let acquired = Acquired {
             generation,
             slots: pinned,
-            paths,
-        })
+        };
+        Ok((acquired, paths))
     }
 
     /// Pins for `sandbox` what `acquired` pinned for another sandbox, if

@@ -673,10 +673,10 @@ fn acquired_content_is_pinned_again_only_while_no_content_came_or_went() {
     let (a, b) = (hash(b"a"), hash(b"b"));
     store.put_bytes(&a, b"a", Retention::Keep).unwrap();
     store.put_bytes(&b, b"b", Retention::Keep).unwrap();
-    let acquired = store
+    let (acquired, paths) = store
         .acquire_tree("s1", &[(&a, false), (&b, true), (&a, false)])
         .unwrap();
-    assert_eq!(acquired.paths.len(), 3);
+    assert_eq!(paths.len(), 3);
     assert_eq!(store.usage().pinned, 2);
     store.release("s1");
     assert_eq!(store.usage().pinned, 0);
