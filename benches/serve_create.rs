@@ -7,6 +7,8 @@
 //! Destroy, untimed. Prints min/median/max in ms per case.
 //!
 //! `ACTIONFS_BENCH_INPUTS=N`, `ACTIONFS_BENCH_RUNS=K` (default 31),
+//! `ACTIONFS_BENCH_SEEN_REPEATS=R` (seen Creates per run, default 1; many
+//! for a profile of the seen case),
 //! `ACTIONFS_BENCH_OPTS="--native_below=0 ..."` (Negotiate options; the
 //! sandbox base is a fresh directory below `ACTIONFS_BENCH_DIR`, default
 //! the temporary directory). Run: `cargo bench --bench serve_create`.
@@ -72,6 +74,7 @@ fn main() {
     }
     let inputs = env_or("ACTIONFS_BENCH_INPUTS", 5000);
     let runs = env_or("ACTIONFS_BENCH_RUNS", 31);
+    let seen_repeats = env_or("ACTIONFS_BENCH_SEEN_REPEATS", 1);
     let served = Served::start(&[]);
     let client = &served.client;
     println!("{inputs} inputs");
@@ -101,7 +104,9 @@ fn main() {
         // Create's alone.
         client.destroy("not-a-sandbox").unwrap();
         cold.push(timed_create(&format!("cold{run}"), &t));
-        seen.push(timed_create(&format!("seen{run}"), &t));
+        for again in 0..seen_repeats {
+            seen.push(timed_create(&format!("seen{run}-{again}"), &t));
+        }
     }
     summary("cold", cold);
     summary("seen", seen);

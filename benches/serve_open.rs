@@ -105,6 +105,11 @@ fn main() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGUSR1).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
+    if std::env::var_os("ACTIONFS_BENCH_PAUSE").is_some() {
+        // Keep the sandbox for an outside profiler until a line arrives.
+        eprintln!("FUSE: {}\nnative: {}", in_fuse.display(), native.display());
+        std::io::stdin().read_line(&mut String::new()).unwrap();
+    }
     let (f, n) = (median(fuse), median(plain));
     println!(
         "open+read 2 KiB+close, {runs} rounds of {iters}: FUSE sandbox {:.2} us, native {:.2} us, ratio {:.2}",
