@@ -4,7 +4,9 @@
 //! blobs pushed and applied just before, outside the timing), and
 //! **seen**, the same
 //! tree created again under a new id. Each Create is followed by a
-//! Destroy, untimed. Prints min/median/max in ms per case.
+//! Destroy, untimed. Prints min/median/max in ms per case, and of
+//! **trip**, a Destroy of an unknown id: the round trip through the
+//! pipes and threads that every request pays.
 //!
 //! `ACTIONFS_BENCH_INPUTS=N`, `ACTIONFS_BENCH_RUNS=K` (default 31),
 //! `ACTIONFS_BENCH_SEEN_REPEATS=R` (seen Creates per run, default 1; many
@@ -108,7 +110,17 @@ fn main() {
             seen.push(timed_create(&format!("seen{run}-{again}"), &t));
         }
     }
+    // The floor under both: a request that does nothing, through the
+    // same pipes and threads.
+    let trip: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let started = Instant::now();
+            client.destroy("not-a-sandbox").unwrap();
+            started.elapsed()
+        })
+        .collect();
     summary("cold", cold);
     summary("seen", seen);
+    summary("trip", trip);
     served.stop();
 }

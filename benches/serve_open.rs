@@ -7,7 +7,9 @@
 //!
 //! `ACTIONFS_BENCH_ITERS=N` (default 20,000 per round), `ACTIONFS_BENCH_RUNS=K`
 //! (default 5 rounds), `ACTIONFS_BENCH_DIR` (default the temporary
-//! directory: use /dev/shm for tmpfs). Run: `cargo build --release --benches && taskset -c 0 cargo bench --bench serve_open`.
+//! directory: use /dev/shm for tmpfs), `ACTIONFS_BENCH_PAUSE=1` (print both
+//! paths and keep the sandbox until a line arrives on stdin, for a
+//! profiler). Run: `cargo build --release --benches && taskset -c 0 cargo bench --bench serve_open`.
 
 mod serve_common;
 

@@ -106,7 +106,25 @@ pub struct Service {
 
 /// Store lookups of a tree's files (by root digest), and the store's
 /// generation they were made at.
-type KeptLookups = (u64, Arc<[Lookup]>);
+type KeptLookups = (u64, Arc<Found>);
+
+/// What the store said of each file of a tree, and whether any answer
+/// was other than Present (most often none is: then no pass per file).
+struct Found {
+    each: Box<[Lookup]>,
+    any_gone: bool,
+    any_absent: bool,
+}
+
+impl Found {
+    fn new(each: Vec<Lookup>) -> Found {
+        Found {
+            any_gone: each.contains(&Lookup::Gone),
+            any_absent: each.contains(&Lookup::Absent),
+            each: each.into(),
+        }
+    }
+}
 
 /// What is kept of a tree seen before, by root digest: a tree seen again
 /// is the common case, and has thousands of files.
@@ -258,23 +276,24 @@ impl Service {
         // the rest from the default place.
         let found = self.lookups(&root.hash, &walked);
         let mut evicted = Vec::new();
-        let mut default_place = false;
+        let default_place = found.any_absent;
         {
             let refused = self.refused.lock();
-            for ((dir, file), found) in walked.files().zip(found.iter()) {
-                match found {
-                    Lookup::Present => {}
-                    Lookup::Gone => evicted.push(file.hash.to_string()),
-                    // Pushed, but refused: not to be read from elsewhere.
-                    // (Most often none is: no hashing per input then.)
-                    Lookup::Absent if !refused.is_empty() && refused.contains_key(&*file.hash) => {
-                        return Err(format!(
-                            "input {dir}/{}: its pushed content was refused: {}",
-                            file.name, refused[&*file.hash]
-                        )
-                        .into())
+            if found.any_gone || (found.any_absent && !refused.is_empty()) {
+                for ((dir, file), found) in walked.files().zip(found.each.iter()) {
+                    match found {
+                        Lookup::Present => {}
+                        Lookup::Gone => evicted.push(file.hash.to_string()),
+                        // Pushed, but refused: not to be read from elsewhere.
+                        Lookup::Absent if refused.contains_key(&*file.hash) => {
+                            return Err(format!(
+                                "input {dir}/{}: its pushed content was refused: {}",
+                                file.name, refused[&*file.hash]
+                            )
+                            .into())
+                        }
+                        Lookup::Absent => {}
                     }
-                    Lookup::Absent => default_place = true,
                 }
             }
         }
@@ -292,7 +311,7 @@ impl Service {
             )
             .into());
         }
-        let content = self.acquire(id, &root.hash, &walked, &found)?;
+        let content = self.acquire(id, &root.hash, &walked, &found.each)?;
         let mut plan = Plan {
             walked,
             outs,
@@ -383,15 +402,15 @@ impl Service {
     /// What the store says of each file of tree `root` (`walked`): asked
     /// once per tree while no content comes or goes, since a tree seen
     /// before is the common case and has thousands of files.
-    fn lookups(&self, root: &str, walked: &Walked) -> Arc<[Lookup]> {
+    fn lookups(&self, root: &str, walked: &Walked) -> Arc<Found> {
         let generation = self.store.generation();
         if let Some((at, found)) = self.lookups.get(root) {
             if at == generation {
                 return found;
             }
         }
-        let (found, generation) = self.store.lookup_all(walked.files().map(|(_, f)| f.digest));
-        let found: Arc<[Lookup]> = found.into();
+        let (each, generation) = self.store.lookup_all(walked.files().map(|(_, f)| f.digest));
+        let found = Arc::new(Found::new(each));
         self.lookups.keep(root, (generation, found.clone()));
         found
     }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Weak};
 use super::attr::FileKind;
 use super::name::Name;
 use super::namespace::type_entry;
-use super::node::{LazyEntries, Location, Node, Origin};
+use super::node::{DirData, LazyEntries, Location, Node, Origin};
 use crate::sandbox::layout::{Draft, Entry, Mapped};
 
 /// Builds the directory tree a layout describes, rooted at `/`.
@@ -67,40 +67,79 @@ fn draft_node(draft: &mut Draft, at: u32, origin: Origin, inherited_writable: bo
     })
 }
 
-/// Puts lazy directory `entries` at `path` (below `/`, components joined
-/// by `/`) in `tree`, making the directories that lead to it as a draft
-/// would: each below a mapped or merged directory merges with the
-/// underlying directory of its name and is writable where its parent is.
-/// Fails (changing nothing) if a leaf is in the way or `path` is taken.
+/// Puts each lazy directory of `lazy` (its entries at a path below `/`,
+/// components joined by `/`) in `tree`, making the directories that lead
+/// to it as a draft would: each below a mapped or merged directory merges
+/// with the underlying directory of its name and is writable where its
+/// parent is. The siblings of a parent are added at once, so that its
+/// entries stay one sorted slice. Fails if a leaf is in the way or a path
+/// is taken (the tree is then to be dropped: it is not published yet).
 pub fn graft_lazy(
     tree: &Arc<Node>,
-    path: &str,
-    entries: Box<dyn LazyEntries>,
+    mut lazy: Vec<(String, Box<dyn LazyEntries>)>,
 ) -> Result<(), String> {
-    let mut names = path.split('/').filter(|name| !name.is_empty()).peekable();
-    let mut parent = tree.clone();
-    while let Some(name) = names.next() {
-        if parent.typed_kind().is_none() {
-            // A mapping with nothing nested in it: typed (and a directory
-            // pinned) by the lstat its first lookup would make.
-            type_entry(&parent).map_err(|err| format!("{path:?}: {err}"))?;
+    let split = |path: &str| {
+        let path = path.trim_matches('/');
+        match path.rsplit_once('/') {
+            Some((parent, name)) => (parent.to_owned(), name.to_owned()),
+            None => (String::new(), path.to_owned()),
         }
+    };
+    lazy.sort_by_cached_key(|(path, _)| split(path).0);
+    let mut lazy = lazy.into_iter().peekable();
+    while let Some((path, entries)) = lazy.next() {
+        let (parent_path, name) = split(&path);
+        if name.is_empty() {
+            return Err(format!("{path:?}: not below the sandbox's top"));
+        }
+        let parent = reach_dir(tree, &parent_path, &path)?;
         let dir = parent
             .dir()
             .map_err(|_| format!("{path:?}: a file is in the way"))?;
-        let name = Name::new(OsStr::new(name));
         let has_underlying = !matches!(parent.origin(), Origin::Virtual);
-        let origin = made_up_origin(has_underlying, &Arc::downgrade(&parent), &name);
         let writable = has_underlying && parent.is_writable();
-        if names.peek().is_none() {
-            let node = Node::new_lazy_dir(writable, origin, entries);
-            return dir
-                .insert_explicit(name.as_os_str(), node)
-                .map_err(|_| format!("{path:?} is there already"));
+        let this = Arc::downgrade(&parent);
+        let mut siblings = vec![(name, entries)];
+        while let Some((next, _)) = lazy.peek() {
+            let (next_parent, next_name) = split(next);
+            if next_parent != parent_path {
+                break;
+            }
+            let (_, entries) = lazy.next().expect("peeked");
+            siblings.push((next_name, entries));
         }
-        parent = match dir.explicit(name.as_os_str()) {
+        let nodes = siblings
+            .into_iter()
+            .map(|(name, entries)| {
+                let name = Name::new(OsStr::new(&name));
+                let origin = made_up_origin(has_underlying, &this, &name);
+                (name, Node::new_lazy_dir(writable, origin, entries))
+            })
+            .collect();
+        dir.insert_explicit_all(nodes).map_err(|taken| {
+            let taken = taken.as_os_str().to_string_lossy();
+            match parent_path.as_str() {
+                "" => format!("{taken:?} is there already"),
+                parent => format!("\"{parent}/{taken}\" is there already"),
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// The directory at `dir_path` below `tree`, typed, made (as
+/// [`graft_lazy`] says) where missing; `for_path` names errors.
+fn reach_dir(tree: &Arc<Node>, dir_path: &str, for_path: &str) -> Result<Arc<Node>, String> {
+    let mut node = tree.clone();
+    for name in dir_path.split('/').filter(|name| !name.is_empty()) {
+        let dir = typed_dir(&node, for_path)?;
+        let name = Name::new(OsStr::new(name));
+        node = match dir.explicit(name.as_os_str()) {
             Some(next) => next,
             None => {
+                let has_underlying = !matches!(node.origin(), Origin::Virtual);
+                let origin = made_up_origin(has_underlying, &Arc::downgrade(&node), &name);
+                let writable = has_underlying && node.is_writable();
                 let next = Arc::new(Node::new_dir(writable, origin, Vec::new()));
                 // Cannot be taken: this thread alone sees the tree.
                 let _ = dir.insert_explicit(name.as_os_str(), next.clone());
@@ -108,7 +147,19 @@ pub fn graft_lazy(
             }
         };
     }
-    Err(format!("{path:?}: not below the sandbox's top"))
+    typed_dir(&node, for_path)?;
+    Ok(node)
+}
+
+/// `node`'s directory data, typing the node first if it is a mapping
+/// with nothing nested in it (typed, and a directory pinned, by the
+/// `lstat` its first lookup would make).
+fn typed_dir<'a>(node: &'a Arc<Node>, for_path: &str) -> Result<&'a DirData, String> {
+    if node.typed_kind().is_none() {
+        type_entry(node).map_err(|err| format!("{for_path:?}: {err}"))?;
+    }
+    node.dir()
+        .map_err(|_| format!("{for_path:?}: a file is in the way"))
 }
 
 /// The origin of directory `name`, made up for nested mappings below

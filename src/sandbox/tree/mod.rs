@@ -301,12 +301,10 @@ impl SandboxFs {
         mappings: usize,
     ) -> Result<(), SandboxError> {
         let tree = build::tree_of_draft(draft);
-        for (path, entries) in lazy {
-            build::graft_lazy(&tree, &path, entries).map_err(|why| SandboxError::Lazy {
-                id: id.to_owned(),
-                why,
-            })?;
-        }
+        build::graft_lazy(&tree, lazy).map_err(|why| SandboxError::Lazy {
+            id: id.to_owned(),
+            why,
+        })?;
         self.publish(id, tree, mappings, true)
     }
 

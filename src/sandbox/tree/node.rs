@@ -487,6 +487,38 @@ impl DirData {
         Ok(())
     }
 
+    /// Adds explicit entries, all or none: if a name is taken, or given
+    /// twice, that name is the error. Sorted entries stay sorted.
+    pub fn insert_explicit_all(&self, mut entries: Vec<(Name, Arc<Node>)>) -> Result<(), Name> {
+        entries.sort_unstable_by(|(a, _), (b, _)| a.as_os_str().cmp(b.as_os_str()));
+        if let Some(pair) = entries
+            .windows(2)
+            .find(|pair| pair[0].0.as_os_str() == pair[1].0.as_os_str())
+        {
+            return Err(pair[0].0.clone());
+        }
+        let mut explicit = self.explicit.write();
+        explicit.make();
+        if let Some((taken, _)) = entries
+            .iter()
+            .find(|(name, _)| explicit.get(name.as_os_str()).is_some())
+        {
+            return Err(taken.clone());
+        }
+        match &mut *explicit {
+            Explicit::Sorted(made) => {
+                let mut all = std::mem::take(made).into_vec();
+                all.extend(entries);
+                // Two sorted runs: the stable sort merges them.
+                all.sort_by(|(a, _), (b, _)| a.as_os_str().cmp(b.as_os_str()));
+                *made = all.into_boxed_slice();
+            }
+            Explicit::Map(map) => map.extend(entries),
+            Explicit::Lazy { .. } => unreachable!("made above"),
+        }
+        Ok(())
+    }
+
     pub fn remove_explicit(&self, name: &OsStr) -> Option<Arc<Node>> {
         self.explicit.write().map().remove(name)
     }
@@ -536,6 +568,45 @@ mod tests {
             "{}",
             std::mem::size_of::<Node>()
         );
+    }
+
+    fn names(dir: &DirData) -> Vec<String> {
+        let mut names = Vec::new();
+        dir.visit_explicit(|name, _| names.push(name.to_string_lossy().into_owned()));
+        names
+    }
+
+    fn entries(names: &[&str]) -> Vec<(Name, Arc<Node>)> {
+        names
+            .iter()
+            .map(|name| {
+                let node = Node::new_untyped(false, Origin::Virtual);
+                (Name::new(OsStr::new(name)), Arc::new(node))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn entries_added_at_once_stay_sorted_and_a_taken_name_adds_none() {
+        let node = Node::new_dir(false, Origin::Virtual, entries(&["b", "d"]));
+        let dir = node.dir().unwrap();
+        dir.insert_explicit_all(entries(&["e", "a", "c"])).unwrap();
+        assert_eq!(names(dir), ["a", "b", "c", "d", "e"]);
+        assert!(dir.explicit(OsStr::new("c")).is_some());
+        // Taken, or given twice: an error naming it, and nothing added.
+        let taken = dir.insert_explicit_all(entries(&["f", "b"])).unwrap_err();
+        assert_eq!(taken.as_os_str(), "b");
+        let twice = dir.insert_explicit_all(entries(&["g", "g"])).unwrap_err();
+        assert_eq!(twice.as_os_str(), "g");
+        assert_eq!(names(dir), ["a", "b", "c", "d", "e"]);
+        // Once a map (a single insert), the same rules.
+        assert!(dir
+            .insert_explicit(OsStr::new("h"), entries(&["h"]).remove(0).1)
+            .is_ok());
+        assert!(dir.insert_explicit_all(entries(&["i", "a"])).is_err());
+        assert!(dir.explicit(OsStr::new("i")).is_none());
+        dir.insert_explicit_all(entries(&["i", "j"])).unwrap();
+        assert_eq!(dir.explicit_count(), 8);
     }
 
     #[test]

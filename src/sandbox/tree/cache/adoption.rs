@@ -111,6 +111,11 @@ impl SandboxFs {
         };
         let mut best = None;
         for (at, candidate) in candidates.iter().enumerate() {
+            // A cached entry holds its parent's: if the kernel does not
+            // know the top, it has nothing below it (no walk then).
+            if !self.kernel_knows(&candidate.top) {
+                continue;
+            }
             let hits = if lazy {
                 0
             } else {
