@@ -479,7 +479,7 @@ impl ContentStore {
             .map(|(hash, _)| parse(hash))
             .collect::<Result<Vec<_>, _>>()?;
         let mut make_executable = Vec::new();
-        let pinned = {
+        let (pinned, generation) = {
             let mut state = self.state.lock();
             let mut slots = Vec::with_capacity(wanted.len());
             let mut missing = Vec::new();
@@ -506,7 +506,6 @@ impl ContentStore {
             }
             (state.index.pin(sandbox, &slots), state.generation)
         };
-        let (pinned, generation) = pinned;
         make_executable.sort_unstable_by_key(|&i| digests[i]);
         make_executable.dedup_by_key(|i| digests[*i]);
         for i in make_executable {

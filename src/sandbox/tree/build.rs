@@ -78,47 +78,39 @@ pub fn graft_lazy(
     tree: &Arc<Node>,
     mut lazy: Vec<(String, Box<dyn LazyEntries>)>,
 ) -> Result<(), String> {
-    let split = |path: &str| {
+    // A path's parent and last name, borrowed from it.
+    fn split(path: &str) -> (&str, &str) {
         let path = path.trim_matches('/');
-        match path.rsplit_once('/') {
-            Some((parent, name)) => (parent.to_owned(), name.to_owned()),
-            None => (String::new(), path.to_owned()),
-        }
-    };
-    lazy.sort_by_cached_key(|(path, _)| split(path).0);
+        path.rsplit_once('/').unwrap_or(("", path))
+    }
+    // Stable: siblings keep their order, and each parent's come together.
+    lazy.sort_by(|(a, _), (b, _)| split(a).0.cmp(split(b).0));
     let mut lazy = lazy.into_iter().peekable();
     while let Some((path, entries)) = lazy.next() {
         let (parent_path, name) = split(&path);
         if name.is_empty() {
             return Err(format!("{path:?}: not below the sandbox's top"));
         }
-        let parent = reach_dir(tree, &parent_path, &path)?;
+        let parent = reach_dir(tree, parent_path, &path)?;
         let dir = parent
             .dir()
             .map_err(|_| format!("{path:?}: a file is in the way"))?;
         let has_underlying = !matches!(parent.origin(), Origin::Virtual);
         let writable = has_underlying && parent.is_writable();
         let this = Arc::downgrade(&parent);
-        let mut siblings = vec![(name, entries)];
-        while let Some((next, _)) = lazy.peek() {
-            let (next_parent, next_name) = split(next);
-            if next_parent != parent_path {
-                break;
-            }
-            let (_, entries) = lazy.next().expect("peeked");
-            siblings.push((next_name, entries));
+        let lazy_dir = |name: &str, entries| {
+            let name = Name::new(OsStr::new(name));
+            let origin = made_up_origin(has_underlying, &this, &name);
+            (name, Node::new_lazy_dir(writable, origin, entries))
+        };
+        let mut nodes = vec![lazy_dir(name, entries)];
+        while let Some((sibling, entries)) = lazy.next_if(|(next, _)| split(next).0 == parent_path)
+        {
+            nodes.push(lazy_dir(split(&sibling).1, entries));
         }
-        let nodes = siblings
-            .into_iter()
-            .map(|(name, entries)| {
-                let name = Name::new(OsStr::new(&name));
-                let origin = made_up_origin(has_underlying, &this, &name);
-                (name, Node::new_lazy_dir(writable, origin, entries))
-            })
-            .collect();
         dir.insert_explicit_all(nodes).map_err(|taken| {
             let taken = taken.as_os_str().to_string_lossy();
-            match parent_path.as_str() {
+            match parent_path {
                 "" => format!("{taken:?} is there already"),
                 parent => format!("\"{parent}/{taken}\" is there already"),
             }
