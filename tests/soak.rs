@@ -135,6 +135,10 @@ fn waves_of_sandboxes_under_load(open_mode: &str) {
     }
     let d = fx.start(&["--reconfig_threads=4", open_mode]);
     let pid = d.client().pid();
+    // The FUSE session clones its /dev/fuse descriptors before any of its
+    // threads serves a request, possibly after the daemon reported ready:
+    // one listing served first, the baseline holds them all.
+    assert_eq!(names(&d.mnt), ["empty"]);
     let baseline_fds = open_fds(pid);
     let counts = Counts::default();
     let started = Instant::now();
