@@ -41,7 +41,7 @@ fn every_stop_signal_unmounts_an_idle_mount_at_once_and_exits_by_that_signal() {
     for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
         let fx = Fixture::new();
         let mut d = daemon_with_sandbox(&fx);
-        assert_eq!(fs::read_to_string(d.path("s/in")).unwrap(), "data");
+        assert_eq!(read_in_child(&d.path("s/in")), "data");
         let mut client = d.client.take().unwrap();
         // Bazel's order: stdin closed, then the signal.
         client.close_input();
@@ -156,7 +156,7 @@ fn a_stop_logs_one_line_in_sandboxfs_words_and_nothing_unmounts_twice() {
             "{level:?}: end of input not logged:\n{}",
             fx.log()
         );
-        assert_eq!(fs::read_to_string(d.path("s/in")).unwrap(), "data");
+        assert_eq!(read_in_child(&d.path("s/in")), "data");
         client.signal(libc::SIGTERM).unwrap();
         let status = client
             .wait_timeout(Duration::from_secs(10))
