@@ -10,9 +10,11 @@
 //! kernel opens and caches inputs with no message per open.
 //!
 //! Read in this order: this file (start, Negotiate, stop), [`session`]
-//! (the request loop), [`service`] (what each request does), [`outputs`]
-//! (declared outputs and Collect).
+//! (the request loop), [`service`] (what each request does), [`kept`] (what
+//! a Create keeps of a tree for the next), [`outputs`] (declared outputs
+//! and Collect).
 
+mod kept;
 mod outputs;
 mod service;
 mod session;

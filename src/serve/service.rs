@@ -24,6 +24,7 @@ use actionfs_protocol::backend::sandbox::{
 use actionfs_protocol::validate_sandbox_id;
 use parking_lot::Mutex;
 
+use super::kept::{Found, KeptTrees, TreeContent};
 use super::outputs::{self, Output};
 use crate::daemon::reconfig::Backend;
 use crate::daemon::stats::RequestKind;
@@ -31,7 +32,7 @@ use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::layout::Draft;
 use crate::sandbox::materialize::remove_tree;
 use crate::sandbox::merkle::{MissingDir, Trees, WalkError, Walked};
-use crate::sandbox::store::{self, AcquireError, Acquired, ContentStore, Lookup};
+use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup};
 use crate::sandbox::tree::{EmptyDirs, MerkleInputs, SymlinkTargets};
 
 /// The directories of one `actionfs serve`, all below its base.
@@ -64,13 +65,6 @@ struct Plan<'a> {
     content: Arc<[Option<PathBuf>]>,
 }
 
-/// A tree's content as acquired for a sandbox, kept by root digest.
-struct TreeContent {
-    acquired: Acquired,
-    /// Per file, in `walked.files()` order, as in [`Plan`].
-    content: Arc<[Option<PathBuf>]>,
-}
-
 /// Why a create did not make a sandbox.
 enum Refused {
     Missing(Vec<String>),
@@ -99,58 +93,8 @@ pub struct Service {
     /// is refused with that reason rather than asked for it again.
     refused: Mutex<HashMap<String, String>>,
     links: SymlinkTargets,
-    lookups: KeptByRoot<KeptLookups>,
-    acquired: KeptByRoot<Arc<TreeContent>>,
-    walks: KeptByRoot<Arc<Walked>>,
-}
-
-/// Store lookups of a tree's files (by root digest), and the store's
-/// generation they were made at.
-type KeptLookups = (u64, Arc<Found>);
-
-/// What the store said of each file of a tree, and whether any answer
-/// was other than Present (most often none is: then no pass per file).
-struct Found {
-    each: Box<[Lookup]>,
-    any_gone: bool,
-    any_absent: bool,
-}
-
-impl Found {
-    fn new(each: Vec<Lookup>) -> Found {
-        Found {
-            any_gone: each.contains(&Lookup::Gone),
-            any_absent: each.contains(&Lookup::Absent),
-            each: each.into(),
-        }
-    }
-}
-
-/// What is kept of a tree seen before, by root digest: a tree seen again
-/// is the common case, and has thousands of files.
-struct KeptByRoot<V>(Mutex<HashMap<Box<str>, V>>);
-
-impl<V> Default for KeptByRoot<V> {
-    fn default() -> Self {
-        KeptByRoot(Mutex::default())
-    }
-}
-
-impl<V: Clone> KeptByRoot<V> {
-    /// Trees kept at most; past it the cache starts over.
-    const MAX: usize = 4096;
-
-    fn get(&self, root: &str) -> Option<V> {
-        self.0.lock().get(root).cloned()
-    }
-
-    fn keep(&self, root: &str, value: V) {
-        let mut kept = self.0.lock();
-        if kept.len() >= Self::MAX {
-            kept.clear();
-        }
-        kept.insert(root.into(), value);
-    }
+    /// What earlier Creates worked out for each tree, by root digest.
+    kept: KeptTrees,
 }
 
 impl Service {
@@ -163,9 +107,7 @@ impl Service {
             dirs,
             live: Mutex::default(),
             refused: Mutex::default(),
-            lookups: KeptByRoot::default(),
-            acquired: KeptByRoot::default(),
-            walks: KeptByRoot::default(),
+            kept: KeptTrees::default(),
         }
     }
 
@@ -250,7 +192,8 @@ impl Service {
         if !is_sha256_hex(&root.hash) {
             return Err(format!("input_root_digest {:?} is not a SHA-256 hash", root.hash).into());
         }
-        let walked = self.walk(&root.hash, root.size_bytes)?;
+        let kept = self.kept.get(&root.hash);
+        let walked = self.walk(&root.hash, root.size_bytes, kept.walked)?;
         let ws = walked.top.as_str();
         let mut outs = Vec::with_capacity(manifest.outputs.len());
         for (key, output) in &manifest.outputs {
@@ -274,7 +217,7 @@ impl Service {
 
         // Content the store holds comes from it (pinned for this sandbox);
         // the rest from the default place.
-        let found = self.lookups(&root.hash, &walked);
+        let found = self.lookups(&root.hash, &walked, kept.found);
         let mut evicted = Vec::new();
         let default_place = found.any_absent;
         {
@@ -311,7 +254,7 @@ impl Service {
             )
             .into());
         }
-        let content = self.acquire(id, &root.hash, &walked, &found.each)?;
+        let content = self.acquire(id, &root.hash, &walked, &found.each, kept.content)?;
         let mut plan = Plan {
             walked,
             outs,
@@ -339,16 +282,17 @@ impl Service {
 
     /// Pins in the store, for sandbox `id`, the content of tree `root`'s
     /// present files; returns each file's store path (`None` for its
-    /// default place). A tree acquired before is pinned again as it was
-    /// while no content came or went: no lookup or path per file.
+    /// default place). A tree acquired before (`kept`) is pinned again as
+    /// it was while no content came or went: no lookup or path per file.
     fn acquire(
         &self,
         id: &str,
         root: &str,
         walked: &Walked,
         found: &[Lookup],
+        kept: Option<Arc<TreeContent>>,
     ) -> Result<Arc<[Option<PathBuf>]>, Refused> {
-        if let Some(kept) = self.acquired.get(root) {
+        if let Some(kept) = kept {
             if self.store.acquire_again(id, &kept.acquired) {
                 return Ok(kept.content.clone());
             }
@@ -372,7 +316,7 @@ impl Service {
                 _ => None,
             })
             .collect();
-        self.acquired.keep(
+        self.kept.keep_content(
             root,
             Arc::new(TreeContent {
                 acquired,
@@ -382,10 +326,15 @@ impl Service {
         Ok(content)
     }
 
-    /// The walk of tree `root`, kept by digest (a digest's tree never
-    /// changes), since a tree seen before is the common case.
-    fn walk(&self, root: &str, size: i64) -> Result<Arc<Walked>, Refused> {
-        if let Some(walked) = self.walks.get(root) {
+    /// The walk of tree `root`: the one `kept` if the tree was seen
+    /// before (a digest's tree never changes).
+    fn walk(
+        &self,
+        root: &str,
+        size: i64,
+        kept: Option<Arc<Walked>>,
+    ) -> Result<Arc<Walked>, Refused> {
+        if let Some(walked) = kept {
             return Ok(walked);
         }
         let walked = match walk_workspace(&self.trees, root, size) {
@@ -395,23 +344,23 @@ impl Service {
                 return Err(self.missing(missing.into_iter().map(|dir| dir.hash).collect()))
             }
         };
-        self.walks.keep(root, walked.clone());
+        self.kept.keep_walk(root, walked.clone());
         Ok(walked)
     }
 
     /// What the store says of each file of tree `root` (`walked`): asked
-    /// once per tree while no content comes or goes, since a tree seen
-    /// before is the common case and has thousands of files.
-    fn lookups(&self, root: &str, walked: &Walked) -> Arc<Found> {
+    /// once per tree while no content comes or goes (`kept` holds the
+    /// answers of the generation they were made at).
+    fn lookups(&self, root: &str, walked: &Walked, kept: Option<(u64, Arc<Found>)>) -> Arc<Found> {
         let generation = self.store.generation();
-        if let Some((at, found)) = self.lookups.get(root) {
+        if let Some((at, found)) = kept {
             if at == generation {
                 return found;
             }
         }
         let (each, generation) = self.store.lookup_all(walked.files().map(|(_, f)| f.digest));
         let found = Arc::new(Found::new(each));
-        self.lookups.keep(root, (generation, found.clone()));
+        self.kept.keep_found(root, generation, found.clone());
         found
     }
 

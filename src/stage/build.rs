@@ -250,18 +250,30 @@ struct Placed {
     missing: Vec<MissingBlob>,
 }
 
-/// Makes the directories outputs need (`output_parents`) below `root`.
+/// Makes the directories outputs need (`output_parents`) below `root`;
+/// one the tree already has is kept.
 pub fn make_parents(
     root: &DirFd,
     parents: &[String],
     staged: &mut Staged,
 ) -> Result<(), StageError> {
-    for path in parents {
+    make_dirs(root, parents.iter().map(String::as_str), staged, true)
+}
+
+/// Makes directories `paths` (parents first) below `root`, counting them
+/// in `staged`. One that exists is an error unless `existing_ok`.
+pub fn make_dirs<'a>(
+    root: &DirFd,
+    paths: impl IntoIterator<Item = &'a str>,
+    staged: &mut Staged,
+    existing_ok: bool,
+) -> Result<(), StageError> {
+    for path in paths {
         let fail = |err| io_error("mkdir", &staged.root, path, err);
         let name = c_name(path.as_ref()).map_err(fail)?;
         match root.mkdir_at(&name, 0o755) {
             Ok(()) => staged.dirs += 1,
-            Err(err) if err.raw_os_error() == Some(libc::EEXIST) => {}
+            Err(err) if existing_ok && err.raw_os_error() == Some(libc::EEXIST) => {}
             Err(err) => return Err(fail(err)),
         }
     }

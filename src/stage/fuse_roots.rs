@@ -24,14 +24,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::build::{in_halves, io_error, make_parents, open_destination, two_threads};
+use super::build::{in_halves, io_error, make_dirs, make_parents, open_destination, two_threads};
 use super::cas::Cas;
 use super::{MissingBlob, StageError, Staged};
 use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
 use crate::daemon::reconfig::Backend;
 use crate::daemon::Embedded;
 use crate::fuse::transport::Asked;
-use crate::sandbox::dirfd::{c_name, DirFd};
+use crate::sandbox::dirfd::DirFd;
 use crate::sandbox::hybrid::cutoff::NativeBelow;
 use crate::sandbox::materialize::{self, remove_tree, Method};
 use crate::sandbox::merkle::{join, FileEntry, Walked};
@@ -231,12 +231,13 @@ fn mirror_dirs(
     let root = DirFd::open(scratch)
         .map_err(|err| StageError::Io(materialize::Error::new("open", scratch, err)))?;
     staged.dirs = 1;
-    for (path, _) in walked.dirs.iter().filter(|(path, _)| !path.is_empty()) {
-        let fail = |err| io_error("mkdir", &staged.root, path, err);
-        let name = c_name(path.as_ref()).map_err(fail)?;
-        root.mkdir_at(&name, 0o755).map_err(fail)?;
-        staged.dirs += 1;
-    }
+    let tree_dirs = walked.dirs.iter().map(|(path, _)| path.as_ref());
+    make_dirs(
+        &root,
+        tree_dirs.filter(|path: &&str| !path.is_empty()),
+        staged,
+        false,
+    )?;
     make_parents(&root, parents, staged)
 }
 
