@@ -200,6 +200,26 @@ impl Build {
     }
 }
 
+/// A mode's row of the table of time per action by step, in ms: setup,
+/// run, collect, teardown.
+fn steps_of(text: &str, mode: &str) -> [f64; 4] {
+    let table = text
+        .split_once("time per action by step")
+        .unwrap_or_else(|| panic!("no table of steps:\n{text}"))
+        .1;
+    let row = table
+        .lines()
+        .find(|line| line.split_whitespace().next() == Some(mode))
+        .unwrap_or_else(|| panic!("no {mode} row:\n{text}"));
+    let ms: Vec<f64> = row
+        .split_whitespace()
+        .skip(1)
+        .map(|n| n.parse().unwrap())
+        .collect();
+    ms.try_into()
+        .unwrap_or_else(|ms| panic!("four steps, not {ms:?}:\n{text}"))
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -237,6 +257,12 @@ fn replays_unsandboxed_and_in_symlink_sandboxes_matching_the_log() {
         text.contains("/unsandboxed") && text.contains("1.00x"),
         "{text}"
     );
+    // Each mode's time by step: the forest makes and removes its links,
+    // unsandboxed has no sandbox to remove.
+    let [setup, run, _collect, teardown] = steps_of(&text, "symlinks");
+    assert!(setup > 0.0 && run > 0.0 && teardown > 0.0, "{text}");
+    let [_, run, collect, teardown] = steps_of(&text, "unsandboxed");
+    assert!(run > 0.0 && collect == 0.0 && teardown == 0.0, "{text}");
     // The original exec root is as it was, and nothing is left behind.
     assert_eq!(build.snapshot(), before);
     assert!(!build.out().exists(), "{:?} left behind", build.out());
@@ -387,6 +413,11 @@ fn replays_through_serve_in_each_content_mode_and_backend_option() {
                 "{extra:?}: {text}"
             );
         }
+        // Every request of serve's is a step of its own.
+        assert!(
+            steps_of(&text, "serve").iter().all(|ms| *ms > 0.0),
+            "{extra:?}: {text}"
+        );
         assert!(!build.out().exists());
         assert_eq!(
             fs::read_dir(&base).unwrap().count(),

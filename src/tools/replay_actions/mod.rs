@@ -26,7 +26,8 @@
 //! so that machine noise hits all alike. The wall time of a run covers the
 //! actions only: not starting a backend or staging an exec root, not
 //! stopping the backend, not comparing outputs. The outputs of the actions
-//! that succeeded are compared after each run ([`report`]).
+//! that succeeded are compared after each run ([`report`]). Each action's
+//! steps are timed too ([`steps`]), to say where a mode's time goes.
 //!
 //! Exit status 0 only if, in every mode and run, every action succeeded,
 //! every output matched, and every backend exited 0.
@@ -37,6 +38,7 @@ mod pool;
 mod report;
 mod run;
 mod serve;
+mod steps;
 mod symlinks;
 mod unsandboxed;
 
@@ -46,8 +48,9 @@ use std::time::Instant;
 pub use serve::ContentMode;
 
 use plan::Action;
-use report::Report;
+use report::{Report, RunTime};
 use run::{make_dir, remove, results_root};
+use steps::StepClock;
 
 use crate::tools::progress::Progress;
 
@@ -98,9 +101,10 @@ pub struct ReplayActionsArgs {
 
 /// One run of one mode: replays actions, from any thread.
 trait Session: Sync {
-    /// Replays `action` (`index` in the plan); Ok if it succeeded and its
-    /// outputs are in the mode's exec root.
-    fn replay(&self, index: usize, action: &Action) -> Result<(), String>;
+    /// Replays `action` (`index` in the plan), timing its steps on
+    /// `clock`; Ok if it succeeded and its outputs are in the mode's exec
+    /// root.
+    fn replay(&self, index: usize, action: &Action, clock: &StepClock) -> Result<(), String>;
 
     /// Ends the run; a note for the run's line, if any.
     fn finish(self: Box<Self>) -> Result<Option<String>, String> {
@@ -180,13 +184,14 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
                 format!("{} run {run}/{}", mode.name(), args.runs),
                 plan.actions.len(),
             );
+            let steps = StepClock::default();
             let clock = Instant::now();
             let outcomes = pool::run(
                 &deps,
                 args.jobs,
                 mode == Mode::Unsandboxed,
                 &mut progress,
-                &|i| session.replay(i, &plan.actions[i]),
+                &|i| session.replay(i, &plan.actions[i], &steps),
             );
             let elapsed = clock.elapsed();
             drop(progress);
@@ -195,7 +200,10 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
                 mode,
                 run,
                 &plan,
-                elapsed,
+                RunTime {
+                    wall: elapsed,
+                    steps: steps.totals(),
+                },
                 &outcomes,
                 &results_root(&mode_dir, &plan.workspace),
             );

@@ -1,6 +1,7 @@
 //! Checking what each run made against the log, and the summary: per mode
 //! the actions that succeeded, the outputs compared, every mismatch and
-//! failure by name, and the wall times with their ratio to `unsandboxed`.
+//! failure by name, the wall times with their ratio to `unsandboxed`, and
+//! each step's mean time per action.
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use super::plan::{hash_file, Action, Plan};
 use super::pool::Outcome;
+use super::steps::Step;
 use super::Mode;
 
 /// Lines of mismatches or failures printed per mode; the rest are counted.
@@ -28,6 +30,8 @@ pub struct Mismatch {
 #[derive(Debug, Default)]
 pub struct ModeReport {
     pub times: Vec<Duration>,
+    /// Per run, each step's time summed over its actions.
+    pub steps: Vec<[Duration; 4]>,
     pub runs: usize,
     pub actions_ok: usize,
     pub actions: usize,
@@ -35,6 +39,14 @@ pub struct ModeReport {
     pub mismatches: Vec<Mismatch>,
     /// Failed actions and runs, each told in full.
     pub failures: Vec<String>,
+}
+
+/// How long a run took: its wall time, and each step's time summed over
+/// its actions ([`Step::ALL`] order).
+#[derive(Debug, Clone, Copy)]
+pub struct RunTime {
+    pub wall: Duration,
+    pub steps: [Duration; 4],
 }
 
 #[derive(Debug)]
@@ -128,13 +140,14 @@ impl Report {
         mode: Mode,
         run: usize,
         plan: &Plan,
-        elapsed: Duration,
+        time: RunTime,
         outcomes: &[Outcome],
         results: &Path,
     ) -> String {
         let report = self.of(mode);
         report.runs += 1;
-        report.times.push(elapsed);
+        report.times.push(time.wall);
+        report.steps.push(time.steps);
         report.actions += outcomes.len();
         let mut ok = 0;
         let mut compared = 0;
@@ -172,7 +185,7 @@ impl Report {
             "{} run {run}: {ok}/{} actions ok, {compared} outputs compared, {mismatches} mismatches, {:.3} s",
             mode.name(),
             outcomes.len(),
-            elapsed.as_secs_f64()
+            time.wall.as_secs_f64()
         )
     }
 
@@ -252,6 +265,7 @@ impl Report {
                 ratio
             );
         }
+        render_steps(&mut out, &self.modes, plan.actions.len());
         for (mode, r) in &self.modes {
             for m in r.mismatches.iter().take(SHOWN) {
                 let _ = writeln!(
@@ -286,6 +300,33 @@ impl Report {
             }
         }
         out
+    }
+}
+
+/// Each step's mean time per action, the median over runs, in ms. With
+/// several jobs, steps of different actions overlap: these are not shares
+/// of the wall time.
+fn render_steps(out: &mut String, modes: &[(Mode, ModeReport)], actions: usize) {
+    if actions == 0 || modes.iter().all(|(_, r)| r.steps.is_empty()) {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "time per action by step, ms (mean over actions, median of runs):"
+    );
+    let _ = write!(out, "{:<12}", "mode");
+    for step in Step::ALL {
+        let _ = write!(out, " {:>9}", step.name());
+    }
+    out.push('\n');
+    for (mode, r) in modes.iter().filter(|(_, r)| !r.steps.is_empty()) {
+        let _ = write!(out, "{:<12}", mode.name());
+        for step in Step::ALL {
+            let per_run: Vec<Duration> = r.steps.iter().map(|s| s[step as usize]).collect();
+            let per_action = median(&per_run).unwrap_or_default() / actions as u32;
+            let _ = write!(out, " {:>9.3}", per_action.as_secs_f64() * 1e3);
+        }
+        out.push('\n');
     }
 }
 

@@ -42,6 +42,7 @@ use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
 
 use super::plan::{Action, Plan};
 use super::run::{self, make_dir, remove, results_root, Wrapper};
+use super::steps::{Step, StepClock};
 use super::Session;
 
 /// Create attempts per action, MissingContent answers included (Bazel's).
@@ -351,7 +352,14 @@ impl<'a> Serve<'a> {
         id: &str,
         action: &Action,
         created: &create::result::Ok,
+        clock: &StepClock,
     ) -> Result<(), String> {
+        clock.time(Step::Run, || self.run_action(action, created))?;
+        clock.time(Step::Collect, || self.collect(id, action))
+    }
+
+    /// Runs the action in the sandbox, confined as the Create answer says.
+    fn run_action(&self, action: &Action, created: &create::result::Ok) -> Result<(), String> {
         let cwd = Path::new(&created.path).join(&self.plan.workspace);
         match &created.confinement {
             Some(create::result::ok::Confinement::Custom(custom)) => {
@@ -368,6 +376,11 @@ impl<'a> Serve<'a> {
                 run::command(action, &cwd, None)?;
             }
         }
+        Ok(())
+    }
+
+    /// Collect into this mode's exec root.
+    fn collect(&self, id: &str, action: &Action) -> Result<(), String> {
         for output in &action.outputs {
             run::make_parent(&self.results, &output.path)?;
         }
@@ -403,16 +416,19 @@ impl<'a> Serve<'a> {
 }
 
 impl Session for Serve<'_> {
-    fn replay(&self, index: usize, action: &Action) -> Result<(), String> {
+    fn replay(&self, index: usize, action: &Action, clock: &StepClock) -> Result<(), String> {
         let tree = &self.trees[index];
         let id = format!("a{}", action.number);
         let tmp = self.scratch.join(&id);
         make_dir(&tmp)?;
-        let result = self.push(action, tree, None).and_then(|()| {
+        let created = clock.time(Step::Setup, || {
+            self.push(action, tree, None)?;
             let manifest = self.manifest(action, tree, &tmp);
-            let created = self.create(&id, action, tree, &manifest)?;
-            let ran = self.run_and_collect(&id, action, &created);
-            let destroyed = self.destroy(&id);
+            self.create(&id, action, tree, &manifest)
+        });
+        let result = created.and_then(|created| {
+            let ran = self.run_and_collect(&id, action, &created, clock);
+            let destroyed = clock.time(Step::Teardown, || self.destroy(&id));
             ran.and(destroyed)
         });
         let removed = remove(&tmp);

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::plan::{Action, Plan};
 use super::run::{self, make_dir, remove, results_root};
+use super::steps::{Step, StepClock};
 use super::Session;
 
 pub struct Symlinks<'a> {
@@ -32,7 +33,14 @@ impl<'a> Symlinks<'a> {
         })
     }
 
-    fn build_and_run(&self, action: &Action, root: &Path) -> Result<(), String> {
+    fn build_and_run(&self, action: &Action, root: &Path, clock: &StepClock) -> Result<(), String> {
+        clock.time(Step::Setup, || self.build(action, root))?;
+        clock.time(Step::Run, || run::command(action, root, None))?;
+        clock.time(Step::Collect, || self.move_outputs(action, root))
+    }
+
+    /// The forest: a symlink per input, and the outputs' directories.
+    fn build(&self, action: &Action, root: &Path) -> Result<(), String> {
         make_dir(root)?;
         let mut made: HashSet<PathBuf> = HashSet::new();
         for input in &action.inputs {
@@ -55,7 +63,10 @@ impl<'a> Symlinks<'a> {
                 run::make_parent(root, &output.path)?;
             }
         }
-        run::command(action, root, None)?;
+        Ok(())
+    }
+
+    fn move_outputs(&self, action: &Action, root: &Path) -> Result<(), String> {
         for output in &action.outputs {
             let from = root.join(&output.path);
             if std::fs::symlink_metadata(&from).is_err() {
@@ -73,11 +84,13 @@ impl<'a> Symlinks<'a> {
 }
 
 impl Session for Symlinks<'_> {
-    fn replay(&self, _index: usize, action: &Action) -> Result<(), String> {
+    fn replay(&self, _index: usize, action: &Action, clock: &StepClock) -> Result<(), String> {
         let base = self.sandboxes.join(action.number.to_string());
         let root = base.join("execroot").join(&self.plan.workspace);
-        let result = self.build_and_run(action, &root);
-        let removed = remove(&base).map_err(|err| format!("removing the sandbox: {err}"));
+        let result = self.build_and_run(action, &root, clock);
+        let removed = clock
+            .time(Step::Teardown, || remove(&base))
+            .map_err(|err| format!("removing the sandbox: {err}"));
         result.and(removed)
     }
 }

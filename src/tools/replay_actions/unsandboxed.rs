@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 
 use super::plan::{Action, Plan};
 use super::run::{self, make_dir, remove, results_root};
+use super::steps::{Step, StepClock};
 use super::Session;
 
 pub struct Unsandboxed {
@@ -111,15 +112,18 @@ fn stage(source: &Path, root: &Path, rel: &str) -> Result<(), String> {
 }
 
 impl Session for Unsandboxed {
-    fn replay(&self, _index: usize, action: &Action) -> Result<(), String> {
-        for output in &action.outputs {
-            remove(&self.root.join(&output.path))?;
-            if output.dir {
-                make_dir(&self.root.join(&output.path))?;
-            } else {
-                run::make_parent(&self.root, &output.path)?;
+    fn replay(&self, _index: usize, action: &Action, clock: &StepClock) -> Result<(), String> {
+        clock.time(Step::Setup, || {
+            for output in &action.outputs {
+                remove(&self.root.join(&output.path))?;
+                if output.dir {
+                    make_dir(&self.root.join(&output.path))?;
+                } else {
+                    run::make_parent(&self.root, &output.path)?;
+                }
             }
-        }
-        run::command(action, &self.root, None)
+            Ok::<(), String>(())
+        })?;
+        clock.time(Step::Run, || run::command(action, &self.root, None))
     }
 }
