@@ -326,6 +326,22 @@ fn a_tree_becomes_a_sandbox_whose_outputs_are_collected() {
         );
         b.destroy_ok("1");
         assert!(!root.exists(), "{mode}: the sandbox outlived its destroy");
+        // Its scratch directory is gone from its place at once (deleted
+        // from the trash after the answer).
+        let scratch_dirs: Vec<PathBuf> = fs::read_dir(b.root.path().join("base"))
+            .unwrap()
+            .map(|serving| serving.unwrap().path().join("scratch"))
+            .collect();
+        assert!(
+            scratch_dirs.iter().any(|dir| dir.is_dir()),
+            "{scratch_dirs:?}"
+        );
+        for dir in &scratch_dirs {
+            assert!(
+                !dir.join("1").exists(),
+                "{mode}: {dir:?}/1 outlived its destroy"
+            );
+        }
         b.close();
     }
 }

@@ -33,7 +33,7 @@ use crate::cli::{parse_backend_options, BackendOptions};
 use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
 use crate::daemon::{self, FrontEnd, Stopped};
 use crate::sandbox::hybrid::cutoff;
-use crate::sandbox::materialize::remove_tree;
+use crate::sandbox::materialize::{remove_tree, Trash};
 use crate::sandbox::store::ContentStore;
 use service::{Dirs, Service};
 use session::Answers;
@@ -126,6 +126,8 @@ fn serve_in(
         ContentStore::open(&base.join("store"), store_bound(options, base))
             .map_err(|err| refuse(err.to_string()))?,
     );
+    // Beside the scratch directories, so that a rename takes one there.
+    let trash = Trash::open(&base.join("trash"), 1).map_err(|err| refuse(err.to_string()))?;
     let workers = options
         .reconfig_threads
         .unwrap_or_else(|| 4 * std::thread::available_parallelism().map_or(2, |n| n.get()));
@@ -139,7 +141,7 @@ fn serve_in(
         let (answers, fatal, mount) = (answers.clone(), fatal.clone(), dirs.mount.clone());
         let served = served.clone();
         FrontEnd::Owning(Box::new(move |sandboxes| {
-            let service = Arc::new(Service::new(sandboxes, store, dirs));
+            let service = Arc::new(Service::new(sandboxes, store, dirs, trash));
             served.store(true, Ordering::SeqCst);
             answers.send(rid, negotiated(Ok(())));
             log::info!("sandboxes appear in {mount:?}");

@@ -30,7 +30,7 @@ use crate::daemon::reconfig::Backend;
 use crate::daemon::stats::RequestKind;
 use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::layout::Draft;
-use crate::sandbox::materialize::remove_tree;
+use crate::sandbox::materialize::{remove_tree, Trash};
 use crate::sandbox::merkle::{MissingDir, Trees, WalkError, Walked};
 use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup};
 use crate::sandbox::tree::{EmptyDirs, MerkleInputs, SymlinkTargets};
@@ -95,10 +95,19 @@ pub struct Service {
     links: SymlinkTargets,
     /// What earlier Creates worked out for each tree, by root digest.
     kept: KeptTrees,
+    /// Where a destroyed sandbox's scratch directory goes, to be deleted
+    /// off the Destroy's path.
+    trash: Trash,
 }
 
 impl Service {
-    pub fn new(core: Arc<Sandboxes>, store: Arc<ContentStore>, dirs: Dirs) -> Service {
+    /// `trash` is on the file system of `dirs.scratch`.
+    pub fn new(
+        core: Arc<Sandboxes>,
+        store: Arc<ContentStore>,
+        dirs: Dirs,
+        trash: Trash,
+    ) -> Service {
         Service {
             trees: Trees::new(store.clone()),
             links: SymlinkTargets::new(dirs.links.clone()),
@@ -108,6 +117,7 @@ impl Service {
             live: Mutex::default(),
             refused: Mutex::default(),
             kept: KeptTrees::default(),
+            trash,
         }
     }
 
@@ -586,15 +596,17 @@ impl Service {
 
     fn tear_down(&self, id: &str, live: Live) -> Result<(), String> {
         let core = self.core.destroy(id).map_err(|err| err.to_string());
-        let scratch = remove_tree(&live.scratch)
-            .map(drop)
+        let scratch = self
+            .trash
+            .discard(&live.scratch)
             .map_err(|err| err.to_string());
         self.store.release(id);
         core.and(scratch)
             .map_err(|why| format!("sandbox {id:?}: destroy: {why}"))
     }
 
-    /// Destroys every sandbox still there (the client went away).
+    /// Destroys every sandbox still there (the client went away), and
+    /// waits until every scratch directory is deleted.
     pub fn destroy_all(&self) {
         let all: Vec<(String, Live)> = self.live.lock().drain().collect();
         for (id, live) in all {
@@ -602,6 +614,7 @@ impl Service {
                 log::warn!("{why}");
             }
         }
+        self.trash.wait_idle();
     }
 }
 
