@@ -22,6 +22,7 @@ mod checks;
 pub mod config;
 pub mod control;
 mod error;
+pub mod flag_values;
 pub mod histogram;
 pub mod mount;
 pub mod reconfig;

@@ -9,12 +9,13 @@
 //! bytes never change, so the mount runs with zero-message opens: the
 //! kernel opens and caches inputs with no message per open.
 //!
-//! Read in this order: this file (start, Negotiate, stop), [`session`]
-//! (the request loop), [`service`] (what each request does), [`kept`] (what
-//! a Create keeps of a tree for the next), [`outputs`] (declared outputs
-//! and Collect).
+//! Read in this order: this file (start, Negotiate, stop), [`options`]
+//! (what Negotiate may say), [`session`] (the request loop), [`service`]
+//! (what each request does), [`kept`] (what a Create keeps of a tree for
+//! the next), [`outputs`] (declared outputs and Collect).
 
 mod kept;
+pub mod options;
 mod outputs;
 mod service;
 mod session;
@@ -29,12 +30,12 @@ use actionfs_protocol::backend::frame::{read_frame, MAX_FRAME};
 use actionfs_protocol::backend::sandbox::{negotiate, request::Op, response, Request, Version};
 use parking_lot::Mutex;
 
-use crate::cli::{parse_backend_options, BackendOptions};
 use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
 use crate::daemon::{self, FrontEnd, Stopped};
 use crate::sandbox::hybrid::cutoff;
 use crate::sandbox::materialize::{remove_tree, Trash};
 use crate::sandbox::store::ContentStore;
+use options::BackendOptions;
 use service::{Dirs, Service};
 use session::Answers;
 
@@ -79,7 +80,7 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
             negotiate.versions
         ));
     }
-    let options = match parse_backend_options(&negotiate.options) {
+    let options = match options::parse(&negotiate.options) {
         Ok(options) => options,
         Err(why) => return refuse(why),
     };
