@@ -537,8 +537,13 @@ fn serve_long_about() -> String {
         "Serves Bazel's sandbox backend protocol: length-delimited protobuf requests on stdin, \
 answers on stdout. Bazel starts it as `BINARY serve --workspace WS`; its \
 --sandbox_backend_opt values arrive in the first request (Negotiate), not on the command \
-line: {} (`actionfs man`, SUBCOMMANDS). Closing stdin unmounts, removes every sandbox and the \
-store, and exits 0.",
+line: {} (`actionfs man`, SUBCOMMANDS). Everything it makes is below \
+SANDBOX_BASE/actionfs-serve-PID, which it holds locked while it lives. Closing stdin unmounts, \
+removes every sandbox and the store, and exits 0. SIGTERM, SIGINT, SIGHUP or SIGQUIT does the \
+same at once (a busy mount is detached, requests in flight get no answer) and the process then \
+dies by that signal. After SIGKILL a watcher process detaches the mount; the next serve on the \
+base removes what dead backends left there (never a live one's, whose lock is held) and says so \
+in one line on stderr.",
         crate::serve::options::synopsis().join(", ")
     )
 }

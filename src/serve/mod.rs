@@ -10,10 +10,12 @@
 //! kernel opens and caches inputs with no message per open.
 //!
 //! Read in this order: this file (start, Negotiate, stop), [`options`]
-//! (what Negotiate may say), [`session`] (the request loop), [`service`]
+//! (what Negotiate may say), [`base`] (the directory everything is made
+//! in, and dead predecessors' leftovers), [`session`] (the request loop), [`service`]
 //! (what each request does), [`kept`] (what a Create keeps of a tree for
 //! the next), [`outputs`] (declared outputs and Collect).
 
+mod base;
 mod kept;
 pub mod options;
 mod outputs;
@@ -25,19 +27,21 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actionfs_protocol::backend::frame::{read_frame, MAX_FRAME};
 use actionfs_protocol::backend::sandbox::{negotiate, request::Op, response, Request, Version};
 use parking_lot::Mutex;
 
 use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
-use crate::daemon::{self, FrontEnd, Stopped};
+use crate::daemon::{self, FrontEnd, Owner, Stopped};
 use crate::sandbox::hybrid::cutoff;
-use crate::sandbox::materialize::{remove_tree, Trash};
+use crate::sandbox::materialize::Trash;
 use crate::sandbox::store::ContentStore;
+use base::Base;
 use options::BackendOptions;
 use service::{Dirs, Service};
-use session::Answers;
+use session::{Answers, Halt};
 
 /// `actionfs serve`'s command line; everything else comes in Negotiate.
 #[derive(Debug)]
@@ -52,6 +56,12 @@ pub enum Served {
     /// A stop signal: everything was removed; exit by it.
     Signal(i32),
 }
+
+/// How long a stop signal waits for the requests being applied before
+/// everything is removed under them: a Create of many inputs takes a
+/// second or so; one stuck (on a file that never answers) is not waited
+/// for.
+const HALT_WAIT: Duration = Duration::from_secs(5);
 
 /// Serves one client on stdin and stdout until it closes the stream. An
 /// error (a frame that cannot be read, options refused, a mount that
@@ -84,13 +94,23 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
         Ok(options) => options,
         Err(why) => return refuse(why),
     };
-    let base = match make_base(&options) {
-        Ok(base) => base,
+    let parent = options
+        .sandbox_base
+        .clone()
+        .unwrap_or_else(default_sandbox_base);
+    let base = match Base::make(&parent) {
+        Ok((base, swept)) => {
+            // One line, not a log record: Bazel keeps only the last 8 KiB.
+            if !swept.is_empty() {
+                eprintln!("actionfs serve: {swept}");
+            }
+            base
+        }
         Err(why) => return refuse(why),
     };
-    let served = serve_in(&base, &options, args, input, &answers, rid);
-    if let Err(err) = remove_tree(&base) {
-        log::error!("cannot remove {base:?}: {err}");
+    let served = serve_in(base.path(), &options, args, input, &answers, rid);
+    if let Err(why) = base.remove() {
+        log::error!("cannot remove what this backend made: {why}");
     }
     served
 }
@@ -138,20 +158,50 @@ fn serve_in(
     );
     let fatal = Arc::new(Mutex::new(None));
     let served = Arc::new(AtomicBool::new(false));
+    let halt = Arc::new(Halt::default());
+    // For a stop signal, which comes while the request loop has it.
+    let serving: Arc<Mutex<Option<Arc<Service>>>> = Arc::default();
     let front_end = {
         let (answers, fatal, mount) = (answers.clone(), fatal.clone(), dirs.mount.clone());
-        let served = served.clone();
-        FrontEnd::Owning(Box::new(move |sandboxes| {
+        let (served, halt) = (served.clone(), halt.clone());
+        let serving = serving.clone();
+        Box::new(move |sandboxes| {
             let service = Arc::new(Service::new(sandboxes, store, dirs, trash));
+            *serving.lock() = Some(service.clone());
             served.store(true, Ordering::SeqCst);
             answers.send(rid, negotiated(Ok(())));
             log::info!("sandboxes appear in {mount:?}");
-            let ended = session::serve(input, service.clone(), answers, workers);
+            let ended = session::serve(input, service.clone(), answers, workers, halt);
             service.destroy_all();
             *fatal.lock() = ended.err();
-        }))
+        })
     };
-    let stopped = daemon::run_with(daemon_config(options, base), front_end);
+    let on_signal = Box::new(move |signal| {
+        let running = halt.halt(HALT_WAIT);
+        if running > 0 {
+            log::warn!(
+                "signal {signal}: {running} requests still running after {HALT_WAIT:?}; removing \
+                 everything under them"
+            );
+            return;
+        }
+        // While the mount serves, so that the kernel hears of each; this
+        // also waits for their scratch directories' deletion.
+        if let Some(service) = serving.lock().take() {
+            service.destroy_all();
+        }
+    });
+    let stopped = daemon::run_with(
+        daemon_config(options, base),
+        FrontEnd::Owning(Owner {
+            serve: front_end,
+            on_signal,
+        }),
+    );
+    // A signal wins over what the request loop says after being halted.
+    if let Ok(Stopped::BySignal(signal)) = stopped {
+        return Ok(Served::Signal(signal));
+    }
     if let Some(why) = fatal.lock().take() {
         return Err(why);
     }
@@ -179,25 +229,6 @@ fn negotiated(outcome: Result<(), String>) -> response::Result {
             Err(message) => Outcome::Error(actionfs_protocol::backend::sandbox::Error { message }),
         }),
     })
-}
-
-/// This run's own directory below the sandbox base, for everything it
-/// makes: gone again when it stops.
-fn make_base(options: &BackendOptions) -> Result<PathBuf, String> {
-    let parent = options
-        .sandbox_base
-        .clone()
-        .unwrap_or_else(default_sandbox_base);
-    if !parent.is_absolute() {
-        return Err(format!("--sandbox_base {parent:?} is not absolute"));
-    }
-    let base = parent.join(format!("actionfs-serve-{}", std::process::id()));
-    std::fs::DirBuilder::new()
-        .recursive(false)
-        .mode(0o700)
-        .create(&base)
-        .map_err(|err| format!("mkdir {base:?}: {err}"))?;
-    Ok(base)
 }
 
 /// Without `--sandbox_base`: /dev/shm where it is a tmpfs we may write,
