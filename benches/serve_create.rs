@@ -13,7 +13,7 @@
 //! for a profile of the seen case),
 //! `ACTIONFS_BENCH_OPTS="--native_below=0 ..."` (Negotiate options; the
 //! sandbox base is a fresh directory below `ACTIONFS_BENCH_DIR`, default
-//! the temporary directory). Run: `cargo bench --bench serve_create`.
+//! /var/tmp). Run: `cargo bench --bench serve_create`.
 
 mod serve_common;
 

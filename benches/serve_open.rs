@@ -6,8 +6,8 @@
 //! SIGUSR1 report, on the backend's stderr).
 //!
 //! `ACTIONFS_BENCH_ITERS=N` (default 20,000 per round), `ACTIONFS_BENCH_RUNS=K`
-//! (default 5 rounds), `ACTIONFS_BENCH_DIR` (default the temporary
-//! directory: use /dev/shm for tmpfs), `ACTIONFS_BENCH_PAUSE=1` (print both
+//! (default 5 rounds), `ACTIONFS_BENCH_DIR` (default /var/tmp,
+//! disk: use /dev/shm for tmpfs), `ACTIONFS_BENCH_PAUSE=1` (print both
 //! paths and keep the sandbox until a line arrives on stdin, for a
 //! profiler). Run: `cargo build --release --benches && taskset -c 0 cargo bench --bench serve_open`.
 

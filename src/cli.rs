@@ -20,6 +20,10 @@ use clap::error::ErrorKind;
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
+use crate::daemon::flag_values::{
+    parse_allow, parse_duration, parse_method, parse_native_below, parse_positive, parse_transport,
+    parse_zero_message_opens,
+};
 use crate::fuse::transport::Asked;
 use crate::sandbox::hybrid::cutoff::NativeBelow;
 use crate::sandbox::materialize::Method;
@@ -429,14 +433,7 @@ its progress on stderr when that is a terminal."
     /// Serve Bazel's sandbox backend protocol on stdin and stdout (Bazel 7
     /// and later with --sandbox_backend); options arrive in its Negotiate
     /// request, not on the command line
-    #[command(
-        long_about = "Serves Bazel's sandbox backend protocol: length-delimited protobuf \
-requests on stdin, answers on stdout. Bazel starts it as `BINARY serve --workspace WS`; its \
---sandbox_backend_opt values arrive in the first request (Negotiate): --sandbox_base=DIR, \
---native_below, --native_method, --native_stashes, --transport, --ttl, --passthrough, \
---store_max_bytes=N, --reconfig_threads, --calibration (`actionfs man`, SUBCOMMANDS). Closing stdin unmounts, removes every sandbox and the store, \
-and exits 0."
-    )]
+    // Its long help lists the Negotiate options: see `command`.
     Serve {
         /// The workspace Bazel builds (its exec root's name is the
         /// sandboxes' top directory)
@@ -524,11 +521,31 @@ fn parse_ctl_map(text: &str) -> Result<(bool, String, String), String> {
 /// a missing or second one gets our own words, but it is one required
 /// argument, and shown so.
 pub fn command() -> clap::Command {
-    let mut command = Cli::command().mut_arg("mount_point", |arg| {
-        arg.required(true).action(ArgAction::Set).num_args(1)
-    });
+    let mut command = Cli::command()
+        .mut_arg("mount_point", |arg| {
+            arg.required(true).action(ArgAction::Set).num_args(1)
+        })
+        .mut_subcommand("serve", |serve| serve.long_about(serve_long_about()));
     command.build();
     command
+}
+
+/// `actionfs serve`'s long help, naming the options its own grammar
+/// takes in Negotiate ([`crate::serve::options`]).
+fn serve_long_about() -> String {
+    format!(
+        "Serves Bazel's sandbox backend protocol: length-delimited protobuf requests on stdin, \
+answers on stdout. Bazel starts it as `BINARY serve --workspace WS`; its \
+--sandbox_backend_opt values arrive in the first request (Negotiate), not on the command \
+line: {} (`actionfs man`, SUBCOMMANDS). Everything it makes is below \
+SANDBOX_BASE/actionfs-serve-PID, which it holds locked while it lives. Closing stdin unmounts, \
+removes every sandbox and the store, and exits 0. SIGTERM, SIGINT, SIGHUP or SIGQUIT does the \
+same at once (a busy mount is detached, requests in flight get no answer) and the process then \
+dies by that signal. After SIGKILL a watcher process detaches the mount; the next serve on the \
+base removes what dead backends left there (never a live one's, whose lock is held) and says so \
+in one line on stderr.",
+        crate::serve::options::synopsis().join(", ")
+    )
 }
 
 /// `command` with nothing required, for a first pass that looks for `-h`:
@@ -794,117 +811,8 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
     })
 }
 
-/// The options `actionfs serve` takes in Bazel's Negotiate request (one
-/// `--sandbox_backend_opt` each), with the daemon's spellings.
-#[derive(Parser, Debug)]
-#[command(
-    name = "serve-options",
-    no_binary_name = true,
-    disable_help_flag = true
-)]
-struct BackendFlags {
-    /// Where the mount, the scratch directories, the native trees and the
-    /// store live (default: the temporary directory)
-    #[arg(long = "sandbox_base", value_name = "DIR")]
-    sandbox_base: Option<PathBuf>,
-    #[arg(long = "native_below", value_name = "N|auto|0", default_value = "auto", value_parser = parse_native_below)]
-    native_below: NativeBelow,
-    #[arg(long = "native_method", value_name = "METHOD", default_value = "symlink", value_parser = parse_method)]
-    native_method: Method,
-    #[arg(long = "native_stashes", value_name = "N", default_value_t = 8)]
-    native_stashes: usize,
-    #[arg(long, value_name = "auto|io_uring|classic", default_value = "auto", value_parser = parse_transport)]
-    transport: Asked,
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
-    ttl: Duration,
-    #[arg(long, value_name = "auto|off", default_value = "auto", value_parser = ["auto", "off"])]
-    passthrough: String,
-    /// Bytes of pushed content and directory blobs kept at most; the least
-    /// recently used unpinned entries go first (default: 8 GiB, or a
-    /// quarter of a tmpfs sandbox base if less)
-    #[arg(long = "store_max_bytes", value_name = "N")]
-    store_max_bytes: Option<u64>,
-    #[arg(long = "reconfig_threads", value_name = "N", value_parser = parse_positive)]
-    reconfig_threads: Option<usize>,
-    #[arg(long, value_name = "PATH")]
-    calibration: Option<PathBuf>,
-}
-
-/// What `actionfs serve` was told in Negotiate.
-#[derive(Clone, Debug)]
-pub struct BackendOptions {
-    pub sandbox_base: Option<PathBuf>,
-    pub native_below: NativeBelow,
-    pub native_method: Method,
-    pub native_stashes: usize,
-    pub transport: Asked,
-    pub ttl: Duration,
-    pub passthrough: bool,
-    pub store_max_bytes: Option<u64>,
-    pub reconfig_threads: Option<usize>,
-    pub calibration: Option<PathBuf>,
-}
-
-/// Reads Negotiate's options; the error names the first one refused, in
-/// one line (Bazel shows the backend's answer in its own message).
-pub fn parse_backend_options(options: &[String]) -> Result<BackendOptions, String> {
-    let flags = BackendFlags::try_parse_from(options).map_err(|err| {
-        let text = err.to_string();
-        let first = text
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim_start_matches("error: ");
-        format!("backend option refused: {first}")
-    })?;
-    Ok(BackendOptions {
-        sandbox_base: flags.sandbox_base,
-        native_below: flags.native_below,
-        native_method: flags.native_method,
-        native_stashes: flags.native_stashes,
-        transport: flags.transport,
-        ttl: flags.ttl,
-        passthrough: flags.passthrough == "auto",
-        store_max_bytes: flags.store_max_bytes,
-        reconfig_threads: flags.reconfig_threads,
-        calibration: flags.calibration,
-    })
-}
-
 fn stream_path(value: String) -> Option<PathBuf> {
     (value != "-").then(|| PathBuf::from(value))
-}
-
-fn parse_allow(text: &str) -> Result<Allow, String> {
-    match text {
-        "self" => Ok(Allow::OwnerOnly),
-        "root" => Ok(Allow::RootAndOwner),
-        "other" => Ok(Allow::Everyone),
-        _ => Err("takes self, root or other".to_owned()),
-    }
-}
-
-fn parse_zero_message_opens(text: &str) -> Result<ZeroMessageOpens, String> {
-    match text {
-        // `auto` once chose zero-message opens where the kernel could; it
-        // is kept for old command lines and now means the correct default.
-        "off" | "auto" => Ok(ZeroMessageOpens::Off),
-        "on" => Ok(ZeroMessageOpens::On),
-        _ => Err("takes off, auto (the same as off) or on".to_owned()),
-    }
-}
-
-fn parse_transport(text: &str) -> Result<Asked, String> {
-    match text {
-        "auto" => Ok(Asked::Auto),
-        "io_uring" => Ok(Asked::IoUring),
-        "classic" => Ok(Asked::Classic),
-        _ => Err("takes auto, io_uring or classic".to_owned()),
-    }
-}
-
-fn parse_method(text: &str) -> Result<Method, String> {
-    Method::parse(text).ok_or_else(|| "takes symlink, hardlink, clone, copy or auto".to_owned())
 }
 
 fn parse_mechanism(text: &str) -> Result<crate::stage::Mechanism, String> {
@@ -920,17 +828,6 @@ fn parse_replay_mode(text: &str) -> Result<crate::tools::replay_actions::Mode, S
 fn parse_content(text: &str) -> Result<crate::tools::replay_actions::ContentMode, String> {
     crate::tools::replay_actions::ContentMode::parse(text)
         .ok_or_else(|| "takes default, location or inline".to_owned())
-}
-
-fn parse_native_below(text: &str) -> Result<NativeBelow, String> {
-    NativeBelow::parse(text).ok_or_else(|| "takes a count, 0 or auto".to_owned())
-}
-
-fn parse_positive(text: &str) -> Result<usize, String> {
-    text.parse()
-        .ok()
-        .filter(|&n: &usize| n > 0)
-        .ok_or_else(|| "takes a positive number".to_owned())
 }
 
 /// `ro:/path/in/mount:/underlying` or `rw:...`.
@@ -952,27 +849,6 @@ fn parse_mapping(text: &str) -> Result<ResolvedMapping, String> {
             ..Mapping::default()
         })
         .map_err(|err| err.to_string())
-}
-
-/// `60s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| "is not a duration such as 60s".to_owned())?;
-    let seconds = match unit {
-        "" | "s" => number,
-        "ms" => number / 1e3,
-        "us" => number / 1e6,
-        "ns" => number / 1e9,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        _ => return Err(format!("has an unknown unit {unit:?}")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|_| "is out of range".to_owned())
 }
 
 #[cfg(test)]

@@ -13,12 +13,13 @@ pub struct Served {
 }
 
 impl Served {
-    /// Starts the backend below `ACTIONFS_BENCH_DIR` (default: the
-    /// temporary directory) with `ACTIONFS_BENCH_OPTS` and `options`.
+    /// Starts the backend below `ACTIONFS_BENCH_DIR` (default: /var/tmp;
+    /// below /tmp, writable in Bazel's jail, `serve` builds no native
+    /// sandbox) with `ACTIONFS_BENCH_OPTS` and `options`.
     pub fn start(options: &[&str]) -> Served {
         let parent = std::env::var_os("ACTIONFS_BENCH_DIR")
             .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
+            .unwrap_or_else(|| PathBuf::from("/var/tmp"));
         let dir = tempfile::tempdir_in(parent).unwrap();
         std::fs::create_dir_all(dir.path().join("execroot/ws")).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_actionfs"))

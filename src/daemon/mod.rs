@@ -22,6 +22,7 @@ mod checks;
 pub mod config;
 pub mod control;
 mod error;
+pub mod flag_values;
 pub mod histogram;
 pub mod mount;
 pub mod reconfig;
@@ -51,10 +52,24 @@ pub enum FrontEnd {
     /// The sandboxfs 0.2 stream on stdin (or `--input`), answered on
     /// stdout (or `--output`); its end leaves the mount up.
     SandboxfsStream,
-    /// A front end of the caller's, run on its own thread once the mount
-    /// serves; its return unmounts the file system and stops the daemon
-    /// ([`Stopped::FrontEndDone`]).
-    Owning(Box<dyn FnOnce(Arc<Sandboxes>) + Send>),
+    /// A front end of the caller's that owns the daemon's life
+    /// (`actionfs serve`): see [`Owner`].
+    Owning(Owner),
+}
+
+/// A front end that owns the daemon's life. Its client (Bazel) does not
+/// manage the mount: it sends one stop signal at most and has failed what
+/// was in flight by then, or it kills the process. So a stop signal
+/// unmounts at once (a busy mount is detached, not waited for), and a
+/// watcher process detaches the mount if the process dies without
+/// unmounting it.
+pub struct Owner {
+    /// Run on its own thread once the mount serves; its return unmounts
+    /// the file system and stops the daemon ([`Stopped::FrontEndDone`]).
+    pub serve: Box<dyn FnOnce(Arc<Sandboxes>) + Send>,
+    /// Called on the main thread at a stop signal, before the unmount:
+    /// ends what the front end is doing, in bounded time.
+    pub on_signal: Box<dyn FnOnce(i32) + Send>,
 }
 
 /// A front end with what it reads and writes opened.
@@ -63,7 +78,7 @@ enum Requests {
         input: Box<dyn Read + Send>,
         output: Box<dyn Write + Send>,
     },
-    Owning(Box<dyn FnOnce(Arc<Sandboxes>) + Send>),
+    Owning(Owner),
 }
 
 /// Runs the daemon until it is told to stop, and says how it stopped. An
@@ -113,27 +128,15 @@ pub struct Embedded {
     sandboxes: Arc<Sandboxes>,
     /// Behind a lock only to be shared: nothing uses it before the drop.
     started: parking_lot::Mutex<Option<Started>>,
-    /// Unmounts if this process dies first; `None` if it could not start.
-    guard: Option<unmount_guard::UnmountGuard>,
 }
 
 impl Embedded {
     /// Mounts at `options.mount_point`; the caller makes its sandboxes.
     pub fn start(options: &DaemonConfig) -> Result<Embedded, DaemonError> {
         let started = start(options, None)?;
-        let guard = unmount_guard::UnmountGuard::watch(&started.mount_point)
-            .inspect_err(|err| {
-                log::warn!(
-                    "{:?} stays mounted if this process dies before unmounting it: no watcher \
-                     ({err})",
-                    started.mount_point
-                )
-            })
-            .ok();
         Ok(Embedded {
             sandboxes: started.sandboxes.clone(),
             started: parking_lot::Mutex::new(Some(started)),
-            guard,
         })
     }
 
@@ -147,7 +150,6 @@ impl Drop for Embedded {
         if let Some(started) = self.started.get_mut().take() {
             started.unmount_now();
         }
-        drop(self.guard.take());
     }
 }
 
@@ -164,6 +166,12 @@ struct Started {
     report: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
     /// Serves until dropped, then removes its socket.
     control_socket: Option<ControlSocket>,
+    /// For a mount this process serves for others (embedded, or owned by
+    /// a front end): detaches it if the process dies first. Released once
+    /// it is unmounted.
+    guard: Option<unmount_guard::UnmountGuard>,
+    /// An owning front end's hook, for a stop signal.
+    on_signal: Option<Box<dyn FnOnce(i32) + Send>>,
 }
 
 impl Started {
@@ -171,7 +179,13 @@ impl Started {
     /// end) and unmounts.
     fn wait(self) -> Result<Stopped, DaemonError> {
         drop(self.sender);
-        let outcome = stop::wait_and_unmount(&self.events, self.mounted, &self.mount_point);
+        let outcome = stop::wait_and_unmount(
+            &self.events,
+            self.mounted,
+            &self.mount_point,
+            self.on_signal,
+        );
+        drop(self.guard);
         drop(self.control_socket);
         log::info!("stats at exit: {}", (self.report)());
         Self::destroy_native(self.native);
@@ -182,6 +196,7 @@ impl Started {
     fn unmount_now(self) {
         drop(self.sender);
         stop::unmount_or_detach(&self.events, self.mounted, &self.mount_point);
+        drop(self.guard);
         Self::destroy_native(self.native);
     }
 
@@ -371,10 +386,20 @@ fn start(options: &DaemonConfig, front_end: Option<FrontEnd>) -> Result<Started,
             })?;
         log::info!("control socket at {:?}", options.control);
     }
+    // Before the front end serves, so that no sandbox exists unwatched.
+    let guard = match &requests {
+        None | Some(Requests::Owning(_)) => watch(&mount_point),
+        Some(Requests::Stream { .. }) => None,
+    };
+    let mut on_signal = None;
     let serving = sandboxes.clone();
     match requests {
         None => {}
-        Some(Requests::Owning(serve)) => {
+        Some(Requests::Owning(Owner {
+            serve,
+            on_signal: hook,
+        })) => {
+            on_signal = Some(hook);
             let events = events.clone();
             std::thread::Builder::new()
                 .name("front end".into())
@@ -419,7 +444,22 @@ fn start(options: &DaemonConfig, front_end: Option<FrontEnd>) -> Result<Started,
         native,
         report,
         control_socket,
+        guard,
+        on_signal,
     })
+}
+
+/// The watcher of `mount_point` ([`unmount_guard`]); without one, the
+/// mount outlives a killed process, and that is said.
+fn watch(mount_point: &Path) -> Option<unmount_guard::UnmountGuard> {
+    unmount_guard::UnmountGuard::watch(mount_point)
+        .inspect_err(|err| {
+            log::warn!(
+                "{mount_point:?} stays mounted if this process dies before unmounting it: no \
+                 watcher ({err})"
+            )
+        })
+        .ok()
 }
 
 /// Starts the io_uring queues if that transport was chosen and the kernel

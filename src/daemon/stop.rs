@@ -17,6 +17,11 @@
 //!   signal, as a shell expects.
 //!   Bazel sends SIGTERM at the end of a build with nothing inside, so its
 //!   shutdown is immediate.
+//! - A daemon owned by a front end (`actionfs serve`, [`super::Owner`])
+//!   stops at its first signal: the front end's hook ends its work, then a
+//!   busy mount is detached at once instead of waited for (Bazel sends that
+//!   signal once, when a request timed out, and has failed what was in
+//!   flight), and the daemon exits by that signal.
 //!
 //! End of input does not stop the daemon (Bazel closes stdin before it
 //! sends SIGTERM, and the mount must keep serving until then).
@@ -116,12 +121,14 @@ pub enum Stopped {
     FrontEndDone,
 }
 
-/// Waits for a reason to stop and, for a signal, unmounts (patiently,
-/// then forcibly on a second signal).
+/// Waits for a reason to stop and, for a signal, unmounts: patiently, then
+/// forcibly on a second signal; or, for an owning front end, after its
+/// `on_signal` hook, at once.
 pub fn wait_and_unmount(
     events: &Receiver<Event>,
     mut mounted: Mounted,
     mount_point: &Path,
+    on_signal: Option<Box<dyn FnOnce(i32) + Send>>,
 ) -> Result<Stopped, DaemonError> {
     let shown = mount_point.display();
     let signal = match events.recv() {
@@ -139,7 +146,14 @@ pub fn wait_and_unmount(
         Err(_) => return Err(DaemonError::ThreadsEnded),
     };
     log::info!(target: LOG, "Caught signal {signal}; unmounting {shown}");
-    unmount_patiently(events, mounted, mount_point, Stopped::BySignal(signal))
+    match on_signal {
+        Some(hook) => {
+            hook(signal);
+            unmount_or_detach(events, mounted, mount_point);
+            Ok(Stopped::BySignal(signal))
+        }
+        None => unmount_patiently(events, mounted, mount_point, Stopped::BySignal(signal)),
+    }
 }
 
 /// Unmounts, retrying while the mount is busy; a signal meanwhile

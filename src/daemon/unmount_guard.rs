@@ -1,6 +1,7 @@
-//! Unmounts an embedded mount ([`super::Embedded`]) when the process that
-//! serves it dies without unmounting it (killed, or exiting without
-//! dropping it, as a worker stopped by a signal does). A FUSE mount whose
+//! Unmounts a mount served for others, embedded ([`super::Embedded`]) or
+//! owned by a front end ([`super::Owner`], `actionfs serve`), when the
+//! process that serves it dies without unmounting it (killed, or exiting
+//! without dropping it, as a worker stopped by a signal does). A FUSE mount whose
 //! server is gone stays in the mount table, every access failing with
 //! ENOTCONN, until someone unmounts it; the daemon binary unmounts on its
 //! stop signals itself, a library cannot.

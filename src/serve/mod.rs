@@ -9,13 +9,16 @@
 //! bytes never change, so the mount runs with zero-message opens: the
 //! kernel opens and caches inputs with no message per open.
 //!
-//! Read in this order: this file (start, Negotiate, stop), [`session`]
-//! (the request loop), [`service`] (what each request does), [`kept`] (what
-//! a Create keeps of a tree for the next), [`outputs`] (declared outputs
-//! and Collect).
+//! Read in this order: this file (start, Negotiate, stop), [`options`]
+//! (what Negotiate may say), [`base`] (the directory everything is made
+//! in, and dead predecessors' leftovers), [`session`] (the request loop), [`service`]
+//! (what each request does), [`kept`] (what a Create keeps of a tree for
+//! the next), [`outputs`] (declared outputs and Collect).
 
+mod base;
 mod jail;
 mod kept;
+pub mod options;
 mod outputs;
 mod service;
 mod session;
@@ -25,20 +28,21 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actionfs_protocol::backend::frame::{read_frame, MAX_FRAME};
 use actionfs_protocol::backend::sandbox::{negotiate, request::Op, response, Request, Version};
 use parking_lot::Mutex;
 
-use crate::cli::{parse_backend_options, BackendOptions};
 use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
-use crate::daemon::{self, FrontEnd, Stopped};
+use crate::daemon::{self, FrontEnd, Owner, Stopped};
 use crate::sandbox::hybrid::cutoff::{self, NativeBelow};
-use crate::sandbox::materialize::Method;
-use crate::sandbox::materialize::{remove_tree, Trash};
+use crate::sandbox::materialize::Trash;
 use crate::sandbox::store::ContentStore;
+use base::Base;
+use options::BackendOptions;
 use service::{Dirs, Service};
-use session::Answers;
+use session::{Answers, Halt};
 
 /// `actionfs serve`'s command line; everything else comes in Negotiate.
 #[derive(Debug)]
@@ -53,6 +57,12 @@ pub enum Served {
     /// A stop signal: everything was removed; exit by it.
     Signal(i32),
 }
+
+/// How long a stop signal waits for the requests being applied before
+/// everything is removed under them: a Create of many inputs takes a
+/// second or so; one stuck (on a file that never answers) is not waited
+/// for.
+const HALT_WAIT: Duration = Duration::from_secs(5);
 
 /// Serves one client on stdin and stdout until it closes the stream. An
 /// error (a frame that cannot be read, options refused, a mount that
@@ -81,21 +91,28 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
             negotiate.versions
         ));
     }
-    let mut options = match parse_backend_options(&negotiate.options) {
+    let mut options = match options::parse(&negotiate.options) {
         Ok(options) => options,
         Err(why) => return refuse(why),
     };
-    if let Err(why) = check_native_method(options.native_method) {
-        return refuse(why);
-    }
-    let base = match make_base(&options) {
-        Ok(base) => base,
+    let parent = options
+        .sandbox_base
+        .clone()
+        .unwrap_or_else(default_sandbox_base);
+    let base = match Base::make(&parent) {
+        Ok((base, swept)) => {
+            // One line, not a log record: Bazel keeps only the last 8 KiB.
+            if !swept.is_empty() {
+                eprintln!("actionfs serve: {swept}");
+            }
+            base
+        }
         Err(why) => return refuse(why),
     };
-    keep_inputs_read_only(&mut options, &base);
-    let served = serve_in(&base, &options, args, input, &answers, rid);
-    if let Err(err) = remove_tree(&base) {
-        log::error!("cannot remove {base:?}: {err}");
+    keep_inputs_read_only(&mut options, base.path());
+    let served = serve_in(base.path(), &options, args, input, &answers, rid);
+    if let Err(why) = base.remove() {
+        log::error!("cannot remove what this backend made: {why}");
     }
     served
 }
@@ -149,20 +166,50 @@ fn serve_in(
         .to_owned();
     let fatal = Arc::new(Mutex::new(None));
     let served = Arc::new(AtomicBool::new(false));
+    let halt = Arc::new(Halt::default());
+    // For a stop signal, which comes while the request loop has it.
+    let serving: Arc<Mutex<Option<Arc<Service>>>> = Arc::default();
     let front_end = {
         let (answers, fatal, mount) = (answers.clone(), fatal.clone(), dirs.mount.clone());
-        let served = served.clone();
-        FrontEnd::Owning(Box::new(move |sandboxes| {
+        let (served, halt) = (served.clone(), halt.clone());
+        let serving = serving.clone();
+        Box::new(move |sandboxes| {
             let service = Arc::new(Service::new(sandboxes, store, dirs, trash, locations_root));
+            *serving.lock() = Some(service.clone());
             served.store(true, Ordering::SeqCst);
             answers.send(rid, negotiated(Ok(())));
             log::info!("sandboxes appear in {mount:?}");
-            let ended = session::serve(input, service.clone(), answers, workers);
+            let ended = session::serve(input, service.clone(), answers, workers, halt);
             service.destroy_all();
             *fatal.lock() = ended.err();
-        }))
+        })
     };
-    let stopped = daemon::run_with(daemon_config(options, base), front_end);
+    let on_signal = Box::new(move |signal| {
+        let running = halt.halt(HALT_WAIT);
+        if running > 0 {
+            log::warn!(
+                "signal {signal}: {running} requests still running after {HALT_WAIT:?}; removing \
+                 everything under them"
+            );
+            return;
+        }
+        // While the mount serves, so that the kernel hears of each; this
+        // also waits for their scratch directories' deletion.
+        if let Some(service) = serving.lock().take() {
+            service.destroy_all();
+        }
+    });
+    let stopped = daemon::run_with(
+        daemon_config(options, base),
+        FrontEnd::Owning(Owner {
+            serve: front_end,
+            on_signal,
+        }),
+    );
+    // A signal wins over what the request loop says after being halted.
+    if let Ok(Stopped::BySignal(signal)) = stopped {
+        return Ok(Served::Signal(signal));
+    }
     if let Some(why) = fatal.lock().take() {
         return Err(why);
     }
@@ -177,19 +224,6 @@ fn serve_in(
             }
             Err(err.to_string())
         }
-    }
-}
-
-/// Hard links (`hardlink`, and `auto`, which prefers them) would put the
-/// store's own files in the action's writable sandbox root, where the
-/// action could change a digest's bytes for every later sandbox.
-fn check_native_method(method: Method) -> Result<(), String> {
-    match method {
-        Method::Symlink | Method::Clone | Method::Copy => Ok(()),
-        Method::Hardlink | Method::Auto => Err(format!(
-            "backend option refused: --native_method={} would hard-link captured content into              sandboxes, where an action could change it; use symlink, clone or copy",
-            method.name()
-        )),
     }
 }
 
@@ -218,25 +252,6 @@ fn negotiated(outcome: Result<(), String>) -> response::Result {
             Err(message) => Outcome::Error(actionfs_protocol::backend::sandbox::Error { message }),
         }),
     })
-}
-
-/// This run's own directory below the sandbox base, for everything it
-/// makes: gone again when it stops.
-fn make_base(options: &BackendOptions) -> Result<PathBuf, String> {
-    let parent = options
-        .sandbox_base
-        .clone()
-        .unwrap_or_else(default_sandbox_base);
-    if !parent.is_absolute() {
-        return Err(format!("--sandbox_base {parent:?} is not absolute"));
-    }
-    let base = parent.join(format!("actionfs-serve-{}", std::process::id()));
-    std::fs::DirBuilder::new()
-        .recursive(false)
-        .mode(0o700)
-        .create(&base)
-        .map_err(|err| format!("mkdir {base:?}: {err}"))?;
-    Ok(base)
 }
 
 /// Without `--sandbox_base`: /dev/shm where it is a tmpfs we may write,

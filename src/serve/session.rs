@@ -3,18 +3,19 @@
 //! the store before any later Create reads it); Create, Collect and
 //! Destroy go to a worker chosen by hashing the sandbox id, so requests
 //! for one sandbox run one at a time and in order while others run beside
-//! them, each answered as soon as it is done.
+//! them, each answered as soon as it is done. A stop signal [`Halt`]s it.
 
 use std::io::{self, BufRead, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use actionfs_protocol::backend::frame::{read_frame, write_frame, MAX_FRAME};
 use actionfs_protocol::backend::sandbox::{
     collect, create, destroy, negotiate, request::Op, response, Manifest, Request, Response,
 };
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::service::Service;
 use crate::daemon::reconfig::worker_for;
@@ -50,6 +51,59 @@ impl Answers {
     }
 }
 
+/// Stops the request loop from outside (a stop signal): from then on no
+/// request is applied (nor answered: the client has given up on this
+/// backend), so that nothing writes below the base while it is removed.
+#[derive(Default)]
+pub struct Halt {
+    state: Mutex<Applying>,
+    idle: Condvar,
+}
+
+#[derive(Default)]
+struct Applying {
+    halted: bool,
+    /// Requests being applied now.
+    running: usize,
+}
+
+impl Halt {
+    /// Halts, and waits up to `limit` for the requests being applied to
+    /// end. Returns how many still run then (stuck, say, on a file that
+    /// never answers): the caller must not wait for them.
+    pub fn halt(&self, limit: Duration) -> usize {
+        let deadline = Instant::now() + limit;
+        let mut state = self.state.lock();
+        state.halted = true;
+        while state.running > 0 && !self.idle.wait_until(&mut state, deadline).timed_out() {}
+        state.running
+    }
+
+    /// Applies `apply` unless halted (then `None`).
+    fn run<T>(&self, apply: impl FnOnce() -> T) -> Option<T> {
+        {
+            let mut state = self.state.lock();
+            if state.halted {
+                return None;
+            }
+            state.running += 1;
+        }
+        // Counted out even if `apply` panics.
+        struct Done<'a>(&'a Halt);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                let mut state = self.0.state.lock();
+                state.running -= 1;
+                if state.running == 0 {
+                    self.0.idle.notify_all();
+                }
+            }
+        }
+        let _done = Done(self);
+        Some(apply())
+    }
+}
+
 /// A request for one sandbox, for its worker.
 struct Job {
     rid: u64,
@@ -63,17 +117,18 @@ enum SandboxOp {
     Destroy,
 }
 
-/// Reads and applies requests until the input ends, then waits until
-/// every request read has been answered. A frame that cannot be read is
-/// fatal (a byte stream cannot be resynchronised): the error says what
-/// and where.
+/// Reads and applies requests until the input ends or `halt` halts it,
+/// then waits until every request read has been answered (or dropped, once
+/// halted). A frame that cannot be read is fatal (a byte stream cannot be
+/// resynchronised): the error says what and where.
 pub fn serve(
     mut input: impl BufRead,
     service: Arc<Service>,
     answers: Arc<Answers>,
     workers: usize,
+    halt: Arc<Halt>,
 ) -> Result<(), String> {
-    let (queues, handles) = start_workers(workers.max(1), &service, &answers)
+    let (queues, handles) = start_workers(workers.max(1), &service, &answers, &halt)
         .map_err(|err| format!("cannot start the request workers: {err}"))?;
     let mut frames = 0u64;
     let ended = loop {
@@ -91,7 +146,11 @@ pub fn serve(
         frames += 1;
         let rid = request.rid;
         match request.op {
-            Some(Op::Push(push)) => service.push(push),
+            Some(Op::Push(push)) => {
+                if halt.run(|| service.push(push)).is_none() {
+                    break Ok(());
+                }
+            }
             Some(Op::Negotiate(_)) => answers.send(
                 rid,
                 response::Result::Negotiate(negotiate::Result {
@@ -141,20 +200,23 @@ fn start_workers(
     count: usize,
     service: &Arc<Service>,
     answers: &Arc<Answers>,
+    halt: &Arc<Halt>,
 ) -> io::Result<(Vec<Sender<Job>>, Vec<std::thread::JoinHandle<()>>)> {
     let mut queues = Vec::with_capacity(count);
     let mut handles = Vec::with_capacity(count);
     for n in 0..count {
         let (queue, jobs) = channel::<Job>();
-        let (service, answers) = (service.clone(), answers.clone());
+        let (service, answers, halt) = (service.clone(), answers.clone(), halt.clone());
         handles.push(
             std::thread::Builder::new()
                 .name(format!("serve-{n}"))
                 .spawn(move || {
                     for job in jobs {
                         let rid = job.rid;
-                        let answer = apply(&service, job);
-                        answers.send(rid, answer);
+                        // Once halted, what is queued is dropped.
+                        if let Some(answer) = halt.run(|| apply(&service, job)) {
+                            answers.send(rid, answer);
+                        }
                     }
                 })?,
         );

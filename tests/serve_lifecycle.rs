@@ -1,0 +1,507 @@
+//! How `actionfs serve` ends when it is killed, and what the next one on
+//! the same sandbox base finds: real backend processes, real mounts, real
+//! signals. Bazel sends SIGTERM when a request times out (and never a
+//! second), the OOM killer SIGKILL; either may come with actions running
+//! inside sandboxes and requests in flight, while the request loop waits
+//! on stdin.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use actionfs_protocol::backend::client::{Answer, Client};
+use actionfs_protocol::backend::digest::digest_of;
+use actionfs_protocol::backend::sandbox::{self, create, negotiate, Manifest, Push};
+use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
+use actionfs_testkit::tier::{require, Need};
+use actionfs_testkit::{bin, signal_of, transport, wait_for};
+
+const WS: &str = "ws";
+
+/// Below this many mappings a sandbox is built natively: the small tree
+/// (2 inputs) is native, the large one (40) is in the FUSE view.
+const NATIVE_BELOW: &str = "--native_below=10";
+
+/// A sandbox base, and an exec root whose workspace holds the inputs.
+struct Place {
+    root: tempfile::TempDir,
+}
+
+impl Place {
+    /// In /var/tmp: below /tmp, writable in Bazel's jail, `serve` builds
+    /// no native sandbox.
+    fn new() -> Place {
+        let root = tempfile::tempdir_in("/var/tmp").unwrap();
+        fs::create_dir(root.path().join("base")).unwrap();
+        fs::create_dir_all(root.path().join("execroot").join(WS)).unwrap();
+        Place { root }
+    }
+
+    fn base(&self) -> PathBuf {
+        self.root.path().join("base")
+    }
+
+    fn exec_root(&self) -> PathBuf {
+        self.root.path().join("execroot")
+    }
+
+    /// A tree of `files` inputs read from the default place.
+    fn tree(&self, files: usize) -> Tree {
+        let mut tb = TreeBuilder::new();
+        for n in 0..files {
+            let rel = format!("in{files}/f{n}");
+            let bytes = format!("input {n} of {files}\n");
+            let path = self.exec_root().join(WS).join(&rel);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(&path, &bytes).unwrap();
+            tb.add_file(&format!("{WS}/{rel}"), digest_of(bytes.as_bytes()), false)
+                .unwrap();
+        }
+        tb.build()
+    }
+
+    fn manifest(&self, tree: &Tree) -> Manifest {
+        Manifest {
+            mnemonic: "Test".into(),
+            exec_root: self.exec_root().display().to_string(),
+            hash_function: "SHA-256".into(),
+            input_root_digest: Some(tree.root.clone()),
+            outputs: [(
+                format!("/{WS}/out/o"),
+                sandbox::Output {
+                    r#type: "file".into(),
+                    dest: String::new(),
+                },
+            )]
+            .into(),
+            writable_dirs: HashMap::new(),
+            confinement_setting: None,
+        }
+    }
+
+    /// The `actionfs-serve-*` directories on the base.
+    fn backends_on_base(&self) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(self.base())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The mounts below the base, from /proc/mounts.
+    fn mounts_below_base(&self) -> Vec<String> {
+        let base = self.base().display().to_string();
+        fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .lines()
+            .filter_map(|line| line.split(' ').nth(1))
+            .filter(|mount| mount.starts_with(&base))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Place {
+    /// Whatever a failed test left mounted goes, so that the temporary
+    /// directory can.
+    fn drop(&mut self) {
+        for mount in self.mounts_below_base() {
+            let _ = Command::new("umount").args(["-l", &mount]).status();
+        }
+    }
+}
+
+/// One `actionfs serve` on a place's base; killed if the test ends first.
+struct Backend {
+    child: Child,
+    client: Option<Client>,
+    log: PathBuf,
+}
+
+impl Backend {
+    fn start(place: &Place, name: &str, options: &[&str]) -> Backend {
+        let log = place.root.path().join(format!("{name}.log"));
+        let mut child = Command::new(bin())
+            .args(["serve", "--workspace"])
+            .arg(place.exec_root().join(WS))
+            .env("RUST_LOG", "warn,actionfs::lifecycle=info")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let client = Client::new(
+            Box::new(child.stdin.take().unwrap()),
+            Box::new(child.stdout.take().unwrap()),
+        );
+        let mut all = vec![format!("--sandbox_base={}", place.base().display())];
+        if let Some(t) = transport() {
+            all.push(format!("--transport={t}"));
+        }
+        all.extend(options.iter().map(|o| o.to_string()));
+        let answer = client.negotiate(all).unwrap();
+        let backend = Backend {
+            child,
+            client: Some(client),
+            log,
+        };
+        match answer.outcome {
+            Some(negotiate::result::Outcome::Ok(_)) => backend,
+            other => panic!("negotiate: {other:?}\n{}", backend.log()),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its directory on the base.
+    fn dir_name(&self) -> String {
+        format!("actionfs-serve-{}", self.pid())
+    }
+
+    fn client(&self) -> &Client {
+        self.client.as_ref().unwrap()
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn push(&self, tree: &Tree) {
+        self.client()
+            .push(Push {
+                blobs: tree.blobs.clone(),
+                content: HashMap::new(),
+            })
+            .unwrap();
+    }
+
+    fn create_ok(&self, id: &str, manifest: Manifest) -> PathBuf {
+        match self.client().create(id, manifest).unwrap().outcome {
+            Some(create::result::Outcome::Ok(ok)) => PathBuf::from(ok.path),
+            other => panic!("create {id}: {other:?}\n{}", self.log()),
+        }
+    }
+
+    /// Sends a Create without waiting for its answer.
+    fn create_in_flight(&self, id: &str, manifest: Manifest) -> Receiver<Answer> {
+        self.client()
+            .send(
+                id,
+                sandbox::request::Op::Create(sandbox::Create {
+                    manifest: Some(manifest),
+                }),
+            )
+            .unwrap()
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill with a valid signal number has no memory effects.
+        assert_eq!(unsafe { libc::kill(self.pid() as libc::pid_t, signal) }, 0);
+    }
+
+    /// Waits for the backend to exit, at most `limit`: a backend that
+    /// does not end is a failure, never a hung test.
+    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("still running {limit:?} after the signal\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Closes stdin, as Bazel does at the end, and expects exit 0.
+    fn close(mut self) {
+        drop(self.client.take().unwrap().close());
+        let status = self.wait(Duration::from_secs(60));
+        assert!(status.success(), "{status:?}\n{}", self.log());
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A process standing for an action that runs inside a sandbox: its
+/// working directory there keeps the mount busy. Killed when dropped.
+struct Action(Child);
+
+impl Action {
+    fn inside(dir: &Path) -> Action {
+        Action(
+            Command::new("sleep")
+                .arg("600")
+                .current_dir(dir)
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
+impl Drop for Action {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// 20 live sandboxes, 10 native and 10 in the FUSE view (each kind shown
+/// to be what it is), an action running in one of each, and 10 Creates
+/// sent whose answers may not have come.
+fn busy_build(place: &Place, b: &Backend) -> (Vec<Action>, Vec<Receiver<Answer>>) {
+    let small = place.tree(2);
+    let large = place.tree(40);
+    b.push(&small);
+    b.push(&large);
+    let mut actions = Vec::new();
+    for n in 0..20 {
+        let (tree, native) = if n % 2 == 0 {
+            (&small, true)
+        } else {
+            (&large, false)
+        };
+        let root = b.create_ok(&format!("s{n}"), place.manifest(tree));
+        // A native sandbox's root in the mount is a link to its tree.
+        let is_link = fs::symlink_metadata(&root)
+            .unwrap()
+            .file_type()
+            .is_symlink();
+        assert_eq!(is_link, native, "s{n}: native {native}, root {root:?}");
+        if n < 2 {
+            actions.push(Action::inside(&root.join(WS)));
+        }
+    }
+    let in_flight = (20..30)
+        .map(|n| b.create_in_flight(&format!("s{n}"), place.manifest(&large)))
+        .collect();
+    (actions, in_flight)
+}
+
+#[test]
+fn sigterm_and_sigint_mid_build_unmount_remove_the_base_and_exit_by_the_signal() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let place = Place::new();
+        let mut b = Backend::start(&place, "backend", &[NATIVE_BELOW]);
+        let (actions, _in_flight) = busy_build(&place, &b);
+        // The request loop now waits on stdin, which stays open.
+        b.signal(signal);
+        let status = b.wait(Duration::from_secs(60));
+        assert_eq!(
+            signal_of(status),
+            Some(signal),
+            "signal {signal}: {status:?}\n{}",
+            b.log()
+        );
+        assert_eq!(
+            place.mounts_below_base(),
+            Vec::<String>::new(),
+            "signal {signal}: a mount is left\n{}",
+            b.log()
+        );
+        assert_eq!(
+            place.backends_on_base(),
+            Vec::<String>::new(),
+            "signal {signal}: the base is left\n{}",
+            b.log()
+        );
+        drop(actions);
+    }
+}
+
+/// The watcher process of a backend: its only child (forked once the
+/// mount serves), found through every thread's list of children.
+fn watcher_of(pid: u32) -> Option<u32> {
+    let mut children = Vec::new();
+    for task in fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let list = fs::read_to_string(task.ok()?.path().join("children")).unwrap_or_default();
+        children.extend(list.split_whitespace().map(|c| c.parse::<u32>().unwrap()));
+    }
+    match children[..] {
+        [one] => Some(one),
+        _ => None,
+    }
+}
+
+/// The line a backend prints when it removed what dead ones left.
+fn removed_line(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.contains("dead backend")).collect()
+}
+
+#[test]
+fn sigkill_mid_build_the_watcher_detaches_the_mount_and_the_next_backend_cleans_up_and_serves() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let place = Place::new();
+    let mut dead = Backend::start(&place, "dead", &[NATIVE_BELOW]);
+    let (actions, _in_flight) = busy_build(&place, &dead);
+    let dead_dir = dead.dir_name();
+    dead.signal(libc::SIGKILL);
+    assert_eq!(
+        signal_of(dead.wait(Duration::from_secs(60))),
+        Some(libc::SIGKILL)
+    );
+    // A wait, not a timing check: the watcher runs at the backend's death.
+    assert!(
+        wait_for(Duration::from_secs(10), || place
+            .mounts_below_base()
+            .is_empty()),
+        "the dead backend's mount is left: {:?}",
+        place.mounts_below_base()
+    );
+    drop(actions);
+    assert_eq!(place.backends_on_base(), [dead_dir.as_str()]);
+
+    let next = Backend::start(&place, "next", &[NATIVE_BELOW]);
+    let log = next.log();
+    assert_eq!(
+        removed_line(&log),
+        [format!(
+            "actionfs serve: removed what 1 dead backend left in {} ({dead_dir})",
+            place.base().display()
+        )],
+        "{log}"
+    );
+    assert_eq!(place.backends_on_base(), [next.dir_name()]);
+    let tree = place.tree(40);
+    next.push(&tree);
+    let root = next.create_ok("again", place.manifest(&tree));
+    assert_eq!(
+        fs::read_to_string(root.join(WS).join("in40/f7")).unwrap(),
+        "input 7 of 40\n"
+    );
+    next.close();
+    assert_eq!(place.backends_on_base(), Vec::<String>::new());
+    assert_eq!(place.mounts_below_base(), Vec::<String>::new());
+}
+
+#[test]
+fn a_stale_mount_a_dead_backend_left_is_unmounted_by_the_next() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let place = Place::new();
+    let mut dead = Backend::start(&place, "dead", &["--native_below=0"]);
+    let tree = place.tree(3);
+    dead.push(&tree);
+    dead.create_ok("s", place.manifest(&tree));
+    let dead_dir = dead.dir_name();
+    // Its watcher killed first, the mount stays behind, disconnected.
+    let watcher = watcher_of(dead.pid()).expect("the backend has one watcher");
+    // SAFETY: kill with a valid signal number has no memory effects.
+    assert_eq!(unsafe { libc::kill(watcher as i32, libc::SIGKILL) }, 0);
+    // Dead, if not yet reaped (a zombie until its parent dies too).
+    assert!(wait_for(Duration::from_secs(10), || {
+        fs::read_to_string(format!("/proc/{watcher}/stat")).map_or(true, |stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, r)| r.starts_with('Z'))
+        })
+    }));
+    dead.signal(libc::SIGKILL);
+    dead.wait(Duration::from_secs(60));
+    let mnt = place.base().join(&dead_dir).join("mnt");
+    assert_eq!(
+        fs::metadata(&mnt).map_err(|e| e.raw_os_error()).err(),
+        Some(Some(libc::ENOTCONN)),
+        "{mnt:?} is not a stale mount"
+    );
+
+    let next = Backend::start(&place, "next", &[]);
+    assert_eq!(removed_line(&next.log()).len(), 1, "{}", next.log());
+    assert_eq!(place.backends_on_base(), [next.dir_name()]);
+    let mounts = place.mounts_below_base();
+    assert!(
+        mounts.iter().all(|m| !m.contains(&dead_dir)),
+        "the stale mount is left: {mounts:?}"
+    );
+    next.close();
+    assert_eq!(place.backends_on_base(), Vec::<String>::new());
+}
+
+#[test]
+fn a_live_backend_on_the_same_base_is_never_touched() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let place = Place::new();
+    let first = Backend::start(&place, "first", &[NATIVE_BELOW]);
+    let (small, large) = (place.tree(2), place.tree(40));
+    first.push(&small);
+    first.push(&large);
+    let native = first.create_ok("native", place.manifest(&small));
+    let fuse = first.create_ok("fuse", place.manifest(&large));
+
+    let second = Backend::start(&place, "second", &[NATIVE_BELOW]);
+    assert_eq!(removed_line(&second.log()), Vec::<&str>::new());
+    second.push(&large);
+    let other = second.create_ok("fuse", place.manifest(&large));
+    let mut both = vec![first.dir_name(), second.dir_name()];
+    both.sort();
+    assert_eq!(place.backends_on_base(), both);
+    // Both serve at once, each its own sandboxes.
+    for root in [&native, &fuse, &other] {
+        let file = if root == &native { "in2/f1" } else { "in40/f1" };
+        assert!(
+            fs::read_to_string(root.join(WS).join(file))
+                .unwrap()
+                .starts_with("input 1 of "),
+            "{root:?}"
+        );
+    }
+    // A third start while both live leaves both too.
+    let third = Backend::start(&place, "third", &[]);
+    assert_eq!(removed_line(&third.log()), Vec::<&str>::new());
+    third.close();
+    first.close();
+    assert_eq!(place.backends_on_base(), [second.dir_name()]);
+    second.close();
+    assert_eq!(place.backends_on_base(), Vec::<String>::new());
+    assert_eq!(place.mounts_below_base(), Vec::<String>::new());
+}
+
+/// A directory whose lock nobody holds is dead, even where its pid names
+/// a live process (pids are reused): here this test's own.
+#[test]
+fn a_directory_named_for_a_live_pid_but_unlocked_is_dead() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let place = Place::new();
+    let name = format!("actionfs-serve-{}", std::process::id());
+    fs::create_dir_all(place.base().join(&name).join("scratch/s1")).unwrap();
+    fs::write(place.base().join(&name).join("scratch/s1/f"), "left").unwrap();
+    fs::create_dir(place.base().join("not-a-backend")).unwrap();
+    let next = Backend::start(&place, "next", &[]);
+    assert_eq!(
+        removed_line(&next.log()),
+        [format!(
+            "actionfs serve: removed what 1 dead backend left in {} ({name})",
+            place.base().display()
+        )]
+    );
+    let mut expected = vec![next.dir_name(), "not-a-backend".to_owned()];
+    expected.sort();
+    assert_eq!(place.backends_on_base(), expected);
+    next.close();
+    assert_eq!(place.backends_on_base(), ["not-a-backend"]);
+}
