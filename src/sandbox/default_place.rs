@@ -37,6 +37,11 @@ pub enum Place {
 /// host path, followed wherever it leads), each expected to hold
 /// `size` bytes: one `fstatat` per file, a path walk more for a symlink.
 pub fn look<'a>(dir: &Path, files: impl IntoIterator<Item = (&'a str, i64)>) -> Vec<Place> {
+    let mut files = files.into_iter().peekable();
+    if files.peek().is_none() {
+        // Every file has content elsewhere: nothing to open.
+        return Vec::new();
+    }
     let opened = nix::fcntl::open(
         dir,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
@@ -44,7 +49,6 @@ pub fn look<'a>(dir: &Path, files: impl IntoIterator<Item = (&'a str, i64)>) -> 
     )
     .map(File::from);
     files
-        .into_iter()
         .map(|(name, size)| match &opened {
             Ok(fd) => look_at(fd, dir, name, size),
             Err(err) => Refused(format!(
