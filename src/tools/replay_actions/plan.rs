@@ -798,6 +798,16 @@ mod tests {
     }
 
     #[test]
+    fn a_command_line_names_a_path_only_whole() {
+        let dir = "bazel-out/bin/empty";
+        assert!(names_path(dir, dir));
+        assert!(names_path("test -d bazel-out/bin/empty && ls", dir));
+        assert!(names_path("--in=bazel-out/bin/empty/", dir));
+        assert!(!names_path("bazel-out/bin/empty_listing.txt", dir));
+        assert!(!names_path("x/bazel-out/bin/empty", dir));
+    }
+
+    #[test]
     fn refuses_escaping_paths_and_missing_inputs() {
         let root = std::env::temp_dir();
         let escaping = spawn(vec![file("../etc/passwd", Some(b""))], &["o"], vec![]);
