@@ -48,19 +48,41 @@ struct Backend {
     child: Option<Child>,
     client: Option<Client>,
     root: tempfile::TempDir,
+    /// The sandbox base (`root/base` unless made elsewhere).
+    base: PathBuf,
+    _base_dir: Option<tempfile::TempDir>,
 }
 
 impl Backend {
+    /// Everything in /var/tmp: below /tmp, which Bazel's jail leaves
+    /// writable, `serve` builds no native sandbox.
     fn start(options: &[&str]) -> Backend {
-        let root = tempfile::tempdir().unwrap();
-        fs::create_dir_all(root.path().join("base")).unwrap();
+        let root = tempfile::tempdir_in("/var/tmp").unwrap();
+        let base = root.path().join("base");
+        Backend::start_at(root, None, base, options)
+    }
+
+    /// A backend whose sandbox base is a directory made in `parent` (whose
+    /// file system decides what `auto` picks), its exec root in /var/tmp,
+    /// where Bazel's jail leaves it read-only as it does Bazel's own.
+    fn start_on(parent: &Path, options: &[&str]) -> Backend {
+        let root = tempfile::tempdir_in("/var/tmp").unwrap();
+        let base_dir = tempfile::tempdir_in(parent).unwrap();
+        let base = base_dir.path().to_owned();
+        Backend::start_at(root, Some(base_dir), base, options)
+    }
+
+    fn start_at(
+        root: tempfile::TempDir,
+        base_dir: Option<tempfile::TempDir>,
+        base: PathBuf,
+        options: &[&str],
+    ) -> Backend {
+        fs::create_dir_all(&base).unwrap();
         fs::create_dir_all(root.path().join("execroot").join(WS)).unwrap();
         let log = fs::File::create(root.path().join("backend.log")).unwrap();
         let (child, client) = spawn_serve(&root.path().join("execroot").join(WS), log.into());
-        let mut all = vec![format!(
-            "--sandbox_base={}",
-            root.path().join("base").display()
-        )];
+        let mut all = vec![format!("--sandbox_base={}", base.display())];
         if let Some(t) = transport() {
             all.push(format!("--transport={t}"));
         }
@@ -70,6 +92,8 @@ impl Backend {
             child: Some(child),
             client: Some(client),
             root,
+            base,
+            _base_dir: base_dir,
         };
         match answer.outcome {
             Some(negotiate::result::Outcome::Ok(_)) => backend,
@@ -192,7 +216,7 @@ impl Backend {
         };
         let _ = self.child.take().map(|mut c| c.wait());
         assert!(status.success(), "exit {status:?}\n{}", self.log());
-        assert_nothing_left(&self.root.path().join("base"), &self.log());
+        assert_nothing_left(&self.base, &self.log());
     }
 }
 
@@ -206,7 +230,7 @@ impl Drop for Backend {
                 .lines()
             {
                 let mount = line.split(' ').nth(1).unwrap_or("");
-                if mount.starts_with(&self.root.path().display().to_string()) {
+                if mount.starts_with(&self.base.display().to_string()) {
                     let _ = Command::new("umount").args(["-l", mount]).status();
                 }
             }
@@ -328,7 +352,7 @@ fn a_tree_becomes_a_sandbox_whose_outputs_are_collected() {
         assert!(!root.exists(), "{mode}: the sandbox outlived its destroy");
         // Its scratch directory is gone from its place at once (deleted
         // from the trash after the answer).
-        let scratch_dirs: Vec<PathBuf> = fs::read_dir(b.root.path().join("base"))
+        let scratch_dirs: Vec<PathBuf> = fs::read_dir(&b.base)
             .unwrap()
             .map(|serving| serving.unwrap().path().join("scratch"))
             .collect();
@@ -500,9 +524,14 @@ fn an_exec_root_inside_the_mount_is_refused() {
     for (mode, option) in modes() {
         let b = Backend::start(&[option]);
         let mut tb = TreeBuilder::new();
-        tb.add_file("ws/lib/a.h", digest_of(b"a"), false).unwrap();
-        tb.add_file("ws/lib/deeper/b.h", digest_of(b"b"), false)
+        tb.add_file("ws/lib/a.h", b.write_input("lib/a.h", b"a"), false)
             .unwrap();
+        tb.add_file(
+            "ws/lib/deeper/b.h",
+            b.write_input("lib/deeper/b.h", b"b"),
+            false,
+        )
+        .unwrap();
         let tree = tb.build();
         b.push_tree(&tree);
         let first = b.create_ok("1", b.manifest(&tree, &[("/ws/out/o", "file")]));
@@ -804,7 +833,7 @@ fn bad_input_gets_an_error_and_the_backend_keeps_serving() {
         b.destroy_ok(id);
     }
     b.destroy_ok("1");
-    let scratch_left: Vec<_> = fs::read_dir(b.root.path().join("base"))
+    let scratch_left: Vec<_> = fs::read_dir(&b.base)
         .unwrap()
         .flat_map(|base| fs::read_dir(base.unwrap().path().join("scratch")).unwrap())
         .collect();
@@ -1134,4 +1163,370 @@ fn a_failed_start_answers_negotiate_with_the_reason() {
     }
     let _ = client.close();
     assert_eq!(child.wait().unwrap().code(), Some(1));
+}
+
+/// Runs `script` in the sandbox at `root` inside Bazel's linux-sandbox, as
+/// `SandboxBackendSpawn.builtin()` wraps an action when Create leaves
+/// `confinement` unset: writable are the action's scratch directory,
+/// `/dev`, `/tmp` and the returned root; a network namespace; the working
+/// directory is `root/<workspace>`. (Bazel also lists /private/tmp and
+/// /private/var/tmp, macOS paths that Bazel 4.2.3's linux-sandbox refuses
+/// where they do not exist.)
+fn run_in_bazel_jail(root: &Path, scratch: &Path, script: &str) -> std::process::Output {
+    let mut jail = Command::new(actionfs_testkit::tier::linux_sandbox());
+    for writable in [scratch, Path::new("/dev"), Path::new("/tmp"), root] {
+        jail.arg("-w").arg(writable);
+    }
+    jail.args(["-N", "--", "/bin/sh", "-c", script])
+        .current_dir(root.join(WS))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap()
+}
+
+/// Every configuration a user may run `serve` in: the defaults, every
+/// sandbox FUSE and every sandbox native, each on tmpfs and on disk.
+/// Each with the name of the mode the defaults should pick there.
+fn modes_on_file_systems() -> Vec<(String, PathBuf, Vec<&'static str>)> {
+    let mut all = Vec::new();
+    for (fs_name, parent) in [
+        ("tmpfs", "/dev/shm"),
+        ("disk", "/var/tmp"),
+        // Writable in Bazel's jail.
+        ("/tmp", "/tmp"),
+    ] {
+        for (mode, options) in [
+            ("defaults", vec![]),
+            ("fuse", vec!["--native_below=0"]),
+            ("native", vec!["--native_below=1000000000"]),
+        ] {
+            all.push((format!("{mode} on {fs_name}"), parent.into(), options));
+        }
+    }
+    all
+}
+
+#[test]
+fn an_action_in_bazels_linux_sandbox_writes_its_outputs_and_never_its_inputs() {
+    if !require(&[Need::Mount, Need::LinuxSandbox]) {
+        return;
+    }
+    for (name, parent, options) in modes_on_file_systems() {
+        let b = Backend::start_on(&parent, &options);
+        let source = b.write_input("src/a.txt", b"source\n");
+        let pushed = b"pushed\n";
+        let mut tb = TreeBuilder::new();
+        tb.add_file("ws/src/a.txt", source, false).unwrap();
+        tb.add_file("ws/src/b.txt", digest_of(pushed), false)
+            .unwrap();
+        let tree = tb.build();
+        b.client()
+            .push(Push {
+                blobs: tree.blobs.clone(),
+                content: [(sha256_hex(pushed), inline(pushed))].into(),
+            })
+            .unwrap();
+        let scratch = b.root.path().join("bazel-scratch/1");
+        fs::create_dir_all(scratch.join("tmp")).unwrap();
+        let mut manifest = b.manifest(&tree, &[("/ws/out/x", "file")]);
+        manifest.writable_dirs =
+            HashMap::from([("/tmp".into(), scratch.join("tmp").display().to_string())]);
+        let root = b.create_ok("1", manifest);
+        let ran = run_in_bazel_jail(&root, &scratch, "cat src/a.txt src/b.txt > out/x");
+        assert!(
+            ran.status.success(),
+            "{name}: the action cannot write its output in the jail: {}\n{}",
+            String::from_utf8_lossy(&ran.stderr),
+            b.log()
+        );
+        // Neither input can be changed, through any path the jail leaves.
+        for input in ["src/a.txt", "src/b.txt"] {
+            for attempt in [
+                format!("echo changed > {input}"),
+                format!("echo changed >> {input}"),
+                format!("truncate -s 0 {input}"),
+                format!("cp /etc/hostname {input}"),
+            ] {
+                let _ = run_in_bazel_jail(&root, &scratch, &attempt);
+                let ws = root.join(WS);
+                let expected: &[u8] = if input == "src/a.txt" {
+                    b"source\n"
+                } else {
+                    pushed
+                };
+                assert_eq!(
+                    fs::read(ws.join(input)).unwrap(),
+                    expected,
+                    "{name}: `{attempt}` in the jail changed the input"
+                );
+            }
+        }
+        assert_eq!(
+            fs::read(b.exec_root().join("ws/src/a.txt")).unwrap(),
+            b"source\n",
+            "{name}: the action changed the source"
+        );
+        let collected = b.root.path().join("collected");
+        match b
+            .client()
+            .collect("1", &collected.display().to_string())
+            .unwrap()
+            .outcome
+        {
+            Some(collect::result::Outcome::Ok(_)) => {}
+            other => panic!("{name}: collect: {other:?}"),
+        }
+        assert_eq!(
+            fs::read(collected.join("ws/out/x")).unwrap(),
+            b"source\npushed\n",
+            "{name}"
+        );
+        b.destroy_ok("1");
+        if parent == Path::new("/tmp") && !options.contains(&"--native_below=0") {
+            assert!(
+                b.log()
+                    .contains("writable in Bazel's jail, so every sandbox is served by FUSE"),
+                "{name}: {}",
+                b.log()
+            );
+        }
+        b.close();
+    }
+}
+
+#[test]
+fn hard_linked_native_inputs_are_refused_at_negotiate() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for method in ["hardlink", "auto"] {
+        let root = tempfile::tempdir().unwrap();
+        let (mut child, client) = spawn_serve(root.path(), Stdio::null());
+        let answer = client
+            .negotiate(vec![format!("--native_method={method}")])
+            .unwrap();
+        match answer.outcome {
+            Some(negotiate::result::Outcome::Error(e)) => assert!(
+                e.message.contains(&format!("--native_method={method}"))
+                    && e.message.contains("could change it"),
+                "{}",
+                e.message
+            ),
+            other => panic!("{method}: {other:?}"),
+        }
+        drop(client);
+        assert!(!child.wait().unwrap().success());
+    }
+}
+
+#[test]
+fn relative_content_locations_are_read_below_the_workspaces_parent() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for (mode, option) in modes() {
+        let b = Backend::start(&[option]);
+        // A runfiles member: its bytes at its own exec path, its place in
+        // the tree below the runfiles directory.
+        let bytes = b"runfiles member\n";
+        b.write_input("data/member.txt", bytes);
+        b.client()
+            .push(Push {
+                blobs: HashMap::new(),
+                content: [(
+                    sha256_hex(bytes),
+                    Content {
+                        source: Some(content::Source::Location("ws/data/member.txt".into())),
+                        retention: Retention::Reuse as i32,
+                    },
+                )]
+                .into(),
+            })
+            .unwrap();
+        let mut tb = TreeBuilder::new();
+        tb.add_file(
+            "ws/bin/tool.runfiles/ws/data/member.txt",
+            digest_of(bytes),
+            false,
+        )
+        .unwrap();
+        let tree = tb.build();
+        b.push_tree(&tree);
+        let member = "ws/bin/tool.runfiles/ws/data/member.txt";
+        let root = b.create_ok("1", b.manifest(&tree, &[]));
+        assert_eq!(fs::read(root.join(member)).unwrap(), bytes, "{mode}");
+        b.destroy_ok("1");
+        // Captured at the Push: what the location holds later is not read.
+        b.write_input("data/member.txt", b"changed after the push\n");
+        let root = b.create_ok("2", b.manifest(&tree, &[]));
+        assert_eq!(fs::read(root.join(member)).unwrap(), bytes, "{mode}");
+        b.destroy_ok("2");
+        b.close();
+    }
+}
+
+#[test]
+fn an_empty_directory_is_served_though_its_blob_is_never_pushed() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    const EMPTY: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    for (mode, option) in modes() {
+        let b = Backend::start(&[option]);
+        let input = b.write_input("src/a.txt", b"a\n");
+        let mut tb = TreeBuilder::new();
+        tb.add_file("ws/src/a.txt", input, false).unwrap();
+        tb.add_dir("ws/empty").unwrap();
+        tb.add_dir("ws/src/deeper/empty").unwrap();
+        let mut tree = tb.build();
+        // As Bazel: the empty Directory serializes to no bytes and is
+        // never pushed.
+        tree.blobs.remove(EMPTY);
+        b.push_tree(&tree);
+        let outcome = b.client().create("1", b.manifest(&tree, &[])).unwrap();
+        let root = match outcome.outcome {
+            Some(create::result::Outcome::Ok(ok)) => PathBuf::from(ok.path),
+            other => panic!("{mode}: {other:?}\n{}", b.log()),
+        };
+        for dir in ["ws/empty", "ws/src/deeper/empty"] {
+            let entries: Vec<_> = fs::read_dir(root.join(dir))
+                .unwrap_or_else(|err| panic!("{mode}: {dir}: {err}"))
+                .collect();
+            assert!(entries.is_empty(), "{mode}: {dir} is not empty");
+        }
+        b.destroy_ok("1");
+        b.close();
+    }
+}
+
+/// A source tree reached from the exec root through a directory link, as
+/// Bazel's exec root reaches a workspace's top-level directories, with
+/// files that are themselves links.
+fn symlinked_sources(b: &Backend) -> tempfile::TempDir {
+    use std::os::unix::fs::symlink;
+    let sources = tempfile::tempdir_in(b.root.path()).unwrap();
+    let src = sources.path();
+    fs::create_dir_all(src.join("in10")).unwrap();
+    fs::create_dir_all(src.join("links")).unwrap();
+    fs::write(src.join("in10/f3.txt"), b"file 3 of set 10\n").unwrap();
+    fs::write(src.join("links/sibling.txt"), b"sibling\n").unwrap();
+    symlink("../in10/f3.txt", src.join("links/rel_alias.txt")).unwrap();
+    symlink("sibling.txt", src.join("links/chain_alias.txt")).unwrap();
+    symlink("chain_alias.txt", src.join("links/chain2.txt")).unwrap();
+    symlink(src.join("in10/f3.txt"), src.join("links/abs_alias.txt")).unwrap();
+    symlink("../in10", src.join("links/dir_alias")).unwrap();
+    for top in ["in10", "links"] {
+        symlink(src.join(top), b.exec_root().join(WS).join(top)).unwrap();
+    }
+    sources
+}
+
+#[test]
+fn sources_reached_through_symlink_chains_are_served_with_their_bytes() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let inputs: [(&str, &[u8]); 6] = [
+        ("links/rel_alias.txt", b"file 3 of set 10\n"),
+        ("links/chain_alias.txt", b"sibling\n"),
+        ("links/chain2.txt", b"sibling\n"),
+        ("links/abs_alias.txt", b"file 3 of set 10\n"),
+        ("links/dir_alias/f3.txt", b"file 3 of set 10\n"),
+        ("in10/f3.txt", b"file 3 of set 10\n"),
+    ];
+    // FUSE with the links' directory made lazily (no output there) and
+    // made at the Create (an output below it), and native.
+    for (mode, option, output) in [
+        ("fuse, lazy", "--native_below=0", "/ws/out/x"),
+        (
+            "fuse, made at create",
+            "--native_below=0",
+            "/ws/links/out/x",
+        ),
+        ("native", "--native_below=1000000000", "/ws/out/x"),
+    ] {
+        let b = Backend::start(&[option]);
+        fs::create_dir_all(b.exec_root().join(WS)).unwrap();
+        let _sources = symlinked_sources(&b);
+        let mut tb = TreeBuilder::new();
+        for (path, bytes) in inputs {
+            tb.add_file(&format!("ws/{path}"), digest_of(bytes), false)
+                .unwrap();
+        }
+        let tree = tb.build();
+        b.push_tree(&tree);
+        let root = b.create_ok("1", b.manifest(&tree, &[(output, "file")]));
+        for (path, bytes) in inputs {
+            let shown = root.join(WS).join(path);
+            assert_eq!(
+                fs::read(&shown).unwrap_or_else(|err| panic!("{mode}: {path}: {err}")),
+                bytes,
+                "{mode}: {path}"
+            );
+            if mode == "native" {
+                // A native input is a symlink, absolute, that leads to
+                // the file wherever the sandbox is.
+                let target = fs::read_link(&shown).unwrap();
+                assert!(target.is_absolute(), "{mode}: {path} -> {target:?}");
+                assert_eq!(
+                    fs::canonicalize(&target).unwrap(),
+                    fs::canonicalize(b.exec_root().join(WS).join(path)).unwrap(),
+                    "{mode}: {path}"
+                );
+            } else {
+                let meta = fs::symlink_metadata(&shown).unwrap();
+                assert!(meta.is_file(), "{mode}: {path} is not a file");
+            }
+        }
+        b.destroy_ok("1");
+        b.close();
+    }
+}
+
+#[test]
+fn a_default_place_that_changed_since_bazel_hashed_it_is_refused() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for (mode, option, output, at_create) in [
+        ("fuse, lazy", "--native_below=0", "/ws/out/x", false),
+        (
+            "fuse, made at create",
+            "--native_below=0",
+            "/ws/src/x",
+            true,
+        ),
+        ("native", "--native_below=1000000000", "/ws/out/x", true),
+    ] {
+        let b = Backend::start(&[option]);
+        let hashed = b.write_input("src/a.txt", b"as hashed\n");
+        let mut tb = TreeBuilder::new();
+        tb.add_file("ws/src/a.txt", hashed, false).unwrap();
+        let tree = tb.build();
+        b.push_tree(&tree);
+        // Changed, through a link too: the chain's end is what counts.
+        b.write_input("src/real.txt", b"other, longer bytes\n");
+        fs::remove_file(b.exec_root().join("ws/src/a.txt")).unwrap();
+        std::os::unix::fs::symlink("real.txt", b.exec_root().join("ws/src/a.txt")).unwrap();
+        let manifest = b.manifest(&tree, &[(output, "file")]);
+        if at_create {
+            let why = b.create_error("1", manifest);
+            assert!(
+                why.contains("ws/src/a.txt") && why.contains("changed since Bazel hashed it"),
+                "{mode}: {why}"
+            );
+        } else {
+            let root = b.create_ok("1", manifest);
+            let err = fs::read(root.join("ws/src/a.txt")).unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::EIO), "{mode}: {err}");
+            assert!(
+                b.log().contains("changed since Bazel hashed it"),
+                "{mode}: {}",
+                b.log()
+            );
+            b.destroy_ok("1");
+        }
+        b.close();
+    }
 }

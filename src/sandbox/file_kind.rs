@@ -47,6 +47,19 @@ impl FileKind {
         }
     }
 
+    /// The type in words, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            FileKind::Directory => "directory",
+            FileKind::RegularFile => "regular file",
+            FileKind::Symlink => "symlink",
+            FileKind::NamedPipe => "named pipe",
+            FileKind::Socket => "socket",
+            FileKind::CharDevice => "character device",
+            FileKind::BlockDevice => "block device",
+        }
+    }
+
     // mode_t is u16 on macOS and u32 on Linux: the conversions are needed.
     #[allow(clippy::useless_conversion)]
     pub fn from_mode(mode: u32) -> FileKind {

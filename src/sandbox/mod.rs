@@ -2,9 +2,11 @@
 //! as real files ([`materialize`]), from one [`layout`]; [`hybrid`] picks
 //! which per sandbox; [`store`] keeps content pushed by digest for the
 //! sandboxes that reference it; [`merkle`] walks input trees given by
-//! directory digests. Nothing here knows about FUSE or the request
+//! directory digests, whose files nobody pushed are found at their
+//! [`default_place`]. Nothing here knows about FUSE or the request
 //! stream.
 
+pub mod default_place;
 pub mod dirfd;
 pub mod file_kind;
 pub mod hybrid;

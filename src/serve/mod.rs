@@ -14,6 +14,7 @@
 //! a Create keeps of a tree for the next), [`outputs`] (declared outputs
 //! and Collect).
 
+mod jail;
 mod kept;
 mod outputs;
 mod service;
@@ -32,7 +33,8 @@ use parking_lot::Mutex;
 use crate::cli::{parse_backend_options, BackendOptions};
 use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
 use crate::daemon::{self, FrontEnd, Stopped};
-use crate::sandbox::hybrid::cutoff;
+use crate::sandbox::hybrid::cutoff::{self, NativeBelow};
+use crate::sandbox::materialize::Method;
 use crate::sandbox::materialize::{remove_tree, Trash};
 use crate::sandbox::store::ContentStore;
 use service::{Dirs, Service};
@@ -79,14 +81,18 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
             negotiate.versions
         ));
     }
-    let options = match parse_backend_options(&negotiate.options) {
+    let mut options = match parse_backend_options(&negotiate.options) {
         Ok(options) => options,
         Err(why) => return refuse(why),
     };
+    if let Err(why) = check_native_method(options.native_method) {
+        return refuse(why);
+    }
     let base = match make_base(&options) {
         Ok(base) => base,
         Err(why) => return refuse(why),
     };
+    keep_inputs_read_only(&mut options, &base);
     let served = serve_in(&base, &options, args, input, &answers, rid);
     if let Err(err) = remove_tree(&base) {
         log::error!("cannot remove {base:?}: {err}");
@@ -135,13 +141,19 @@ fn serve_in(
         "serving the sandbox backend protocol for {:?} below {base:?}",
         args.workspace
     );
+    // Bazel's Manifest.exec_root: the exec root's parent.
+    let locations_root = args
+        .workspace
+        .parent()
+        .unwrap_or(&args.workspace)
+        .to_owned();
     let fatal = Arc::new(Mutex::new(None));
     let served = Arc::new(AtomicBool::new(false));
     let front_end = {
         let (answers, fatal, mount) = (answers.clone(), fatal.clone(), dirs.mount.clone());
         let served = served.clone();
         FrontEnd::Owning(Box::new(move |sandboxes| {
-            let service = Arc::new(Service::new(sandboxes, store, dirs, trash));
+            let service = Arc::new(Service::new(sandboxes, store, dirs, trash, locations_root));
             served.store(true, Ordering::SeqCst);
             answers.send(rid, negotiated(Ok(())));
             log::info!("sandboxes appear in {mount:?}");
@@ -165,6 +177,34 @@ fn serve_in(
             }
             Err(err.to_string())
         }
+    }
+}
+
+/// Hard links (`hardlink`, and `auto`, which prefers them) would put the
+/// store's own files in the action's writable sandbox root, where the
+/// action could change a digest's bytes for every later sandbox.
+fn check_native_method(method: Method) -> Result<(), String> {
+    match method {
+        Method::Symlink | Method::Clone | Method::Copy => Ok(()),
+        Method::Hardlink | Method::Auto => Err(format!(
+            "backend option refused: --native_method={} would hard-link captured content into              sandboxes, where an action could change it; use symlink, clone or copy",
+            method.name()
+        )),
+    }
+}
+
+/// Native sandboxes link to the store, which must then be read-only in
+/// Bazel's jail: where the base is writable there (below /tmp), every
+/// sandbox is served by FUSE, which refuses writes to inputs itself.
+fn keep_inputs_read_only(options: &mut BackendOptions, base: &Path) {
+    if options.native_below != NativeBelow::Off && jail::writable_in_bazels_jail(base) {
+        eprintln!(
+            "actionfs serve: {} is writable in Bazel's jail, so every sandbox is served by FUSE \
+             (native ones would let actions change captured inputs); choose another \
+             --sandbox_base for native sandboxes",
+            base.display()
+        );
+        options.native_below = NativeBelow::Off;
     }
 }
 
@@ -200,23 +240,30 @@ fn make_base(options: &BackendOptions) -> Result<PathBuf, String> {
 }
 
 /// Without `--sandbox_base`: /dev/shm where it is a tmpfs we may write,
-/// else the temporary directory. Measured on Bazel actions (cc-chain, 98
-/// compiles and links, `--jobs 2`, unsandboxed outputs on disk,
-/// docs/BENCHMARKS.md): 1.10x unsandboxed with the base on tmpfs, where
-/// sandboxes are built natively, against 1.37x on the ext4 disk, where
-/// each scratch directory made and removed is slow.
+/// else /var/tmp (unlike /tmp, read-only in Bazel's jail: see
+/// [`keep_inputs_read_only`]), else the temporary directory. Measured on
+/// Bazel actions (cc-chain, 98 compiles and links, `--jobs 2`,
+/// unsandboxed outputs on disk, docs/BENCHMARKS.md): 1.10x unsandboxed
+/// with the base on tmpfs, where sandboxes are built natively, against
+/// 1.37x on the ext4 disk, where each scratch directory made and removed
+/// is slow.
 fn default_sandbox_base() -> PathBuf {
+    let usable = |dir: &Path| {
+        nix::unistd::access(
+            dir,
+            nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+        )
+        .is_ok()
+    };
     let shm = Path::new("/dev/shm");
-    let writable = nix::unistd::access(
-        shm,
-        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
-    )
-    .is_ok();
-    if writable && cutoff::on_tmpfs(shm) {
-        shm.to_owned()
-    } else {
-        std::env::temp_dir()
+    if usable(shm) && cutoff::on_tmpfs(shm) {
+        return shm.to_owned();
     }
+    let var_tmp = Path::new("/var/tmp");
+    if usable(var_tmp) && !jail::writable_in_bazels_jail(var_tmp) {
+        return var_tmp.to_owned();
+    }
+    std::env::temp_dir()
 }
 
 /// `--store_max_bytes`, else 8 GiB, but at most a quarter of a tmpfs the

@@ -28,10 +28,11 @@ use super::kept::{Found, KeptTrees, TreeContent};
 use super::outputs::{self, Output};
 use crate::daemon::reconfig::Backend;
 use crate::daemon::stats::RequestKind;
+use crate::sandbox::default_place::{self, Place};
 use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::layout::Draft;
 use crate::sandbox::materialize::{remove_tree, Trash};
-use crate::sandbox::merkle::{MissingDir, Trees, WalkError, Walked};
+use crate::sandbox::merkle::{FileEntry, MissingDir, Trees, WalkError, Walked};
 use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup};
 use crate::sandbox::tree::{EmptyDirs, MerkleInputs, SymlinkTargets};
 
@@ -98,15 +99,20 @@ pub struct Service {
     /// Where a destroyed sandbox's scratch directory goes, to be deleted
     /// off the Destroy's path.
     trash: Trash,
+    /// What relative content locations are relative to: the parent of
+    /// `--workspace` (an absolute location is taken as it is).
+    locations_root: PathBuf,
 }
 
 impl Service {
-    /// `trash` is on the file system of `dirs.scratch`.
+    /// `trash` is on the file system of `dirs.scratch`; relative content
+    /// locations are below `locations_root`.
     pub fn new(
         core: Arc<Sandboxes>,
         store: Arc<ContentStore>,
         dirs: Dirs,
         trash: Trash,
+        locations_root: PathBuf,
     ) -> Service {
         Service {
             trees: Trees::new(store.clone()),
@@ -118,6 +124,7 @@ impl Service {
             refused: Mutex::default(),
             kept: KeptTrees::default(),
             trash,
+            locations_root,
         }
     }
 
@@ -139,7 +146,7 @@ impl Service {
                     self.store.put_bytes(&hash, &bytes, retention)
                 }
                 Some(content::Source::Location(path)) => {
-                    self.store.capture(&hash, Path::new(&path), retention)
+                    self.store.capture(&hash, &self.location(&path), retention)
                 }
                 None => {
                     self.note(
@@ -151,6 +158,13 @@ impl Service {
             };
             self.note(&hash, put.map_err(|err| err.to_string()));
         }
+    }
+
+    /// A content location's host path: Bazel sends runfiles members and
+    /// displaced files relative to `Manifest.exec_root`, which is the
+    /// parent of `--workspace` (a Push comes before any Create says so).
+    fn location(&self, path: &str) -> PathBuf {
+        self.locations_root.join(path)
     }
 
     fn note(&self, hash: &str, put: Result<(), String>) {
@@ -387,12 +401,12 @@ impl Service {
             let mappings = mapping_count(plan);
             // Natively, every input (the materializer needs them all). In
             // FUSE, directories off the outputs' paths are lazy, made into
-            // nodes when the action first reaches them. Their inputs skip
-            // the draft's checks: a default place inside the mount would
-            // have the daemon look into its own view.
+            // nodes when the action first reaches them. Either way default
+            // places are looked at (the draft's now, a lazy directory's
+            // when it is made): one inside the mount would have the daemon
+            // look into its own view.
             let native = self.core.builds_natively(id, &ws_dir, mappings);
-            if !native
-                && plan.content.iter().any(Option::is_none)
+            if plan.content.iter().any(Option::is_none)
                 && plan.exec_root.starts_with(&self.dirs.mount)
             {
                 return Err(format!(
@@ -512,16 +526,26 @@ impl Service {
             path.push_str(dir);
             path.push('/');
             let base = path.len();
-            for (file, content) in entries.files.iter().zip(&content[files]) {
+            let content = &content[files];
+            let mut found = self
+                .look_at_default_places(exec_root, dir, &entries.files, content)
+                .into_iter();
+            for (file, content) in entries.files.iter().zip(content) {
                 path.truncate(base);
                 path.push_str(&file.name);
                 match content {
                     Some(stored) => add(&path, stored.as_os_str().as_bytes(), false),
-                    None => {
-                        under.truncate(under_base);
-                        under.extend_from_slice(&path.as_bytes()[1..]);
-                        add(&path, &under, false);
-                    }
+                    None => match found.next().expect("a look per default place") {
+                        Place::Here => {
+                            under.truncate(under_base);
+                            under.extend_from_slice(&path.as_bytes()[1..]);
+                            add(&path, &under, false);
+                        }
+                        Place::Elsewhere(target) => {
+                            add(&path, target.as_os_str().as_bytes(), false)
+                        }
+                        Place::Refused(why) => return Err(format!("input {}: {why}", &path[1..])),
+                    },
                 }
             }
             for link in entries.symlinks.iter() {
@@ -538,6 +562,26 @@ impl Service {
             }
         }
         Ok(draft)
+    }
+
+    /// What is at the default place of each file of directory `dir` that
+    /// has no content in the store (`content` is `None`), in order.
+    fn look_at_default_places(
+        &self,
+        exec_root: &Path,
+        dir: &str,
+        files: &[FileEntry],
+        content: &[Option<PathBuf>],
+    ) -> Vec<Place> {
+        if content.iter().all(Option::is_some) {
+            return Vec::new();
+        }
+        let defaults = files
+            .iter()
+            .zip(content)
+            .filter(|(_, content)| content.is_none())
+            .map(|(file, _)| (&*file.name, file.size));
+        default_place::look(&exec_root.join(dir), defaults)
     }
 
     /// MissingContent for `hashes`, unless a Push brought bad bytes for

@@ -23,6 +23,16 @@ pub enum Need {
     Root,
     /// A loop-mounted file system (root, losetup and mkfs.xfs).
     LoopDevice,
+    /// Bazel's `linux-sandbox` jail ([`linux_sandbox`]) and root to run it.
+    LinuxSandbox,
+}
+
+/// Bazel's `linux-sandbox` (Debian's bazel-bootstrap ships Bazel 4.2.3's),
+/// or `$ACTIONFS_LINUX_SANDBOX`.
+pub fn linux_sandbox() -> std::path::PathBuf {
+    std::env::var_os("ACTIONFS_LINUX_SANDBOX")
+        .map(Into::into)
+        .unwrap_or_else(|| "/usr/libexec/x86_64-linux-gnu/bazel/linux-sandbox".into())
 }
 
 impl Need {
@@ -39,6 +49,18 @@ impl Need {
                 }
             }
             Need::Root => (!root).then(|| "not running as root".to_owned()),
+            Need::LinuxSandbox => {
+                if !root {
+                    Some("not running as root".to_owned())
+                } else if !linux_sandbox().exists() {
+                    Some(format!(
+                        "{} is missing (bazel-bootstrap)",
+                        linux_sandbox().display()
+                    ))
+                } else {
+                    None
+                }
+            }
             Need::LoopDevice => {
                 if !root {
                     Some("not running as root".to_owned())

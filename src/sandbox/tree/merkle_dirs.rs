@@ -5,7 +5,8 @@
 //!
 //! The nodes made are those a draft of the same tree would give: a file
 //! is a read-only mapping of its content (a store file, or its default
-//! place below `default_place`), a symlink a read-only mapping of a
+//! place below `default_place`, or the file a symlink chain there leads
+//! to; EIO if that file is not the digest's size), a symlink a read-only mapping of a
 //! symlink holding its target, an empty directory a read-only mapping of
 //! an empty directory, and a directory with entries another lazy
 //! directory that merges with the underlying directory of its name, as a
@@ -21,6 +22,7 @@ use parking_lot::Mutex;
 
 use super::name::Name;
 use super::node::{LazyEntries, Location, Node, Origin};
+use crate::sandbox::default_place::{self, Place};
 use crate::sandbox::dirfd::Anchor;
 use crate::sandbox::merkle::{join, Walked};
 
@@ -138,16 +140,41 @@ impl LazyEntries for LazyDir {
         // underlying directory of the same name, writable if this is.
         let writable = this.upgrade().is_some_and(|node| node.is_writable());
         let mut made = Vec::with_capacity(dir.len());
-        let mut default_dir = None;
         let first = inputs.walked.index().first_file[self.at as usize] as usize;
-        for (file, content) in dir.files.iter().zip(&inputs.content[first..]) {
+        let content = &inputs.content[first..first + dir.files.len()];
+        // Default places are looked at now, once for the directory: a
+        // symlink chain is served as the file it leads to, a changed file
+        // not at all.
+        let default_dir = inputs.default_place.join(path);
+        let mut found = default_place::look(
+            &default_dir,
+            dir.files
+                .iter()
+                .zip(content)
+                .filter(|(_, content)| content.is_none())
+                .map(|(file, _)| (&*file.name, file.size)),
+        )
+        .into_iter();
+        let mut default_anchor = None;
+        for (file, content) in dir.files.iter().zip(content) {
             let node = match content {
                 Some(stored) => inputs.mapping(stored),
-                None => {
-                    let anchor = default_dir
-                        .get_or_insert_with(|| inputs.anchor(&inputs.default_place.join(path)));
-                    mapping_in(anchor.clone(), OsStr::new(&*file.name))
-                }
+                None => match found.next().expect("a look per default place") {
+                    Place::Here => {
+                        let anchor =
+                            default_anchor.get_or_insert_with(|| inputs.anchor(&default_dir));
+                        mapping_in(anchor.clone(), OsStr::new(&*file.name))
+                    }
+                    Place::Elsewhere(target) => inputs.mapping(&target),
+                    Place::Refused(why) => {
+                        log::error!(
+                            "sandbox {:?}: input {path}/{}: {why}; reading it fails with EIO",
+                            inputs.sandbox,
+                            file.name
+                        );
+                        Node::new_untyped(false, Origin::Refused)
+                    }
+                },
             };
             made.push((Name::new(OsStr::new(&*file.name)), Arc::new(node)));
         }

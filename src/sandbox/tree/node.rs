@@ -38,6 +38,9 @@ pub enum Origin {
     /// weak because parents own their children; the kernel keeps every
     /// ancestor of a node it knows looked up, so the parent outlives it.
     Child { parent: Weak<Node>, name: Name },
+    /// An input whose object must not be served (its default place holds
+    /// other bytes than its digest's): every use fails with EIO.
+    Refused,
 }
 
 /// A mapping's underlying object: its anchor (shared by every mapping in

@@ -58,6 +58,7 @@ fn route(node: &Node) -> FsResult<Option<Route>> {
     loop {
         match origin {
             Origin::Virtual => return Ok(None),
+            Origin::Refused => return Err(Errno::EIO.into()),
             Origin::Mapped(location) => {
                 if !location.name.as_os_str().is_empty() {
                     names.push(c_string(location.name.as_os_str())?);

@@ -312,7 +312,7 @@ fn same_location(a: &Node, b: &Node) -> bool {
 /// name exists underneath).
 fn shows_underlying(dir: &Node) -> bool {
     match dir.origin() {
-        Origin::Virtual => false,
+        Origin::Virtual | Origin::Refused => false,
         Origin::Mapped(_) => true,
         Origin::Child { .. } => !matches!(backing_dir(dir), Ok(None)),
     }
