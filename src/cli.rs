@@ -413,15 +413,21 @@ its progress on stderr when that is a terminal."
         /// this actionfs)
         #[arg(long, value_name = "BIN")]
         backend: Option<PathBuf>,
-        /// In mode serve, push each input as content: its path (location)
-        /// or its bytes (inline); default: none, read from the exec root
+        /// In mode serve, what is pushed as content: as Bazel 7 does
+        /// (bazel: param files inline, runfiles members by relative
+        /// location, the rest none), nothing (default), every input's
+        /// path (location) or bytes (inline)
         #[arg(
             long,
-            value_name = "default|location|inline",
-            default_value = "default",
+            value_name = "bazel|default|location|inline",
+            default_value = "bazel",
             value_parser = parse_content
         )]
         content: crate::tools::replay_actions::ContentMode,
+        /// Run serve's and symlinks' actions in Bazel's jail, as Bazel
+        /// does: linux-sandbox, or linux-sandbox=PATH (default: none)
+        #[arg(long, value_name = "linux-sandbox[=PATH]", value_parser = parse_jail)]
+        jail: Option<crate::tools::replay_actions::Jail>,
         /// Where each mode's exec root goes (missing or empty; default: a
         /// new directory in the temporary directory)
         #[arg(long, value_name = "DIR")]
@@ -766,6 +772,7 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             backend_opts,
             backend,
             content,
+            jail,
             out,
             keep,
         } => Command::ReplayActions(crate::tools::replay_actions::ReplayActionsArgs {
@@ -783,6 +790,7 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             backend_opts,
             backend,
             content,
+            jail,
             out,
             keep,
         }),
@@ -827,7 +835,11 @@ fn parse_replay_mode(text: &str) -> Result<crate::tools::replay_actions::Mode, S
 
 fn parse_content(text: &str) -> Result<crate::tools::replay_actions::ContentMode, String> {
     crate::tools::replay_actions::ContentMode::parse(text)
-        .ok_or_else(|| "takes default, location or inline".to_owned())
+        .ok_or_else(|| "takes bazel, default, location or inline".to_owned())
+}
+
+fn parse_jail(text: &str) -> Result<crate::tools::replay_actions::Jail, String> {
+    crate::tools::replay_actions::Jail::parse(text)
 }
 
 /// `ro:/path/in/mount:/underlying` or `rw:...`.
@@ -975,8 +987,8 @@ mod tests {
         };
         assert_eq!(r.modes, [Mode::Serve, Mode::Unsandboxed, Mode::Symlinks]);
         assert_eq!(
-            (r.runs, r.content, r.keep),
-            (1, ContentMode::Default, false)
+            (r.runs, r.content, r.keep, r.jail),
+            (1, ContentMode::Bazel, false, None)
         );
         assert!(r.jobs > 0 && r.backend.is_none() && r.backend_opts.is_empty());
         let Ok(Command::ReplayActions(r)) = parse_strs(&[
@@ -992,6 +1004,7 @@ mod tests {
             "--runs",
             "5",
             "--content=inline",
+            "--jail=linux-sandbox=/opt/ls",
             "--keep",
         ]) else {
             panic!("replay-actions did not parse");
@@ -1002,6 +1015,7 @@ mod tests {
             (r.jobs, r.runs, r.content, r.keep),
             (3, 5, ContentMode::Inline, true)
         );
+        assert_eq!(r.jail.unwrap().path, std::path::Path::new("/opt/ls"));
         for (args, expected) in [
             (&["replay-actions", "--exec-root=/e"][..], "--execlog"),
             (

@@ -454,3 +454,325 @@ fn serve_names_a_wrong_digest_and_a_refused_option() {
         "{text}"
     );
 }
+
+/// A build as Bazel 4.2.3 logs what Bazel 7 treats specially: a tool with
+/// a runfiles tree (a source data file, the tool itself, an empty marker)
+/// read by two actions that also read one param file; and an empty tree
+/// artifact that the log leaves out of its reader's inputs.
+struct RealBuild {
+    build: Build,
+}
+
+const DATA: &[u8] = b"runfiles data\n";
+const PARAMS: &[u8] = b"-o\nout\n";
+const RTOOL: &[u8] = b"#!/bin/sh\ncat \"$0.runfiles/ws/src/data.txt\" \"$1\"\n";
+
+impl RealBuild {
+    fn new() -> RealBuild {
+        let mut build = Build::new();
+        let root = build.exec_root();
+        let src = build.dir.path().join("workspace/src");
+        fs::write(src.join("data.txt"), DATA).unwrap();
+        let bin = root.join("bazel-out/bin");
+        fs::write(bin.join("rtool"), RTOOL).unwrap();
+        fs::set_permissions(bin.join("rtool"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::write(bin.join("x-2.params"), PARAMS).unwrap();
+        // The runfiles tree as a local build leaves it: absolute links.
+        let runfiles = bin.join("rtool.runfiles");
+        fs::create_dir_all(runfiles.join("ws/src")).unwrap();
+        fs::write(runfiles.join("MANIFEST"), "ws/src/data.txt ...\n").unwrap();
+        std::os::unix::fs::symlink(src.join("data.txt"), runfiles.join("ws/src/data.txt")).unwrap();
+        std::os::unix::fs::symlink(bin.join("rtool"), runfiles.join("ws/rtool")).unwrap();
+        fs::write(runfiles.join("ws/src/__init__.py"), "").unwrap();
+        fs::create_dir_all(bin.join("empty")).unwrap();
+        let out1 = [DATA, PARAMS].concat();
+        let out2 = [DATA, A].concat();
+        fs::write(bin.join("r1"), &out1).unwrap();
+        fs::write(bin.join("r2"), &out2).unwrap();
+        fs::write(bin.join("listing"), "").unwrap();
+        // The runfiles members by their exec paths (the tool twice), as
+        // 4.2.3 logs them.
+        let tool_inputs = || {
+            vec![
+                file("bazel-out/bin/rtool", RTOOL),
+                file("bazel-out/bin/rtool", RTOOL),
+                file("src/data.txt", DATA),
+                file("bazel-out/bin/x-2.params", PARAMS),
+            ]
+        };
+        let mut second = tool_inputs();
+        second.push(file("src/a.txt", A));
+        build.spawns = vec![
+            spawn(
+                &[
+                    "bazel-out/bin/rtool",
+                    "bazel-out/bin/x-2.params",
+                    "bazel-out/bin/r1",
+                ],
+                tool_inputs(),
+                &["bazel-out/bin/r1"],
+                vec![file("bazel-out/bin/r1", &out1)],
+            ),
+            spawn(
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "bazel-out/bin/rtool src/a.txt > bazel-out/bin/r2",
+                ],
+                second,
+                &["bazel-out/bin/r2"],
+                vec![file("bazel-out/bin/r2", &out2)],
+            ),
+            spawn(
+                &["/bin/sh", "-c", "mkdir -p bazel-out/bin/empty"],
+                vec![],
+                &["bazel-out/bin/empty"],
+                vec![],
+            ),
+            // Fails unless the empty tree artifact is there.
+            spawn(
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "test -d \"$1\" && ls -A \"$1\" > bazel-out/bin/listing",
+                    "",
+                    "bazel-out/bin/empty",
+                ],
+                vec![],
+                &["bazel-out/bin/listing"],
+                vec![file("bazel-out/bin/listing", b"")],
+            ),
+        ];
+        // The first action's tool writes to stdout: make it write its
+        // output the way the log says instead.
+        build.spawns[0]["commandArgs"] = json!([
+            "/bin/sh",
+            "-c",
+            "bazel-out/bin/rtool bazel-out/bin/x-2.params > bazel-out/bin/r1"
+        ]);
+        RealBuild { build }
+    }
+}
+
+/// What a backend was sent: every Push's blobs and content entries (one
+/// map per Push), and every Create's manifest.
+struct Sent {
+    pushes: Vec<actionfs_protocol::backend::sandbox::Push>,
+    roots: Vec<actionfs_protocol::backend::reapi::Digest>,
+}
+
+fn read_sent(path: &Path) -> Sent {
+    use actionfs_protocol::backend::frame::read_frame;
+    use actionfs_protocol::backend::sandbox::{request::Op, Request};
+    let bytes = fs::read(path).unwrap();
+    let mut reader = bytes.as_slice();
+    let mut sent = Sent {
+        pushes: Vec::new(),
+        roots: Vec::new(),
+    };
+    while let Some(request) = read_frame::<Request>(&mut reader, 1 << 30).unwrap() {
+        match request.op {
+            Some(Op::Push(push)) => sent.pushes.push(push),
+            Some(Op::Create(create)) => sent
+                .roots
+                .push(create.manifest.unwrap().input_root_digest.unwrap()),
+            _ => {}
+        }
+    }
+    sent
+}
+
+/// A backend that records its input on the way to `actionfs serve`.
+fn recording_backend(dir: &Path) -> (PathBuf, PathBuf) {
+    let record = dir.join("stdin.bin");
+    let script = dir.join("recording-backend");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ntee '{}' | exec '{}' \"$@\"\n",
+            record.display(),
+            bin()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    (script, record)
+}
+
+#[test]
+fn pushes_content_as_bazel_7_does_and_never_the_empty_directory() {
+    use actionfs_protocol::backend::digest::digest_of;
+    use actionfs_protocol::backend::reapi::Directory;
+    use actionfs_protocol::backend::sandbox::{content, Retention};
+    use prost::Message;
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let real = RealBuild::new();
+    let build = &real.build;
+    let base = build.dir.path().join("base");
+    fs::create_dir_all(&base).unwrap();
+    let (backend, record) = recording_backend(build.dir.path());
+    // Today's serve refuses relative locations and the empty directory,
+    // so only what it was sent is asserted here, not its success.
+    let out = build.replay(&[
+        "--modes=serve,symlinks,unsandboxed",
+        "--jobs=1",
+        &format!("--backend={}", backend.display()),
+        &format!("--backend-opt=--sandbox_base={}", base.display()),
+    ]);
+    let text = stdout(&out);
+    // The other modes prove the plan: the runfiles tree and the empty
+    // directory are where the actions look.
+    for mode in ["symlinks", "unsandboxed"] {
+        assert!(
+            text.contains(&format!(
+                "{mode} run 1: 4/4 actions ok, 3 outputs compared, 0 mismatches"
+            )),
+            "{text}"
+        );
+    }
+    let sent = read_sent(&record);
+    let mut blobs = std::collections::HashMap::new();
+    let mut entries = Vec::new();
+    for push in &sent.pushes {
+        for (hash, blob) in &push.blobs {
+            assert!(!blob.is_empty(), "the empty Directory {hash} was pushed");
+            blobs.insert(hash.clone(), blob.clone());
+        }
+        entries.extend(push.content.clone());
+    }
+    let entry_for = |bytes: &[u8]| -> Vec<(Option<content::Source>, i32)> {
+        let hash = sha256_hex(bytes);
+        entries
+            .iter()
+            .filter(|(h, _)| **h == hash)
+            .map(|(_, c)| (c.source.clone(), c.retention))
+            .collect()
+    };
+    // The param file: inline, single use, in each of its two actions' Push.
+    let single = Retention::SingleUse as i32;
+    assert_eq!(
+        entry_for(PARAMS),
+        vec![(Some(content::Source::Inline(PARAMS.to_vec())), single); 2]
+    );
+    // The empty runfiles marker: inline (no bytes), single use.
+    assert_eq!(
+        entry_for(b""),
+        vec![(Some(content::Source::Inline(vec![])), single); 2]
+    );
+    // Runfiles members: by location relative to Manifest.exec_root, once.
+    let reuse = Retention::Reuse as i32;
+    assert_eq!(
+        entry_for(DATA),
+        [(
+            Some(content::Source::Location("ws/src/data.txt".into())),
+            reuse
+        )]
+    );
+    assert_eq!(
+        entry_for(RTOOL),
+        [(
+            Some(content::Source::Location("ws/bazel-out/bin/rtool".into())),
+            reuse
+        )]
+    );
+    // Everything else: from the default place.
+    assert!(entry_for(A).is_empty(), "{entries:?}");
+    assert_eq!(entries.len(), 6, "{entries:?}");
+
+    // The trees: the runfiles member at its runfiles path; the empty tree
+    // artifact a directory with the empty digest, its blob never pushed.
+    let dir = |digest: &actionfs_protocol::backend::reapi::Digest| -> Directory {
+        if digest.size_bytes == 0 {
+            return Directory::default();
+        }
+        Directory::decode(blobs[&digest.hash].as_slice()).unwrap()
+    };
+    let walk = |root: &actionfs_protocol::backend::reapi::Digest, path: &str| {
+        let mut current = dir(root);
+        let names: Vec<&str> = path.split('/').collect();
+        for name in &names[..names.len() - 1] {
+            let node = current.directories.iter().find(|d| d.name == *name);
+            current = dir(node
+                .unwrap_or_else(|| panic!("no {name} in {path}"))
+                .digest
+                .as_ref()
+                .unwrap());
+        }
+        current
+    };
+    assert_eq!(sent.roots.len(), 4, "one Create per action");
+    let data = walk(
+        &sent.roots[0],
+        "ws/bazel-out/bin/rtool.runfiles/ws/src/data.txt",
+    );
+    let node = data.files.iter().find(|f| f.name == "data.txt").unwrap();
+    assert_eq!(node.digest.as_ref().unwrap().hash, sha256_hex(DATA));
+    let bin_dir = walk(&sent.roots[3], "ws/bazel-out/bin/empty");
+    let empty = bin_dir
+        .directories
+        .iter()
+        .find(|d| d.name == "empty")
+        .unwrap();
+    assert_eq!(empty.digest.as_ref().unwrap(), &digest_of(b""));
+}
+
+#[test]
+fn jail_runs_actions_in_linux_sandbox() {
+    const LINUX_SANDBOX: &str = "/usr/libexec/x86_64-linux-gnu/bazel/linux-sandbox";
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    if !Path::new(LINUX_SANDBOX).exists() {
+        actionfs_testkit::tier::skip(&format!("no {LINUX_SANDBOX} (Debian's bazel-bootstrap)"));
+        return;
+    }
+    let mut build = Build::new();
+    // Outside every writable path of the jail (not below /tmp).
+    let outside_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let outside = outside_dir.path().to_owned();
+    let script = format!(
+        "touch {}/written && cat src/a.txt src/b.txt > bazel-out/bin/ab.txt",
+        outside.display()
+    );
+    build.spawns[0]["commandArgs"] = json!(["/bin/sh", "-c", script]);
+    build.spawns.truncate(1);
+    let base = build.dir.path().join("base");
+    fs::create_dir_all(&base).unwrap();
+    let sandbox_base = format!("--backend-opt=--sandbox_base={}", base.display());
+    let jail = format!("--jail=linux-sandbox={LINUX_SANDBOX}");
+    // FUSE sandboxes: the ones today's serve can run in the jail.
+    let fuse = "--backend-opt=--native_below=0";
+    let args = ["--modes=serve,symlinks", &sandbox_base, fuse];
+
+    let out = build.replay(&[&args[..], &[jail.as_str()]].concat());
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text.contains("jail: linux-sandbox ("), "{text}");
+    for mode in ["serve", "symlinks"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("FAILED {mode} run 1: #1")))
+            .unwrap_or_else(|| panic!("{mode} was not jailed: {text}"));
+        assert!(line.contains("failed"), "{line}");
+        assert!(
+            text.contains(&format!("{}/written", outside.display()))
+                && text.contains("Read-only file system"),
+            "{text}"
+        );
+    }
+    assert!(!outside.join("written").exists());
+    // Unsandboxed stays bare, in the jail's run too.
+    let out = build.replay(&["--modes=unsandboxed", &jail]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(outside.join("written").exists());
+    fs::remove_file(outside.join("written")).unwrap();
+
+    // Without --jail, nothing is jailed.
+    let out = build.replay(&args);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("jail: none"), "{text}");
+    assert!(outside.join("written").exists());
+}

@@ -44,6 +44,8 @@ pub struct Spawn {
     pub remote_cache_hit: bool,
     pub status: String,
     pub exit_code: i64,
+    /// `timeoutMillis`: the action's timeout (tests), 0 for none.
+    pub timeout_millis: i64,
 }
 
 /// A path with its digest, if the log gave one.
@@ -166,6 +168,7 @@ fn spawn(value: &Value) -> Result<Spawn, String> {
         })?,
         status: string(value, "status")?,
         exit_code: integer(value, "exitCode")?,
+        timeout_millis: integer(value, "timeoutMillis")?,
     })
 }
 

@@ -20,6 +20,13 @@
 //! - `symlinks` ([`symlinks`]): Bazel's classic sandbox, a symlink per
 //!   input in a fresh directory per action.
 //!
+//! Each action's inputs are those Bazel 7's runner would give it, with
+//! their sources classified as it does ([`plan`]). With `--jail`, serve
+//! and symlinks run each action in Bazel's `linux-sandbox` ([`jail`]):
+//! serve as `SandboxBackendSpawn` does when Create leaves `confinement`
+//! unset, symlinks as Bazel's `linux-sandbox` strategy; unsandboxed stays
+//! bare. Without it nothing is jailed, to measure the backend alone.
+//!
 //! Actions run at most `--jobs` at once, each once the earlier actions
 //! making its inputs are done, first in the log's order first ([`pool`]).
 //! `--runs K` repeats every mode K times, alternating modes (A1 B1 A2 B2),
@@ -33,6 +40,7 @@
 //! every output matched, and every backend exited 0.
 
 mod execlog;
+mod jail;
 mod plan;
 mod pool;
 mod report;
@@ -45,6 +53,7 @@ mod unsandboxed;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+pub use jail::Jail;
 pub use serve::ContentMode;
 
 use plan::Action;
@@ -94,6 +103,8 @@ pub struct ReplayActionsArgs {
     /// `None`: this executable.
     pub backend: Option<PathBuf>,
     pub content: ContentMode,
+    /// Bazel's jail around serve's and symlinks' actions.
+    pub jail: Option<Jail>,
     /// Where the modes' exec roots go; `None`: a fresh temporary directory.
     pub out: Option<PathBuf>,
     pub keep: bool,
@@ -137,6 +148,16 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
             format!(" ({})", skipped.join(", "))
         }
     );
+    println!(
+        "jail: {}",
+        match &args.jail {
+            Some(jail) => format!(
+                "{} (serve: when Create leaves confinement unset; symlinks: Bazel's linux-sandbox strategy; unsandboxed: none)",
+                jail.describe()
+            ),
+            None => "none".to_owned(),
+        }
+    );
     if plan.actions.is_empty() {
         return Err("no action to replay".to_owned());
     }
@@ -165,11 +186,12 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
                     &backend,
                     &args.backend_opts,
                     args.content,
+                    args.jail.as_ref(),
                 )
                 .map(|s| Box::new(s) as Box<dyn Session>),
                 Mode::Unsandboxed => unsandboxed::Unsandboxed::start(&plan, &mode_dir)
                     .map(|(s, _staged)| Box::new(s) as Box<dyn Session>),
-                Mode::Symlinks => symlinks::Symlinks::start(&plan, &mode_dir)
+                Mode::Symlinks => symlinks::Symlinks::start(&plan, &mode_dir, args.jail.as_ref())
                     .map(|s| Box::new(s) as Box<dyn Session>),
             };
             let session = match started {

@@ -3,8 +3,26 @@
 //! into the files below it, hashed), outputs sorted into files and tree
 //! artifacts with the digests to expect, and which earlier action made
 //! each generated input.
+//!
+//! Each input is also classified as Bazel 7's sandbox backend runner sees
+//! it ([`Source`]), from what the 4.2.3 log and the exec root show:
+//! - a virtual input (`VirtualActionInput`): a `.params` file no logged
+//!   action makes (Bazel writes spawn-level param files itself), or an
+//!   empty runfiles marker (a regular file inside a `*.runfiles` tree,
+//!   where every member is otherwise a symlink);
+//! - a runfiles-tree member: the 4.2.3 log names each member by its own
+//!   exec path (or, in some logs, by its runfiles path), never both; the
+//!   tree itself is on disk beside the tool (`<tool>.runfiles/`), each
+//!   member a symlink whose readlink chain leads back into the exec root,
+//!   which names its exec path. A tool's runfiles tree is added to an
+//!   action when every member's exec path is among its logged inputs;
+//! - everything else is at its natural exec path.
+//!
+//! Empty directories are inputs too ([`Action::empty_dirs`]): the 4.2.3
+//! log omits an empty tree artifact altogether, so one a logged action
+//! made is given to each later action whose command line names its path.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -36,6 +54,11 @@ pub struct Action {
     pub env: Vec<(String, String)>,
     /// Every input file, sorted by path, directories expanded.
     pub inputs: Vec<Input>,
+    /// Empty directories among the inputs (an empty tree artifact), by
+    /// exec path: in the tree, an empty directory.
+    pub empty_dirs: Vec<String>,
+    /// The logged timeout in seconds (tests), 0 for none.
+    pub timeout_secs: u64,
     pub outputs: Vec<Output>,
     /// The output files to compare, with the logged digests.
     pub expected: Vec<Expected>,
@@ -46,10 +69,26 @@ pub struct Action {
 
 #[derive(Debug, Clone)]
 pub struct Input {
-    /// Exec path.
+    /// Where it is in the action's tree, below the workspace: its exec
+    /// path, or for a runfiles member its runfiles-layout path
+    /// (`<tool>.runfiles/<ws>/...`), which the original exec root also
+    /// holds (a symlink to the member).
     pub path: String,
     pub digest: reapi::Digest,
     pub executable: bool,
+    pub source: Source,
+}
+
+/// Where Bazel 7's runner says an input's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// At its own exec path: the default place, no content entry.
+    Natural,
+    /// A `VirtualActionInput` (param file, empty runfiles marker): no file
+    /// of Bazel's holds it; its bytes go inline, single use.
+    Virtual,
+    /// A runfiles member whose bytes are the artifact at this exec path.
+    Runfiles(String),
 }
 
 /// A declared output.
@@ -86,7 +125,19 @@ pub fn plan(spawns: Vec<Spawn>, exec_root: &Path) -> Result<Plan, String> {
         .ok_or_else(|| format!("{exec_root:?} has no UTF-8 basename to name the workspace"))?
         .to_owned();
     let mut skipped = BTreeMap::new();
-    let mut files = Files::new(exec_root);
+    let mut files = Files::new(exec_root)?;
+    // Every path a logged spawn makes: a `.params` input among them is an
+    // artifact, not a virtual input.
+    let made: HashSet<String> = spawns
+        .iter()
+        .flat_map(|spawn| {
+            spawn
+                .listed_outputs
+                .iter()
+                .cloned()
+                .chain(spawn.actual_outputs.iter().map(|file| file.path.clone()))
+        })
+        .collect();
     let mut actions = Vec::new();
     for (i, spawn) in spawns.into_iter().enumerate() {
         if let Some(why) = spawn.skip() {
@@ -94,10 +145,11 @@ pub fn plan(spawns: Vec<Spawn>, exec_root: &Path) -> Result<Plan, String> {
             continue;
         }
         let number = i + 1;
-        let action = action(number, spawn, &mut files)
+        let action = action(number, spawn, &mut files, &made)
             .map_err(|why| format!("spawn {number} of the log: {why}"))?;
         actions.push(action);
     }
+    add_empty_trees(&mut actions, exec_root);
     link(&mut actions);
     Ok(Plan {
         exec_root: exec_root.to_owned(),
@@ -107,17 +159,26 @@ pub fn plan(spawns: Vec<Spawn>, exec_root: &Path) -> Result<Plan, String> {
     })
 }
 
-fn action(number: usize, spawn: Spawn, files: &mut Files) -> Result<Action, String> {
+fn action(
+    number: usize,
+    spawn: Spawn,
+    files: &mut Files,
+    made: &HashSet<String>,
+) -> Result<Action, String> {
     if spawn.command_args.is_empty() {
         return Err("commandArgs is empty".to_owned());
     }
     let mut inputs = BTreeMap::new();
+    let mut empty_dirs = BTreeSet::new();
     for input in &spawn.inputs {
         check_path(&input.path)?;
-        for file in files.expand(&input.path, input.digest.as_ref())? {
+        let (found, empty) = files.expand(&input.path, input.digest.as_ref())?;
+        for file in found {
             inputs.insert(file.path.clone(), file);
         }
+        empty_dirs.extend(empty);
     }
+    classify(&mut inputs, files, made)?;
     let mut outputs = Vec::new();
     let mut expected = Vec::new();
     let mut actual: BTreeMap<&str, &LoggedDigest> = BTreeMap::new();
@@ -174,9 +235,104 @@ fn action(number: usize, spawn: Spawn, files: &mut Files) -> Result<Action, Stri
         argv: spawn.command_args,
         env: spawn.env,
         inputs: inputs.into_values().collect(),
+        empty_dirs: empty_dirs.into_iter().collect(),
+        timeout_secs: u64::try_from(spawn.timeout_millis / 1000).unwrap_or(0),
         outputs,
         expected,
         deps: Vec::new(),
+    })
+}
+
+/// Sets each input's [`Source`] and adds the runfiles trees of the tools
+/// among them (see the module doc).
+fn classify(
+    inputs: &mut BTreeMap<String, Input>,
+    files: &mut Files,
+    made: &HashSet<String>,
+) -> Result<(), String> {
+    let mut trees = Vec::new();
+    for input in inputs.values_mut() {
+        if input.path.contains(".runfiles/") {
+            // Logged at its runfiles path: a member itself.
+            input.source = match files.runfiles_member(&input.path)? {
+                Member::Link(exec_path) => Source::Runfiles(exec_path),
+                Member::Marker => Source::Virtual,
+            };
+        } else if input.path.ends_with(".params") && !made.contains(&input.path) {
+            input.source = Source::Virtual;
+        } else if let Some(tree) = files.runfiles_tree(&input.path)? {
+            trees.push((input.path.clone(), tree));
+        }
+    }
+    for (tool, tree) in trees {
+        // Only a tree whose members this action reads is its runfiles.
+        let members: Option<Vec<Input>> = tree
+            .iter()
+            .map(|(rel, member)| {
+                let path = format!("{tool}.runfiles/{rel}");
+                match member {
+                    Member::Link(exec_path) => inputs.get(exec_path).map(|natural| Input {
+                        path,
+                        digest: natural.digest.clone(),
+                        executable: natural.executable,
+                        source: Source::Runfiles(exec_path.clone()),
+                    }),
+                    Member::Marker => Some(Input {
+                        digest: files.hash(&path).ok()?,
+                        path,
+                        executable: false,
+                        source: Source::Virtual,
+                    }),
+                }
+            })
+            .collect();
+        for member in members.into_iter().flatten() {
+            inputs.entry(member.path.clone()).or_insert(member);
+        }
+    }
+    Ok(())
+}
+
+/// Gives each empty tree artifact a logged action made to the later
+/// actions whose command line names it: the 4.2.3 log leaves an empty
+/// tree artifact out of its readers' inputs, and an action that names a
+/// tree artifact reads it (an extra empty directory would be harmless).
+fn add_empty_trees(actions: &mut [Action], exec_root: &Path) {
+    let mut empty: Vec<(usize, String)> = Vec::new();
+    for (i, action) in actions.iter().enumerate() {
+        for output in action.outputs.iter().filter(|o| o.dir) {
+            let inside = format!("{}/", output.path);
+            let filled = action.expected.iter().any(|e| e.path.starts_with(&inside));
+            let is_empty = fs::read_dir(exec_root.join(&output.path))
+                .map(|mut entries| entries.next().is_none())
+                .unwrap_or(false);
+            if !filled && is_empty {
+                empty.push((i, output.path.clone()));
+            }
+        }
+    }
+    for (producer, dir) in empty {
+        for action in &mut actions[producer + 1..] {
+            let inside = format!("{dir}/");
+            let already = action.empty_dirs.contains(&dir)
+                || action.inputs.iter().any(|i| i.path.starts_with(&inside))
+                || action.outputs.iter().any(|o| o.path == dir);
+            if !already && action.argv.iter().any(|arg| names_path(arg, &dir)) {
+                action.empty_dirs.push(dir.clone());
+                action.empty_dirs.sort();
+            }
+        }
+    }
+}
+
+/// Whether `arg` holds `path` as a whole path (not a prefix of a longer
+/// name, nor a suffix of one).
+fn names_path(arg: &str, path: &str) -> bool {
+    let part_of_path = |c: char| c.is_ascii_alphanumeric() || "._-/+@".contains(c);
+    arg.match_indices(path).any(|(at, _)| {
+        let before = arg[..at].chars().next_back();
+        let after = arg[at + path.len()..].chars().next();
+        !before.is_some_and(part_of_path) && !after.is_some_and(|c| part_of_path(c) && c != '/')
     })
 }
 
@@ -203,9 +359,13 @@ fn link(actions: &mut [Action]) {
     }
     for (i, action) in actions.iter_mut().enumerate() {
         let mut deps = Vec::new();
-        for input in &action.inputs {
+        let read = action.inputs.iter().map(|input| match &input.source {
+            Source::Runfiles(exec_path) => exec_path.as_str(),
+            Source::Natural | Source::Virtual => input.path.as_str(),
+        });
+        for read in read.chain(action.empty_dirs.iter().map(String::as_str)) {
             // The input itself, or a tree artifact above it.
-            let mut path = input.path.as_str();
+            let mut path = read;
             loop {
                 if let Some(&producer) = made_by.get(path) {
                     if producer < i && !deps.contains(&producer) {
@@ -224,35 +384,223 @@ fn link(actions: &mut [Action]) {
     }
 }
 
+/// A runfiles-tree entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Member {
+    /// A link to the artifact at this exec path.
+    Link(String),
+    /// An empty file Bazel made for an entry with no artifact.
+    Marker,
+}
+
 /// The exec root's files, each looked at once however many actions read it.
 struct Files {
     root: PathBuf,
     /// Exec path -> executable bit.
     seen: HashMap<String, bool>,
+    /// Where the exec root's symlinks lead (its links to the source tree,
+    /// and `external/`'s to the repositories), longest first: a host path
+    /// below a target is the exec path below the link.
+    links: Vec<(PathBuf, String)>,
+    /// A tool's exec path -> its runfiles tree (relative path -> member),
+    /// if it has one.
+    runfiles: HashMap<String, Option<Vec<(String, Member)>>>,
 }
 
 impl Files {
-    fn new(root: &Path) -> Files {
-        Files {
+    fn new(root: &Path) -> Result<Files, String> {
+        let mut links = Vec::new();
+        let mut resolved = Vec::new();
+        for dir in ["", "external"] {
+            let Ok(entries) = fs::read_dir(root.join(dir)) else {
+                continue;
+            };
+            for entry in entries {
+                let entry =
+                    entry.map_err(|err| format!("listing {}: {err}", root.join(dir).display()))?;
+                let Ok(name) = entry.file_name().into_string() else {
+                    continue;
+                };
+                let exec = if dir.is_empty() {
+                    name
+                } else {
+                    format!("{dir}/{name}")
+                };
+                let host = entry.path();
+                if let Ok(target) = fs::read_link(&host) {
+                    let target = normalize(&host.parent().unwrap_or(root).join(target));
+                    if let Ok(real) = fs::canonicalize(&host) {
+                        if real != target {
+                            resolved.push((real, exec.clone()));
+                        }
+                    }
+                    links.push((target, exec));
+                }
+            }
+        }
+        // Where a link says it leads first: two links may resolve to one
+        // directory (`linkdir -> data`), and the one named for it wins.
+        let longest = |(target, _): &(PathBuf, String)| std::cmp::Reverse(target.as_os_str().len());
+        links.sort_by_key(longest);
+        resolved.sort_by_key(longest);
+        links.extend(resolved);
+        Ok(Files {
             root: root.to_owned(),
             seen: HashMap::new(),
+            links,
+            runfiles: HashMap::new(),
+        })
+    }
+
+    /// The exec path of host path `path` (absolute, normalized), if the
+    /// exec root reaches it: below the exec root, or below where one of
+    /// its links leads.
+    fn exec_path_of(&self, path: &Path) -> Option<String> {
+        if let Ok(rest) = path.strip_prefix(&self.root) {
+            return rest.to_str().filter(|s| !s.is_empty()).map(str::to_owned);
         }
+        self.links.iter().find_map(|(target, exec)| {
+            let rest = path.strip_prefix(target).ok()?.to_str()?;
+            Some(if rest.is_empty() {
+                exec.clone()
+            } else {
+                format!("{exec}/{rest}")
+            })
+        })
+    }
+
+    /// The exec path a runfiles link at `host` stands for: its readlink
+    /// chain followed, one link at a time, to the first path the exec
+    /// root names (Bazel's links are absolute; relative ones work too).
+    fn follow(&self, host: &Path) -> Result<String, String> {
+        let mut current = host.to_owned();
+        for _ in 0..40 {
+            let target = fs::read_link(&current).map_err(|err| {
+                format!(
+                    "runfiles member {}: readlink {}: {err}",
+                    host.display(),
+                    current.display()
+                )
+            })?;
+            let next = normalize(&current.parent().unwrap_or(Path::new("/")).join(target));
+            if let Some(exec) = self.exec_path_of(&next) {
+                return Ok(exec);
+            }
+            current = next;
+        }
+        Err(format!(
+            "runfiles member {}: its links never lead into the exec root {}",
+            host.display(),
+            self.root.display()
+        ))
+    }
+
+    /// What the runfiles entry at exec path `path` (`....runfiles/...`) is.
+    fn runfiles_member(&self, path: &str) -> Result<Member, String> {
+        let host = self.root.join(path);
+        let meta =
+            fs::symlink_metadata(&host).map_err(|err| format!("{}: {err}", host.display()))?;
+        if meta.file_type().is_symlink() {
+            self.follow(&host).map(Member::Link)
+        } else {
+            Ok(Member::Marker)
+        }
+    }
+
+    /// The runfiles tree beside the tool at exec path `tool`, if there is
+    /// one: every entry below `<tool>.runfiles/` but its `MANIFEST`, by
+    /// path below it (a link to a directory stands for the files below).
+    fn runfiles_tree(&mut self, tool: &str) -> Result<Option<Vec<(String, Member)>>, String> {
+        if let Some(tree) = self.runfiles.get(tool) {
+            return Ok(tree.clone());
+        }
+        let dir = self.root.join(format!("{tool}.runfiles"));
+        let tree = if dir.join("MANIFEST").is_file() {
+            let mut members = Vec::new();
+            self.walk_runfiles(&dir, "", &mut members)?;
+            members.retain(|(rel, _)| rel != "MANIFEST");
+            Some(members)
+        } else {
+            None
+        };
+        self.runfiles.insert(tool.to_owned(), tree.clone());
+        Ok(tree)
+    }
+
+    fn walk_runfiles(
+        &self,
+        dir: &Path,
+        rel: &str,
+        found: &mut Vec<(String, Member)>,
+    ) -> Result<(), String> {
+        let mut entries: Vec<_> = fs::read_dir(dir)
+            .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
+            .map_err(|err| format!("listing runfiles {}: {err}", dir.display()))?;
+        entries.sort_by_key(fs::DirEntry::file_name);
+        for entry in entries {
+            let name = entry.file_name();
+            let name = name
+                .to_str()
+                .ok_or_else(|| format!("{:?} is not UTF-8", entry.path()))?;
+            let child = if rel.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{rel}/{name}")
+            };
+            let host = entry.path();
+            let kind = entry
+                .file_type()
+                .map_err(|err| format!("{}: {err}", host.display()))?;
+            if kind.is_dir() {
+                self.walk_runfiles(&host, &child, found)?;
+            } else if kind.is_symlink() {
+                let exec = self.follow(&host)?;
+                if self.root.join(&exec).is_dir() {
+                    // A linked directory: its files, each at its own exec path.
+                    let mut below = Vec::new();
+                    walk(&self.root.join(&exec), &exec, &mut below, &mut Vec::new())?;
+                    for file in below {
+                        let tail = &file.path[exec.len()..];
+                        found.push((format!("{child}{tail}"), Member::Link(file.path)));
+                    }
+                } else {
+                    found.push((child, Member::Link(exec)));
+                }
+            } else {
+                found.push((child, Member::Marker));
+            }
+        }
+        Ok(())
+    }
+
+    /// The digest of the file at exec path `path`.
+    fn hash(&self, path: &str) -> Result<reapi::Digest, String> {
+        hash_file(&self.root.join(path))
     }
 
     /// The input files at `path`: itself, with the logged digest (or its
     /// own, hashed, if the log gives none or not a SHA-256), or every file
-    /// below it if it is a directory, hashed.
-    fn expand(&mut self, path: &str, logged: Option<&LoggedDigest>) -> Result<Vec<Input>, String> {
+    /// below it if it is a directory, hashed; and the empty directories
+    /// below (or at) it.
+    fn expand(
+        &mut self,
+        path: &str,
+        logged: Option<&LoggedDigest>,
+    ) -> Result<(Vec<Input>, Vec<String>), String> {
         if let Some(&executable) = self.seen.get(path) {
             if let Some(digest) = logged.filter(|d| is_sha256_hex(&d.hash)) {
-                return Ok(vec![Input {
-                    path: path.to_owned(),
-                    digest: reapi::Digest {
-                        hash: digest.hash.clone(),
-                        size_bytes: digest.size,
-                    },
-                    executable,
-                }]);
+                return Ok((
+                    vec![Input {
+                        path: path.to_owned(),
+                        digest: reapi::Digest {
+                            hash: digest.hash.clone(),
+                            size_bytes: digest.size,
+                        },
+                        executable,
+                        source: Source::Natural,
+                    }],
+                    Vec::new(),
+                ));
             }
         }
         let host = self.root.join(path);
@@ -265,8 +613,9 @@ impl Files {
         })?;
         if meta.is_dir() {
             let mut found = Vec::new();
-            walk(&host, path, &mut found)?;
-            return Ok(found);
+            let mut empty = Vec::new();
+            walk(&host, path, &mut found, &mut empty)?;
+            return Ok((found, empty));
         }
         let executable = meta.permissions().mode() & 0o111 != 0;
         self.seen.insert(path.to_owned(), executable);
@@ -277,19 +626,47 @@ impl Files {
             },
             None => hash_file(&host)?,
         };
-        Ok(vec![Input {
-            path: path.to_owned(),
-            digest,
-            executable,
-        }])
+        Ok((
+            vec![Input {
+                path: path.to_owned(),
+                digest,
+                executable,
+                source: Source::Natural,
+            }],
+            Vec::new(),
+        ))
     }
 }
 
-/// Every file below `dir` (exec path `path`), hashed, in name order.
-fn walk(dir: &Path, path: &str, found: &mut Vec<Input>) -> Result<(), String> {
+/// `path` with `.` and `..` resolved by name, as a link's target is.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Every file below `dir` (exec path `path`), hashed, in name order; and
+/// the empty directories, `dir` itself included.
+fn walk(
+    dir: &Path,
+    path: &str,
+    found: &mut Vec<Input>,
+    empty: &mut Vec<String>,
+) -> Result<(), String> {
     let mut entries: Vec<_> = fs::read_dir(dir)
         .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
         .map_err(|err| format!("listing input directory {}: {err}", dir.display()))?;
+    if entries.is_empty() {
+        empty.push(path.to_owned());
+    }
     entries.sort_by_key(fs::DirEntry::file_name);
     for entry in entries {
         let name = entry.file_name();
@@ -300,12 +677,13 @@ fn walk(dir: &Path, path: &str, found: &mut Vec<Input>) -> Result<(), String> {
         let host = entry.path();
         let meta = fs::metadata(&host).map_err(|err| format!("{}: {err}", host.display()))?;
         if meta.is_dir() {
-            walk(&host, &child, found)?;
+            walk(&host, &child, found, empty)?;
         } else {
             found.push(Input {
                 digest: hash_file(&host)?,
                 path: child,
                 executable: meta.permissions().mode() & 0o111 != 0,
+                source: Source::Natural,
             });
         }
     }
@@ -417,6 +795,16 @@ mod tests {
         assert_eq!(last.inputs[3].digest.hash, sha256_hex(b"x"));
         assert_eq!(last.deps, [0]);
         assert_eq!(last.name(), "#3 Test (out/final)");
+    }
+
+    #[test]
+    fn a_command_line_names_a_path_only_whole() {
+        let dir = "bazel-out/bin/empty";
+        assert!(names_path(dir, dir));
+        assert!(names_path("test -d bazel-out/bin/empty && ls", dir));
+        assert!(names_path("--in=bazel-out/bin/empty/", dir));
+        assert!(!names_path("bazel-out/bin/empty_listing.txt", dir));
+        assert!(!names_path("x/bazel-out/bin/empty", dir));
     }
 
     #[test]

@@ -377,6 +377,8 @@ mod tests {
             argv: vec!["true".into()],
             env: vec![],
             inputs: vec![],
+            empty_dirs: vec![],
+            timeout_secs: 0,
             outputs: vec![
                 Output {
                     path: "same".into(),

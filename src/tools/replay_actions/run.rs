@@ -68,6 +68,16 @@ pub fn command(action: &Action, cwd: &Path, wrapper: Option<&Wrapper>) -> Result
     ))
 }
 
+/// A test's TEST_TMPDIR (relative to the exec root, or absolute), if the
+/// logged environment sets one.
+pub fn test_tmpdir(action: &Action) -> Option<&str> {
+    action
+        .env
+        .iter()
+        .find(|(name, value)| name == "TEST_TMPDIR" && !value.is_empty())
+        .map(|(_, value)| value.as_str())
+}
+
 /// Makes the directory that holds `root/rel`, and those above it.
 pub fn make_parent(root: &Path, rel: &str) -> Result<(), String> {
     let path = root.join(rel);
@@ -109,6 +119,8 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             inputs: vec![],
+            empty_dirs: vec![],
+            timeout_secs: 0,
             outputs: vec![],
             expected: vec![],
             deps: vec![],

@@ -3,24 +3,35 @@
 //!
 //! One backend per run, started as `BIN serve --workspace <exec root>` and
 //! negotiated with the `--backend-opt` values as options. Per action: its
-//! input tree (`<ws>/<exec path>` for each input, built once before the
-//! runs) is pushed, only the directory blobs (and, with `--content`, the
-//! content entries) this backend has not been sent yet; Create (on
+//! input tree (`<ws>/<tree path>` for each input, built once before the
+//! runs) is pushed, only the directory blobs (and content entries) this
+//! backend has not been sent yet, never the empty Directory (it
+//! serializes to no bytes; Bazel never pushes it); Create (on
 //! MissingContent, exactly the named digests are pushed and Create is
 //! retried, 3 attempts in all, as Bazel does); the action runs in
-//! `<Ok.path>/<ws>` with `/tmp` mapped (`writable_dirs`) to a fresh
-//! scratch directory; on success Collect into this mode's exec root;
-//! Destroy; the scratch directory is removed.
+//! `<Ok.path>/<ws>`; on success Collect into this mode's exec root;
+//! Destroy; the action's scratch directory (`<mode dir>/scratch/<id>`,
+//! holding `tmp`, which `writable_dirs` maps `/tmp` to, and `test_tmpdir`
+//! for a test's TEST_TMPDIR) is removed.
 //!
-//! Without `--content`, no leaf has a content entry, so the backend reads
-//! each from the default place, `Manifest.exec_root/<ws>/<exec path>`: the
-//! original exec root. `--content=location` pushes every leaf as its path
-//! there, `--content=inline` as its bytes, to exercise the backend's store.
+//! Content entries, by `--content`:
+//! - `bazel` (the default), as Bazel 7's runner: a virtual input (param
+//!   file, empty runfiles marker) inline with RETENTION_SINGLE_USE in
+//!   every action's Push; a runfiles member by the relative location
+//!   `<ws>/<its exec path>` (relative to `Manifest.exec_root`), REUSE;
+//!   every other leaf none, read from the default place
+//!   `Manifest.exec_root/<ws>/<exec path>`, the original exec root.
+//!   A MissingContent naming a digest with no entry fails the action, as
+//!   it does in Bazel, which holds no bytes to push for it;
+//! - `default`: no entry at all; `location`: every leaf's absolute path
+//!   in the exec root; `inline`: every leaf's bytes (to exercise the
+//!   backend's store).
 //!
 //! The answer to Create may ask for a confinement: a custom one wraps the
-//! action's argv; none (Bazel would then use its own jail) or unconfined
-//! run the action as it is. So with no jail, `/tmp` in the action is the
-//! host's `/tmp`: `writable_dirs` is sent but only a jail would apply it.
+//! action's argv; unconfined runs it as it is; none runs it in Bazel's
+//! jail with `--jail` ([`super::jail`]), else as it is (to measure the
+//! backend alone). With no jail, `/tmp` in the action is the host's
+//! `/tmp`: `writable_dirs` maps it, but only a jail would apply that.
 //!
 //! Every answer is awaited at most `SANDBOX_BACKEND_REQUEST_TIMEOUT_SECS`
 //! (default 60, as Bazel); after a timeout the backend is killed at the end
@@ -34,13 +45,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use actionfs_protocol::backend::client::{Client, ClientError};
-use actionfs_protocol::backend::digest::HASH_FUNCTION;
+use actionfs_protocol::backend::digest::{digest_of, HASH_FUNCTION};
 use actionfs_protocol::backend::sandbox::{
     self, collect, content, create, destroy, negotiate, request::Op, response,
 };
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
 
-use super::plan::{Action, Plan};
+use super::jail::Jail;
+use super::plan::{Action, Input, Plan, Source};
 use super::run::{self, make_dir, remove, results_root, Wrapper};
 use super::steps::{Step, StepClock};
 use super::Session;
@@ -51,6 +63,9 @@ const CREATE_ATTEMPTS: usize = 3;
 /// What is pushed as content for each leaf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContentMode {
+    /// As Bazel 7's runner: virtual inputs inline (single use), runfiles
+    /// members by relative location, the rest nothing.
+    Bazel,
     /// Nothing: the backend reads leaves from the default place.
     Default,
     /// Each leaf's path in the exec root.
@@ -62,6 +77,7 @@ pub enum ContentMode {
 impl ContentMode {
     pub fn parse(text: &str) -> Option<ContentMode> {
         match text {
+            "bazel" => Some(ContentMode::Bazel),
             "default" | "none" => Some(ContentMode::Default),
             "location" => Some(ContentMode::Location),
             "inline" => Some(ContentMode::Inline),
@@ -71,7 +87,8 @@ impl ContentMode {
 }
 
 /// The input tree of each action, as the backend sees it: every input at
-/// `<ws>/<exec path>`, and the workspace directory even when empty.
+/// `<ws>/<tree path>`, each empty directory input as an empty directory,
+/// and the workspace directory even when empty.
 pub fn trees(plan: &Plan) -> Result<Vec<Tree>, String> {
     plan.actions
         .iter()
@@ -87,6 +104,11 @@ pub fn trees(plan: &Plan) -> Result<Vec<Tree>, String> {
                         input.digest.clone(),
                         input.executable,
                     )
+                    .map_err(|err| format!("the input tree of {}: {err}", action.name()))?;
+            }
+            for dir in &action.empty_dirs {
+                builder
+                    .add_dir(&format!("{}/{dir}", plan.workspace))
                     .map_err(|err| format!("the input tree of {}: {err}", action.name()))?;
             }
             Ok(builder.build())
@@ -105,8 +127,9 @@ pub struct Serve<'a> {
     collect_root: String,
     /// `<mode dir>/execroot/<ws>`.
     results: PathBuf,
-    /// `<mode dir>/tmp`: a scratch directory per action below it.
+    /// `<mode dir>/scratch`: a scratch directory per action below it.
     scratch: PathBuf,
+    jail: Option<&'a Jail>,
     timeout: Duration,
     /// A request went unanswered: kill the backend at the end.
     timed_out: AtomicBool,
@@ -121,9 +144,10 @@ impl<'a> Serve<'a> {
         backend: &Path,
         options: &[String],
         content: ContentMode,
+        jail: Option<&'a Jail>,
     ) -> Result<Serve<'a>, String> {
         let results = results_root(mode_dir, &plan.workspace);
-        let scratch = mode_dir.join("tmp");
+        let scratch = mode_dir.join("scratch");
         make_dir(&results)?;
         make_dir(&scratch)?;
         let mut command = Command::new(backend);
@@ -145,6 +169,7 @@ impl<'a> Serve<'a> {
             collect_root: mode_dir.join("execroot").to_string_lossy().into_owned(),
             results,
             scratch,
+            jail,
             timeout,
             timed_out: AtomicBool::new(false),
         };
@@ -195,26 +220,41 @@ impl<'a> Serve<'a> {
         }
     }
 
-    /// A content entry for the leaf at exec path `path`.
-    fn content(&self, path: &str) -> Result<sandbox::Content, String> {
-        let host = self.plan.exec_root.join(path);
-        let source = match self.content {
-            ContentMode::Inline => content::Source::Inline(
-                std::fs::read(&host).map_err(|err| format!("reading {}: {err}", host.display()))?,
-            ),
-            ContentMode::Default | ContentMode::Location => {
-                content::Source::Location(host.to_string_lossy().into_owned())
-            }
+    /// The content entry for `input`, if this mode sends one.
+    fn content(&self, input: &Input) -> Result<Option<sandbox::Content>, String> {
+        let host = || self.plan.exec_root.join(&input.path);
+        let read = |host: PathBuf| {
+            std::fs::read(&host).map_err(|err| format!("reading {}: {err}", host.display()))
         };
-        Ok(sandbox::Content {
-            retention: sandbox::Retention::Reuse as i32,
+        let (retention, source) = match (self.content, &input.source) {
+            (ContentMode::Bazel, Source::Natural) | (ContentMode::Default, _) => return Ok(None),
+            (ContentMode::Bazel, Source::Virtual) => (
+                sandbox::Retention::SingleUse,
+                content::Source::Inline(read(host())?),
+            ),
+            // Relative to Manifest.exec_root, as Bazel names it.
+            (ContentMode::Bazel, Source::Runfiles(exec_path)) => (
+                sandbox::Retention::Reuse,
+                content::Source::Location(format!("{}/{exec_path}", self.plan.workspace)),
+            ),
+            (ContentMode::Inline, _) => (
+                sandbox::Retention::Reuse,
+                content::Source::Inline(read(host())?),
+            ),
+            (ContentMode::Location, _) => (
+                sandbox::Retention::Reuse,
+                content::Source::Location(host().to_string_lossy().into_owned()),
+            ),
+        };
+        Ok(Some(sandbox::Content {
+            retention: retention as i32,
             source: Some(source),
-        })
+        }))
     }
 
-    /// Pushes what of the action's tree (and, with `--content`, its
-    /// leaves) this backend was not sent; or, with `only`, exactly those
-    /// digests.
+    /// Pushes what of the action's tree and content entries this backend
+    /// was not sent (single-use entries every time, as Bazel does); or,
+    /// with `only`, exactly those digests. Never the empty Directory.
     fn push(&self, action: &Action, tree: &Tree, only: Option<&[String]>) -> Result<(), String> {
         let mut pushed = self
             .pushed
@@ -224,41 +264,47 @@ impl<'a> Serve<'a> {
         match only {
             None => {
                 for (hash, blob) in &tree.blobs {
-                    if !pushed.contains(hash) {
+                    if !blob.is_empty() && !pushed.contains(hash) {
                         push.blobs.insert(hash.clone(), blob.clone());
                     }
                 }
-                if self.content != ContentMode::Default {
-                    for input in &action.inputs {
-                        let hash = &input.digest.hash;
-                        if !pushed.contains(hash) && !push.content.contains_key(hash) {
-                            push.content
-                                .insert(hash.clone(), self.content(&input.path)?);
+                for input in &action.inputs {
+                    let hash = &input.digest.hash;
+                    if push.content.contains_key(hash) {
+                        continue;
+                    }
+                    let single_use =
+                        self.content == ContentMode::Bazel && input.source == Source::Virtual;
+                    if single_use || !pushed.contains(hash) {
+                        if let Some(entry) = self.content(input)? {
+                            push.content.insert(hash.clone(), entry);
                         }
                     }
                 }
             }
             Some(hashes) => {
-                let leaves: HashMap<&str, &str> = action
+                let leaves: HashMap<&str, &Input> = action
                     .inputs
                     .iter()
-                    .map(|input| (input.digest.hash.as_str(), input.path.as_str()))
+                    .map(|input| (input.digest.hash.as_str(), input))
                     .collect();
                 for hash in hashes {
-                    if let Some(blob) = tree.blobs.get(hash) {
+                    let entry = match leaves.get(hash.as_str()) {
+                        Some(input) => self.content(input)?,
+                        None => None,
+                    };
+                    if let Some(entry) = entry {
+                        push.content.insert(hash.clone(), entry);
+                    } else if let Some(blob) = tree.blobs.get(hash).filter(|b| !b.is_empty()) {
                         push.blobs.insert(hash.clone(), blob.clone());
-                    } else if let Some(path) = leaves.get(hash.as_str()) {
-                        push.content.insert(hash.clone(), self.content(path)?);
                     } else {
                         return Err(format!(
-                            "the backend asked for {hash}, which is not in the action's tree"
+                            "the backend asked for {hash}, {}",
+                            self.unpushable(hash, leaves.get(hash.as_str()).copied())
                         ));
                     }
                 }
             }
-        }
-        if push.blobs.is_empty() && push.content.is_empty() {
-            return Ok(());
         }
         let hashes: Vec<String> = push
             .blobs
@@ -266,6 +312,9 @@ impl<'a> Serve<'a> {
             .chain(push.content.keys())
             .cloned()
             .collect();
+        if hashes.is_empty() {
+            return Ok(());
+        }
         self.client
             .push(push)
             .map_err(|err| format!("Push: {err}"))?;
@@ -273,9 +322,46 @@ impl<'a> Serve<'a> {
         Ok(())
     }
 
-    fn manifest(&self, action: &Action, tree: &Tree, tmp: &Path) -> sandbox::Manifest {
+    /// Why a digest the backend asked for cannot be pushed, as Bazel could
+    /// not: it has bytes only for blobs and content entries.
+    fn unpushable(&self, hash: &str, leaf: Option<&Input>) -> String {
+        if let Some(input) = leaf {
+            format!(
+                "the digest of {}, which Bazel leaves at the default place and holds no bytes for",
+                input.path
+            )
+        } else if *hash == digest_of(b"").hash {
+            "the empty Directory, which serializes to no bytes and is never pushed".to_owned()
+        } else {
+            "which is not in the action's tree".to_owned()
+        }
+    }
+
+    /// The manifest, and `writable_dirs` made in `scratch` as Bazel does:
+    /// `/tmp` -> `scratch/tmp`, and a test's TEST_TMPDIR (keyed
+    /// `/<ws>/<path>` when relative) -> `scratch/test_tmpdir`.
+    fn manifest(
+        &self,
+        action: &Action,
+        tree: &Tree,
+        scratch: &Path,
+    ) -> Result<sandbox::Manifest, String> {
         let ws = &self.plan.workspace;
-        sandbox::Manifest {
+        let tmp = scratch.join("tmp");
+        make_dir(&tmp)?;
+        let mut writable_dirs =
+            HashMap::from([("/tmp".to_owned(), tmp.to_string_lossy().into_owned())]);
+        if let Some(dir) = run::test_tmpdir(action) {
+            let host = scratch.join("test_tmpdir");
+            make_dir(&host)?;
+            let key = if dir.starts_with('/') {
+                dir.to_owned()
+            } else {
+                format!("/{ws}/{dir}")
+            };
+            writable_dirs.insert(key, host.to_string_lossy().into_owned());
+        }
+        Ok(sandbox::Manifest {
             mnemonic: action.mnemonic.clone(),
             exec_root: self
                 .plan
@@ -299,9 +385,9 @@ impl<'a> Serve<'a> {
                     )
                 })
                 .collect(),
-            writable_dirs: HashMap::from([("/tmp".to_owned(), tmp.to_string_lossy().into_owned())]),
+            writable_dirs,
             confinement_setting: None,
-        }
+        })
     }
 
     /// Creates the sandbox, pushing what the backend says it misses;
@@ -352,14 +438,20 @@ impl<'a> Serve<'a> {
         id: &str,
         action: &Action,
         created: &create::result::Ok,
+        scratch: &Path,
         clock: &StepClock,
     ) -> Result<(), String> {
-        clock.time(Step::Run, || self.run_action(action, created))?;
+        clock.time(Step::Run, || self.run_action(action, created, scratch))?;
         clock.time(Step::Collect, || self.collect(id, action))
     }
 
     /// Runs the action in the sandbox, confined as the Create answer says.
-    fn run_action(&self, action: &Action, created: &create::result::Ok) -> Result<(), String> {
+    fn run_action(
+        &self,
+        action: &Action,
+        created: &create::result::Ok,
+        scratch: &Path,
+    ) -> Result<(), String> {
         let cwd = Path::new(&created.path).join(&self.plan.workspace);
         match &created.confinement {
             Some(create::result::ok::Confinement::Custom(custom)) => {
@@ -371,6 +463,19 @@ impl<'a> Serve<'a> {
                     env: &custom.env,
                 };
                 run::command(action, &cwd, Some(&wrapper))?;
+            }
+            None if self.jail.is_some() => {
+                let jail = self.jail.expect("checked");
+                let argv = jail.builtin(scratch, Path::new(&created.path));
+                let env = HashMap::new();
+                run::command(
+                    action,
+                    &cwd,
+                    Some(&Wrapper {
+                        argv: &argv,
+                        env: &env,
+                    }),
+                )?;
             }
             Some(create::result::ok::Confinement::Unconfined(_)) | None => {
                 run::command(action, &cwd, None)?;
@@ -419,19 +524,19 @@ impl Session for Serve<'_> {
     fn replay(&self, index: usize, action: &Action, clock: &StepClock) -> Result<(), String> {
         let tree = &self.trees[index];
         let id = format!("a{}", action.number);
-        let tmp = self.scratch.join(&id);
-        make_dir(&tmp)?;
+        let scratch = self.scratch.join(&id);
+        make_dir(&scratch)?;
         let created = clock.time(Step::Setup, || {
             self.push(action, tree, None)?;
-            let manifest = self.manifest(action, tree, &tmp);
+            let manifest = self.manifest(action, tree, &scratch)?;
             self.create(&id, action, tree, &manifest)
         });
         let result = created.and_then(|created| {
-            let ran = self.run_and_collect(&id, action, &created, clock);
+            let ran = self.run_and_collect(&id, action, &created, &scratch, clock);
             let destroyed = clock.time(Step::Teardown, || self.destroy(&id));
             ran.and(destroyed)
         });
-        let removed = remove(&tmp);
+        let removed = remove(&scratch);
         result.and(removed)
     }
 

@@ -1,14 +1,18 @@
 //! Mode `symlinks`: Bazel's classic sandbox. Per action, a fresh
-//! directory holds one symlink per input to the original exec root and the
-//! outputs' parent directories; the action runs there, its outputs are
-//! moved into this mode's exec root, and the directory is deleted.
+//! directory holds one symlink per input to the original exec root, the
+//! empty directory inputs and the outputs' parent directories; the action
+//! runs there, its outputs are moved into this mode's exec root, and the
+//! directory is deleted. With `--jail`, the action runs in Bazel's
+//! `linux-sandbox` as Bazel's `linux-sandbox` strategy runs it
+//! ([`super::jail`]); without, bare (Bazel's `processwrapper-sandbox`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
+use super::jail::Jail;
 use super::plan::{Action, Plan};
-use super::run::{self, make_dir, remove, results_root};
+use super::run::{self, make_dir, remove, results_root, Wrapper};
 use super::steps::{Step, StepClock};
 use super::Session;
 
@@ -18,10 +22,15 @@ pub struct Symlinks<'a> {
     results: PathBuf,
     /// `<mode dir>/sandbox`: one directory per action below it.
     sandboxes: PathBuf,
+    jail: Option<&'a Jail>,
 }
 
 impl<'a> Symlinks<'a> {
-    pub fn start(plan: &'a Plan, mode_dir: &Path) -> Result<Symlinks<'a>, String> {
+    pub fn start(
+        plan: &'a Plan,
+        mode_dir: &Path,
+        jail: Option<&'a Jail>,
+    ) -> Result<Symlinks<'a>, String> {
         let results = results_root(mode_dir, &plan.workspace);
         let sandboxes = mode_dir.join("sandbox");
         make_dir(&results)?;
@@ -30,12 +39,13 @@ impl<'a> Symlinks<'a> {
             plan,
             results,
             sandboxes,
+            jail,
         })
     }
 
     fn build_and_run(&self, action: &Action, root: &Path, clock: &StepClock) -> Result<(), String> {
         clock.time(Step::Setup, || self.build(action, root))?;
-        clock.time(Step::Run, || run::command(action, root, None))?;
+        clock.time(Step::Run, || self.run(action, root))?;
         clock.time(Step::Collect, || self.move_outputs(action, root))
     }
 
@@ -56,6 +66,9 @@ impl<'a> Symlinks<'a> {
                 format!("symlink {} -> {}: {err}", link.display(), target.display())
             })?;
         }
+        for dir in &action.empty_dirs {
+            make_dir(&root.join(dir))?;
+        }
         for output in &action.outputs {
             if output.dir {
                 make_dir(&root.join(&output.path))?;
@@ -63,7 +76,30 @@ impl<'a> Symlinks<'a> {
                 run::make_parent(root, &output.path)?;
             }
         }
+        // Bazel's test strategy makes TEST_TMPDIR before the test runs.
+        if let Some(dir) = run::test_tmpdir(action) {
+            make_dir(&root.join(dir))?;
+        }
         Ok(())
+    }
+
+    fn run(&self, action: &Action, root: &Path) -> Result<(), String> {
+        let Some(jail) = self.jail else {
+            return run::command(action, root, None);
+        };
+        let test_tmpdir = run::test_tmpdir(action)
+            .filter(|dir| dir.starts_with('/'))
+            .map(Path::new);
+        let argv = jail.strategy(root, test_tmpdir, action.timeout_secs);
+        let env = HashMap::new();
+        run::command(
+            action,
+            root,
+            Some(&Wrapper {
+                argv: &argv,
+                env: &env,
+            }),
+        )
     }
 
     fn move_outputs(&self, action: &Action, root: &Path) -> Result<(), String> {

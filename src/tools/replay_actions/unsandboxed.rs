@@ -52,6 +52,11 @@ impl Unsandboxed {
                 made.insert(&output.path);
                 tops.insert(top(&output.path));
             }
+            // A test writes in its TEST_TMPDIR (`_tmp/...`): here, not in
+            // the original exec root.
+            if let Some(dir) = run::test_tmpdir(action).filter(|d| !d.starts_with('/')) {
+                tops.insert(top(dir));
+            }
         }
         let entries = fs::read_dir(&plan.exec_root)
             .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
@@ -121,6 +126,9 @@ impl Session for Unsandboxed {
                 } else {
                     run::make_parent(&self.root, &output.path)?;
                 }
+            }
+            if let Some(dir) = run::test_tmpdir(action) {
+                make_dir(&self.root.join(dir))?;
             }
             Ok::<(), String>(())
         })?;

@@ -1,0 +1,140 @@
+//! `--jail linux-sandbox[=PATH]`: Bazel's own Linux jail around each
+//! action, as Bazel builds its command line.
+//!
+//! - Mode `serve`, when Create's answer leaves `confinement` unset:
+//!   `SandboxBackendSpawn.builtin()` (Bazel 7+, at 1d5a428b) runs
+//!   `linux-sandbox -w PATH... -N -- ARGV` with the process's cwd at
+//!   `root/<ws>` and no `-W`: writable = the action's scratch directory
+//!   (which holds its `/tmp`), `/dev`, `/tmp`, `/private/tmp`,
+//!   `/private/var/tmp` and the returned root; `-N` (a network namespace
+//!   with loopback) unless the action may use the network, which the 4.2.3
+//!   log cannot say (it has no execution info), so always.
+//! - Mode `symlinks`: Bazel's `linux-sandbox` strategy
+//!   (`LinuxSandboxedSpawnRunner`): the forest, and
+//!   `linux-sandbox -T SECS -t 15 -w <sandbox exec root> [-w TEST_TMPDIR]
+//!   -w /dev/shm -w /tmp -N -- ARGV` from the sandbox exec root (its tmp
+//!   is inside it). `-T` only with a timeout (tests); `-t` is
+//!   `--local_termination_grace_seconds`' default. Bazel's runner names
+//!   `/dev/shm`, not `/dev`.
+//!
+//! Bazel 4.2.3's `linux-sandbox` (the one Debian ships) dies on a writable
+//! path that does not exist (`mount(/private/tmp, ...): No such file or
+//! directory`); later ones skip it. So missing paths are left out, which
+//! is what a later binary does with them.
+
+use std::path::{Path, PathBuf};
+
+/// Where Debian's bazel-bootstrap puts it.
+const DEBIAN: &str = "/usr/libexec/x86_64-linux-gnu/bazel/linux-sandbox";
+
+/// `--local_termination_grace_seconds`' default: the `-t` Bazel passes.
+const KILL_DELAY_SECS: u64 = 15;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Jail {
+    /// The `linux-sandbox` binary.
+    pub path: PathBuf,
+}
+
+impl Jail {
+    /// `linux-sandbox` or `linux-sandbox=PATH`; without a path, Debian's,
+    /// else the one on PATH.
+    pub fn parse(text: &str) -> Result<Jail, String> {
+        let path = match text.split_once('=') {
+            Some(("linux-sandbox", path)) if !path.is_empty() => PathBuf::from(path),
+            None if text == "linux-sandbox" => {
+                if Path::new(DEBIAN).exists() {
+                    PathBuf::from(DEBIAN)
+                } else {
+                    on_path("linux-sandbox").ok_or_else(|| {
+                        format!("no linux-sandbox at {DEBIAN} nor on PATH: give linux-sandbox=PATH")
+                    })?
+                }
+            }
+            _ => return Err("takes linux-sandbox or linux-sandbox=PATH".to_owned()),
+        };
+        Ok(Jail { path })
+    }
+
+    /// How the report names it.
+    pub fn describe(&self) -> String {
+        format!("linux-sandbox ({})", self.path.display())
+    }
+
+    /// `SandboxBackendSpawn.builtin()`'s argv before the action's, for an
+    /// action with scratch directory `scratch` in the sandbox at `root`.
+    pub fn builtin(&self, scratch: &Path, root: &Path) -> Vec<String> {
+        let writable = [
+            scratch,
+            Path::new("/dev"),
+            Path::new("/tmp"),
+            Path::new("/private/tmp"),
+            Path::new("/private/var/tmp"),
+            root,
+        ];
+        self.command(&[], &writable)
+    }
+
+    /// `LinuxSandboxedSpawnRunner`'s argv before the action's, for an
+    /// action in the sandbox exec root `exec_root`.
+    pub fn strategy(
+        &self,
+        exec_root: &Path,
+        test_tmpdir: Option<&Path>,
+        timeout_secs: u64,
+    ) -> Vec<String> {
+        let mut flags = Vec::new();
+        if timeout_secs > 0 {
+            flags.extend(["-T".to_owned(), timeout_secs.to_string()]);
+        }
+        flags.extend(["-t".to_owned(), KILL_DELAY_SECS.to_string()]);
+        let shm = std::fs::canonicalize("/dev/shm").unwrap_or_else(|_| "/dev/shm".into());
+        let mut writable = vec![exec_root];
+        writable.extend(test_tmpdir);
+        writable.extend([shm.as_path(), Path::new("/tmp")]);
+        self.command(&flags, &writable)
+    }
+
+    fn command(&self, flags: &[String], writable: &[&Path]) -> Vec<String> {
+        let mut argv = vec![self.path.to_string_lossy().into_owned()];
+        argv.extend(flags.iter().cloned());
+        let mut seen = Vec::new();
+        for path in writable {
+            if path.exists() && !seen.contains(path) {
+                seen.push(*path);
+                argv.extend(["-w".to_owned(), path.to_string_lossy().into_owned()]);
+            }
+        }
+        argv.extend(["-N".to_owned(), "--".to_owned()]);
+        argv
+    }
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_builds_bazels_command_lines() {
+        let jail = Jail::parse("linux-sandbox=/opt/ls").unwrap();
+        assert_eq!(jail.path, Path::new("/opt/ls"));
+        assert!(Jail::parse("bwrap").is_err() && Jail::parse("linux-sandbox=").is_err());
+        let argv = jail.builtin(Path::new("/usr"), Path::new("/"));
+        // Missing paths (macOS's) left out; the root last; -N, then --.
+        assert_eq!(
+            argv,
+            ["/opt/ls", "-w", "/usr", "-w", "/dev", "-w", "/tmp", "-w", "/", "-N", "--"]
+        );
+        let argv = jail.strategy(Path::new("/"), None, 60);
+        assert_eq!(&argv[..7], ["/opt/ls", "-T", "60", "-t", "15", "-w", "/"]);
+        assert!(argv.ends_with(&["-w".to_owned(), "/tmp".into(), "-N".into(), "--".into()]));
+    }
+}
