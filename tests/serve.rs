@@ -1352,8 +1352,9 @@ fn run_in_bazel_jail(root: &Path, scratch: &Path, script: &str) -> std::process:
 
 /// Every configuration a user may run `serve` in: the defaults, every
 /// sandbox FUSE and every sandbox native, each on tmpfs and on disk.
-/// Each with the name of the mode the defaults should pick there.
-fn modes_on_file_systems() -> Vec<(String, PathBuf, Vec<&'static str>)> {
+/// Each with how its sandboxes must be built ("fuse" or "native"): the
+/// defaults native on tmpfs only, and below /tmp every one FUSE.
+fn modes_on_file_systems() -> Vec<(String, PathBuf, Vec<&'static str>, &'static str)> {
     let mut all = Vec::new();
     for (fs_name, parent) in [
         ("tmpfs", "/dev/shm"),
@@ -1366,7 +1367,16 @@ fn modes_on_file_systems() -> Vec<(String, PathBuf, Vec<&'static str>)> {
             ("fuse", vec!["--native_below=0"]),
             ("native", vec!["--native_below=1000000000"]),
         ] {
-            all.push((format!("{mode} on {fs_name}"), parent.into(), options));
+            let built = match (mode, fs_name) {
+                (_, "/tmp") | ("fuse", _) | ("defaults", "disk") => "fuse",
+                _ => "native",
+            };
+            all.push((
+                format!("{mode} on {fs_name}"),
+                parent.into(),
+                options,
+                built,
+            ));
         }
     }
     all
@@ -1377,7 +1387,7 @@ fn an_action_in_bazels_linux_sandbox_writes_its_outputs_and_never_its_inputs() {
     if !require(&[Need::Mount, Need::LinuxSandbox]) {
         return;
     }
-    for (name, parent, options) in modes_on_file_systems() {
+    for (name, parent, options, built) in modes_on_file_systems() {
         let b = Backend::start_on(&parent, &options);
         let source = b.write_input("src/a.txt", b"source\n");
         let pushed = b"pushed\n";
@@ -1398,6 +1408,7 @@ fn an_action_in_bazels_linux_sandbox_writes_its_outputs_and_never_its_inputs() {
         manifest.writable_dirs =
             HashMap::from([("/tmp".into(), scratch.join("tmp").display().to_string())]);
         let root = b.create_ok("1", manifest);
+        assert_built_as(&b, built, &root);
         let ran = run_in_bazel_jail(&root, &scratch, "cat src/a.txt src/b.txt > out/x");
         assert!(
             ran.status.success(),
