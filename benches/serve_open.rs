@@ -3,7 +3,8 @@
 //! store file it maps (native), alternating (pin it: `taskset -c 0`);
 //! prints the medians per iteration, their ratio, and the OPEN and
 //! RELEASE messages the daemon counted during the FUSE loops (its
-//! SIGUSR1 report, on the backend's stderr).
+//! SIGUSR1 reports); exits 1 if there was any (zero-message opens send
+//! none).
 //!
 //! `ACTIONFS_BENCH_ITERS=N` (default 20,000 per round), `ACTIONFS_BENCH_RUNS=K`
 //! (default 5 rounds), `ACTIONFS_BENCH_DIR` (default /var/tmp,
@@ -97,16 +98,13 @@ fn main() {
     // Warm both (the first open of the mount is asked once).
     loop_ns(&in_fuse, 1000);
     loop_ns(&native, 1000);
-    let pid = served.child.id() as i32;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGUSR1).unwrap();
+    let before = served.stats();
     let (mut fuse, mut plain) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         fuse.push(loop_ns(&in_fuse, iters));
         plain.push(loop_ns(&native, iters));
     }
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGUSR1).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    let after = served.stats();
     if std::env::var_os("ACTIONFS_BENCH_PAUSE").is_some() {
         // Keep the sandbox for an outside profiler until a line arrives.
         eprintln!("FUSE: {}\nnative: {}", in_fuse.display(), native.display());
@@ -119,7 +117,25 @@ fn main() {
         n / 1e3,
         f / n
     );
-    println!("(compare the open/release counts of the two SIGUSR1 reports above)");
+    // Zero-message opens: the kernel opens inputs without asking, so the
+    // FUSE loops must have sent no OPEN or RELEASE at all.
+    let sent = |op: &str| {
+        let count = |s: &serde_json::Value| {
+            s["fuse"][op]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no count for {op:?} in {s}"))
+        };
+        count(&after) - count(&before)
+    };
+    let (opens, releases) = (sent("open"), sent("release"));
+    println!(
+        "messages during the {} FUSE opens: OPEN {opens}, RELEASE {releases}",
+        runs * iters
+    );
     served.client.destroy("bench").unwrap();
     served.stop();
+    if opens + releases > 0 {
+        eprintln!("serve_open: zero-message opens sent messages");
+        std::process::exit(1);
+    }
 }

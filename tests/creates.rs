@@ -71,11 +71,32 @@ fn a_native_sandbox_with_a_missing_input_is_served_by_fuse() {
     let fx = Fixture::new();
     let present = fx.write("src/present.c", "here");
     let d = fx.start(&["--native_below=100"]);
+    let before = fx.stats_now(&d)["built"].clone();
     d.create(workspace(
         &fx,
         "n",
         &[("present.c", &present), ("gone.c", &fx.path("src/gone.c"))],
     ));
+    // Checked while the sandbox exists: its destroy would remove what a
+    // native build had made.
+    assert!(
+        !fx.path("scratch/present.c").exists(),
+        "nothing made natively"
+    );
+    let built = fx.stats_now(&d)["built"].clone();
+    let count = |how: &str, of: &serde_json::Value| {
+        of[how]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no built count {how:?} in {of}"))
+    };
+    assert_eq!(
+        (
+            count("fuse_fallback", &built) - count("fuse_fallback", &before),
+            count("native", &built) - count("native", &before)
+        ),
+        (1, 0),
+        "{built}"
+    );
     // A native sandbox would be a symlink to its tree; this one is the view.
     assert!(fs::symlink_metadata(d.path("n")).unwrap().is_dir());
     assert_eq!(
@@ -85,10 +106,6 @@ fn a_native_sandbox_with_a_missing_input_is_served_by_fuse() {
     let gone = fs::symlink_metadata(d.path("n/ws/gone.c")).unwrap_err();
     assert_eq!(gone.kind(), ErrorKind::NotFound);
     d.destroy("n");
-    assert!(
-        !fx.path("scratch/present.c").exists(),
-        "nothing made natively"
-    );
     assert_eq!(d.terminate(), BY_SIGTERM);
 }
 

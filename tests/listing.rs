@@ -9,8 +9,8 @@ use std::path::Path;
 use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::*;
 
-/// Enough long names that one listing takes dozens of READDIR requests
-/// (the kernel asks for a page of entries at a time).
+/// Enough long names that one listing takes many READDIR requests (the
+/// kernel asks for a buffer of entries at a time; asserted below).
 const MANY: usize = 3000;
 
 fn long_name(prefix: &str, i: usize) -> String {
@@ -28,9 +28,24 @@ fn listed(dir: &Path) -> HashMap<String, usize> {
     counts
 }
 
-/// Asserts that `dir` lists exactly `expected`, each name once.
-fn assert_lists_exactly(dir: &Path, expected: &BTreeSet<String>) {
+/// READDIR and READDIRPLUS requests the daemon has served.
+fn listing_requests(fx: &Fixture, d: &Daemon) -> u64 {
+    let stats = fx.stats_now(d);
+    fuse_requests(&stats, "readdir") + fuse_requests(&stats, "readdirplus")
+}
+
+/// Asserts that `dir` lists exactly `expected`, each name once, read in
+/// many READDIR batches (the daemon's counts say so: a listing served in
+/// one, or from a cache, would not test resuming at an offset).
+fn assert_lists_exactly(fx: &Fixture, d: &Daemon, dir: &Path, expected: &BTreeSet<String>) {
+    let before = listing_requests(fx, d);
     let counts = listed(dir);
+    let batches = listing_requests(fx, d) - before;
+    // 3,000 names of ~70 bytes: 9 requests of ~24 KiB on Linux 6.x.
+    assert!(
+        batches >= 4,
+        "{dir:?}: listed in {batches} READDIR requests"
+    );
     let twice: Vec<_> = counts.iter().filter(|(_, &n)| n > 1).collect();
     assert!(
         twice.is_empty(),
@@ -82,9 +97,9 @@ fn mapped_virtual_and_merged_directories_list_every_name_once_over_many_batches(
     }
     d.create(sandbox("s", mappings));
 
-    assert_lists_exactly(&d.path("s/mapped"), &underlying);
-    assert_lists_exactly(&d.path("s/merged"), &merged);
-    assert_lists_exactly(&d.path("s/virtual"), &virtual_names);
+    assert_lists_exactly(&fx, &d, &d.path("s/mapped"), &underlying);
+    assert_lists_exactly(&fx, &d, &d.path("s/merged"), &merged);
+    assert_lists_exactly(&fx, &d, &d.path("s/virtual"), &virtual_names);
     // The shadowing mapping is what its name shows.
     assert_eq!(
         fs::read_to_string(d.path(&format!("s/merged/{}", long_name("u", 7)))).unwrap(),
@@ -145,10 +160,14 @@ fn names_added_and_removed_during_a_listing_are_listed_at_most_once_and_the_rest
         };
         fs::write(at, "").unwrap();
     }
+    let changed = listing_requests(&fx, &d);
     for entry in entries {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         *counts.entry(name).or_insert(0) += 1;
     }
+    // Most of the listing was read after the changes, in many batches.
+    let batches = listing_requests(&fx, &d) - changed;
+    assert!(batches >= 4, "{batches} READDIR requests after the changes");
 
     let twice: Vec<_> = counts.iter().filter(|(_, &n)| n > 1).collect();
     assert!(twice.is_empty(), "names listed more than once: {twice:?}");
@@ -164,5 +183,5 @@ fn names_added_and_removed_during_a_listing_are_listed_at_most_once_and_the_rest
     assert!(made_up.is_empty(), "names that never existed: {made_up:?}");
     // A listing opened afterwards shows the changes exactly.
     let now: BTreeSet<String> = steady.union(&added).cloned().collect();
-    assert_lists_exactly(&dir, &now);
+    assert_lists_exactly(&fx, &d, &dir, &now);
 }

@@ -265,6 +265,39 @@ fn modes() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
+/// Checks that `mode` ("fuse...", or "native") is what `b` built: its own
+/// counters of how sandboxes were built, and the file system the action's
+/// workspace at `root` is on. Were `--native_below` ignored, a "native"
+/// run would compare FUSE with FUSE and pass.
+fn assert_built_as(b: &Backend, mode: &str, root: &Path) {
+    let stats = b.stats();
+    let count = |how: &str| {
+        stats["built"][how]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no built count {how:?} in {stats}"))
+    };
+    let native = count("native") + count("stash");
+    let fuse = count("fuse") + count("fuse_fallback");
+    let on_fuse = nix::sys::statfs::statfs(&root.join(WS))
+        .unwrap_or_else(|err| panic!("statfs {root:?}/{WS}: {err}"))
+        .filesystem_type()
+        == nix::sys::statfs::FUSE_SUPER_MAGIC;
+    if mode.starts_with("fuse") {
+        assert!(
+            fuse > 0 && native == 0 && on_fuse,
+            "{mode}: built {} (workspace on FUSE: {on_fuse})",
+            stats["built"]
+        );
+    } else {
+        assert_eq!(mode, "native");
+        assert!(
+            native > 0 && fuse == 0 && !on_fuse,
+            "{mode}: built {} (workspace on FUSE: {on_fuse})",
+            stats["built"]
+        );
+    }
+}
+
 #[test]
 fn a_tree_becomes_a_sandbox_whose_outputs_are_collected() {
     if !require(&[Need::Mount]) {
@@ -300,6 +333,7 @@ fn a_tree_becomes_a_sandbox_whose_outputs_are_collected() {
         );
         let root = b.create_ok("1", manifest);
         let ws = root.join(WS);
+        assert_built_as(&b, mode, &root);
         assert_eq!(
             fs::read(ws.join("src/a.txt")).unwrap(),
             b"default place\n",
@@ -441,6 +475,7 @@ fn a_deep_tree_shows_the_same_through_fuse_as_natively() {
         b.push_tree(&tree);
         let root = b.create_ok("1", b.manifest(&tree, &[("/ws/out/o", "file")]));
         let ws = root.join(WS);
+        assert_built_as(&b, mode, &root);
         // A name looked up before its directory was listed.
         assert_eq!(
             fs::read(ws.join("lib/deep/er/still/c.h")).unwrap(),
@@ -498,7 +533,9 @@ fn a_writable_dir_inside_an_input_directory_is_its_host_directory() {
         manifest
             .writable_dirs
             .insert("/ws/lib/tmp".into(), host.display().to_string());
-        let ws = b.create_ok("1", manifest).join(WS);
+        let root = b.create_ok("1", manifest);
+        assert_built_as(&b, mode, &root);
+        let ws = root.join(WS);
         assert_eq!(fs::read(ws.join("lib/a.h")).unwrap(), b"input\n", "{mode}");
         assert_eq!(
             fs::read(ws.join("lib/deeper/b.h")).unwrap(),
@@ -535,6 +572,7 @@ fn an_exec_root_inside_the_mount_is_refused() {
         let tree = tb.build();
         b.push_tree(&tree);
         let first = b.create_ok("1", b.manifest(&tree, &[("/ws/out/o", "file")]));
+        assert_built_as(&b, mode, &first);
         // Default places below sandbox "1", inside the backend's own view.
         let mut manifest = b.manifest(&tree, &[("/ws/out/o", "file")]);
         manifest.exec_root = first.display().to_string();
@@ -561,6 +599,7 @@ fn content_pushed_after_a_create_serves_the_next_create_of_the_same_tree() {
         b.push_tree(&tree);
         let manifest = || b.manifest(&tree, &[("/ws/out/o", "file")]);
         let first = b.create_ok("1", manifest());
+        assert_built_as(&b, mode, &first);
         assert_eq!(
             fs::read(first.join("ws/lib/a.h")).unwrap(),
             original,
@@ -572,6 +611,7 @@ fn content_pushed_after_a_create_serves_the_next_create_of_the_same_tree() {
         b.write_input("lib/a.h", b"rewritten\n");
         b.push_inline(original);
         let second = b.create_ok("2", manifest());
+        assert_built_as(&b, mode, &second);
         assert_eq!(
             fs::read(second.join("ws/lib/a.h")).unwrap(),
             original,
@@ -642,6 +682,7 @@ fn a_digest_is_never_served_with_other_bytes() {
             }
             let id = format!("s{round}");
             let root = b.create_ok(&id, b.manifest(&tree, &[]));
+            assert_built_as(&b, mode, &root);
             // The Push was applied before that Create was read. Bazel does
             // not promise the path keeps those bytes afterwards.
             fs::write(&located, format!("rewritten {round}\n")).unwrap();
@@ -702,7 +743,8 @@ fn inputs_open_with_no_message_and_share_one_inode_per_digest() {
         assert_eq!(fs::read(two.join("ws/h.h")).unwrap(), bytes);
     }
     let after = b.stats();
-    let count = |s: &serde_json::Value, op: &str| s["fuse"][op].as_u64().unwrap_or(0);
+    // Panics on a missing or renamed counter rather than reading it as 0.
+    let count = actionfs_testkit::fuse_requests;
     assert_eq!(count(&after, "open") - count(&before, "open"), 0, "{after}");
     assert_eq!(count(&after, "release") - count(&before, "release"), 0);
     use std::os::unix::fs::MetadataExt;
@@ -863,6 +905,94 @@ fn an_unknown_option_is_refused_by_name() {
     assert!(fs::read_dir(root.path()).unwrap().next().is_none());
 }
 
+/// A Create that cannot finish until the test lets it: its one input's
+/// default place is in the mount of another daemon (the sandboxfs front
+/// end, a real FUSE server) that the test stops with SIGSTOP, so the
+/// backend's look at that place waits in the kernel until
+/// [`Held::release`]. No timing: the wait ends only when released.
+struct Held {
+    daemon: actionfs_testkit::Daemon,
+    _fx: actionfs_testkit::Fixture,
+    manifest: Manifest,
+    stopped: bool,
+}
+
+impl Held {
+    fn new(b: &Backend) -> Held {
+        use actionfs_testkit::{ro, sandbox, Fixture};
+        let fx = Fixture::new();
+        let file = fx.write("src/f", "held\n");
+        let daemon = fx.start(&[]);
+        daemon.create(sandbox("x", vec![ro("/ws/f", &file)]));
+        let mut tb = TreeBuilder::new();
+        tb.add_file("ws/f", digest_of(b"held\n"), false).unwrap();
+        let tree = tb.build();
+        b.push_tree(&tree);
+        let mut manifest = b.manifest(&tree, &[]);
+        // Nothing has looked below x yet: the first lookup must be asked.
+        manifest.exec_root = daemon.path("x").display().to_string();
+        let mut held = Held {
+            daemon,
+            _fx: fx,
+            manifest,
+            stopped: false,
+        };
+        held.signal(libc::SIGSTOP);
+        held
+    }
+
+    fn signal(&mut self, signal: libc::c_int) {
+        let pid = self.daemon.client().pid() as libc::pid_t;
+        // SAFETY: kill with a valid signal number has no memory effects.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        self.stopped = signal == libc::SIGSTOP;
+    }
+
+    fn release(&mut self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn send(&self, b: &Backend, id: &str) -> std::sync::mpsc::Receiver<Answer> {
+        b.client()
+            .send(
+                id,
+                sandbox::request::Op::Create(sandbox::Create {
+                    manifest: Some(self.manifest.clone()),
+                }),
+            )
+            .unwrap()
+    }
+}
+
+impl Drop for Held {
+    /// Never leaves a stopped daemon (nor a backend waiting on it) behind
+    /// a failed test.
+    fn drop(&mut self) {
+        if self.stopped {
+            self.release();
+        }
+    }
+}
+
+type Answer = actionfs_protocol::backend::client::Answer;
+
+/// The path of a Create's Ok answer; panics on anything else.
+fn created(id: &str, answer: Answer) -> PathBuf {
+    match answer.unwrap().result {
+        Some(sandbox::response::Result::Create(create::Result {
+            outcome: Some(create::result::Outcome::Ok(ok)),
+        })) => {
+            assert!(ok.path.ends_with(id), "{} for {id}", ok.path);
+            PathBuf::from(ok.path)
+        }
+        other => panic!("{id}: {other:?}"),
+    }
+}
+
+fn still_due(answer: &std::sync::mpsc::Receiver<Answer>) -> bool {
+    matches!(answer.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty))
+}
+
 #[test]
 fn hundreds_of_requests_in_flight_are_answered_in_any_order() {
     if !require(&[Need::Mount]) {
@@ -880,6 +1010,10 @@ fn hundreds_of_requests_in_flight_are_answered_in_any_order() {
     }
     let tree = tb.build();
     b.push_tree(&tree);
+    // The first request cannot finish until released; a backend that
+    // answers in request order answers none of the others before it.
+    let mut held = Held::new(&b);
+    let first = held.send(&b, "held");
     let ids: Vec<String> = (0..300).map(|n| format!("s{n}")).collect();
     let pending: Vec<_> = ids
         .iter()
@@ -894,17 +1028,38 @@ fn hundreds_of_requests_in_flight_are_answered_in_any_order() {
                 .unwrap()
         })
         .collect();
-    for (id, answer) in ids.iter().zip(pending) {
-        let response = answer.recv().unwrap().unwrap();
-        match response.result {
-            Some(sandbox::response::Result::Create(create::Result {
-                outcome: Some(create::result::Outcome::Ok(ok)),
-            })) => assert!(ok.path.ends_with(id.as_str()), "{} for {id}", ok.path),
-            other => panic!("{id}: {other:?}"),
+    let mut answers: Vec<Option<Answer>> = (0..ids.len()).map(|_| None).collect();
+    let overtook = wait_for(Duration::from_secs(60), || {
+        for (slot, answer) in answers.iter_mut().zip(&pending) {
+            if slot.is_none() {
+                *slot = answer.try_recv().ok();
+            }
         }
+        answers.iter().any(Option::is_some)
+    });
+    assert!(
+        overtook,
+        "no later request was answered while the first one waited: answers in request order\n{}",
+        b.log()
+    );
+    assert!(
+        still_due(&first),
+        "the held Create was answered before it could read its input"
+    );
+    let overtaking = answers.iter().filter(|a| a.is_some()).count();
+    held.release();
+    let root = created("held", first.recv().unwrap());
+    assert_eq!(fs::read(root.join("ws/f")).unwrap(), b"held\n");
+    for ((id, slot), answer) in ids.iter().zip(answers).zip(pending) {
+        created(id, slot.unwrap_or_else(|| answer.recv().unwrap()));
     }
+    eprintln!(
+        "{overtaking} of {} answered while the first waited",
+        ids.len()
+    );
     let pending: Vec<_> = ids
         .iter()
+        .chain([&"held".to_owned()])
         .map(|id| {
             b.client()
                 .send(id, sandbox::request::Op::Destroy(sandbox::Destroy {}))
@@ -927,12 +1082,16 @@ fn closing_stdin_with_requests_in_flight_answers_them_and_removes_everything() {
     if !require(&[Need::Mount]) {
         return;
     }
-    let b = Backend::start(&[]);
+    let mut b = Backend::start(&[]);
     let mut tb = TreeBuilder::new();
     tb.add_file("ws/f", b.write_input("f", b"f"), false)
         .unwrap();
     let tree = tb.build();
     b.push_tree(&tree);
+    // In flight for sure when stdin closes: the held Create cannot finish
+    // until released, after the close, nor can those queued behind it.
+    let mut held = Held::new(&b);
+    let first = held.send(&b, "held");
     let pending: Vec<_> = (0..50)
         .map(|n| {
             b.client()
@@ -945,21 +1104,27 @@ fn closing_stdin_with_requests_in_flight_answers_them_and_removes_everything() {
                 .unwrap()
         })
         .collect();
-    // Sandboxes still there and answers still due when stdin closes.
-    b.close();
-    // Every request read before the end was answered.
-    for answer in pending {
-        let response = answer.recv().unwrap().unwrap();
-        assert!(
-            matches!(
-                response.result,
-                Some(sandbox::response::Result::Create(create::Result {
-                    outcome: Some(create::result::Outcome::Ok(_))
-                }))
-            ),
-            "{response:?}"
-        );
+    let client = b.client.take().unwrap();
+    let closing = std::thread::spawn(move || client.close());
+    assert!(still_due(&first), "answered before its input could be read");
+    let running = b.child.as_mut().unwrap().try_wait().unwrap();
+    assert!(
+        running.is_none(),
+        "the backend ended with a Create in flight: {running:?}"
+    );
+    held.release();
+    closing
+        .join()
+        .unwrap()
+        .expect("the backend's output kept to the protocol");
+    let status = b.child.take().unwrap().wait().unwrap();
+    assert!(status.success(), "exit {status:?}\n{}", b.log());
+    // Every request read before the end was answered, the held one too.
+    created("held", first.recv().unwrap());
+    for (n, answer) in pending.into_iter().enumerate() {
+        created(&format!("s{n}"), answer.recv().unwrap());
     }
+    assert_nothing_left(&b.base, &b.log());
 }
 
 /// A frame that cannot be decoded ends the backend with one line on
@@ -1187,8 +1352,9 @@ fn run_in_bazel_jail(root: &Path, scratch: &Path, script: &str) -> std::process:
 
 /// Every configuration a user may run `serve` in: the defaults, every
 /// sandbox FUSE and every sandbox native, each on tmpfs and on disk.
-/// Each with the name of the mode the defaults should pick there.
-fn modes_on_file_systems() -> Vec<(String, PathBuf, Vec<&'static str>)> {
+/// Each with how its sandboxes must be built ("fuse" or "native"): the
+/// defaults native on tmpfs only, and below /tmp every one FUSE.
+fn modes_on_file_systems() -> Vec<(String, PathBuf, Vec<&'static str>, &'static str)> {
     let mut all = Vec::new();
     for (fs_name, parent) in [
         ("tmpfs", "/dev/shm"),
@@ -1201,7 +1367,16 @@ fn modes_on_file_systems() -> Vec<(String, PathBuf, Vec<&'static str>)> {
             ("fuse", vec!["--native_below=0"]),
             ("native", vec!["--native_below=1000000000"]),
         ] {
-            all.push((format!("{mode} on {fs_name}"), parent.into(), options));
+            let built = match (mode, fs_name) {
+                (_, "/tmp") | ("fuse", _) | ("defaults", "disk") => "fuse",
+                _ => "native",
+            };
+            all.push((
+                format!("{mode} on {fs_name}"),
+                parent.into(),
+                options,
+                built,
+            ));
         }
     }
     all
@@ -1212,7 +1387,7 @@ fn an_action_in_bazels_linux_sandbox_writes_its_outputs_and_never_its_inputs() {
     if !require(&[Need::Mount, Need::LinuxSandbox]) {
         return;
     }
-    for (name, parent, options) in modes_on_file_systems() {
+    for (name, parent, options, built) in modes_on_file_systems() {
         let b = Backend::start_on(&parent, &options);
         let source = b.write_input("src/a.txt", b"source\n");
         let pushed = b"pushed\n";
@@ -1233,6 +1408,7 @@ fn an_action_in_bazels_linux_sandbox_writes_its_outputs_and_never_its_inputs() {
         manifest.writable_dirs =
             HashMap::from([("/tmp".into(), scratch.join("tmp").display().to_string())]);
         let root = b.create_ok("1", manifest);
+        assert_built_as(&b, built, &root);
         let ran = run_in_bazel_jail(&root, &scratch, "cat src/a.txt src/b.txt > out/x");
         assert!(
             ran.status.success(),
@@ -1357,6 +1533,7 @@ fn relative_content_locations_are_read_below_the_workspaces_parent() {
         let member = "ws/bin/tool.runfiles/ws/data/member.txt";
         let root = b.create_ok("1", b.manifest(&tree, &[]));
         assert_eq!(fs::read(root.join(member)).unwrap(), bytes, "{mode}");
+        assert_built_as(&b, mode, &root);
         b.destroy_ok("1");
         // Captured at the Push: what the location holds later is not read.
         b.write_input("data/member.txt", b"changed after the push\n");
@@ -1390,6 +1567,7 @@ fn an_empty_directory_is_served_though_its_blob_is_never_pushed() {
             Some(create::result::Outcome::Ok(ok)) => PathBuf::from(ok.path),
             other => panic!("{mode}: {other:?}\n{}", b.log()),
         };
+        assert_built_as(&b, mode, &root);
         for dir in ["ws/empty", "ws/src/deeper/empty"] {
             let entries: Vec<_> = fs::read_dir(root.join(dir))
                 .unwrap_or_else(|err| panic!("{mode}: {dir}: {err}"))
@@ -1459,6 +1637,7 @@ fn sources_reached_through_symlink_chains_are_served_with_their_bytes() {
         b.push_tree(&tree);
         let root = b.create_ok("1", b.manifest(&tree, &[(output, "file")]));
         for (path, bytes) in inputs {
+            assert_built_as(&b, mode, &root);
             let shown = root.join(WS).join(path);
             assert_eq!(
                 fs::read(&shown).unwrap_or_else(|err| panic!("{mode}: {path}: {err}")),

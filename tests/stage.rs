@@ -8,6 +8,7 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use actionfs::daemon::stats::Op;
 use actionfs::stage::{FuseRoots, Mechanism, MissingBlob, StageError, Staged, Stager};
 use actionfs_protocol::backend::digest::sha256_hex;
 use actionfs_protocol::backend::reapi;
@@ -49,9 +50,14 @@ impl Cas {
     /// A stager serving roots of `from_files` files or more from FUSE,
     /// its mount and scratch directories beside the work directory.
     fn fuse_stager(&self, from_files: usize) -> Stager {
-        let roots = FuseRoots::open(&self.fuse_dir(), from_files).unwrap();
-        self.stager(Mechanism::Hardlink)
-            .fuse_roots(std::sync::Arc::new(roots))
+        self.fuse_stager_and_roots(from_files).0
+    }
+
+    /// `fuse_stager`, and its mount (for its request counts).
+    fn fuse_stager_and_roots(&self, from_files: usize) -> (Stager, std::sync::Arc<FuseRoots>) {
+        let roots = std::sync::Arc::new(FuseRoots::open(&self.fuse_dir(), from_files).unwrap());
+        let stager = self.stager(Mechanism::Hardlink).fuse_roots(roots.clone());
+        (stager, roots)
     }
 
     fn fuse_dir(&self) -> PathBuf {
@@ -662,9 +668,9 @@ fn recycled_roots_equal_fresh_ones_over_random_sequences_of_trees() {
         }
         assert_eq!(listing(&at), expected, "round {round}");
         // What an action leaves: outputs and a temporary file.
-        let _ = fs::create_dir_all(at.join("out"));
-        let _ = fs::write(at.join("out/o"), b"output");
-        let _ = fs::write(at.join("tmp.partial"), b"junk");
+        fs::create_dir_all(at.join("out")).unwrap();
+        fs::write(at.join("out/o"), b"output").unwrap();
+        fs::write(at.join("tmp.partial"), b"junk").unwrap();
         recycling.tear_down(staged).unwrap();
         assert!(!at.exists());
     }
@@ -1124,11 +1130,38 @@ fn fuse_roots_share_one_inode_per_blob_and_run_executables() {
         return;
     }
     let cas = Cas::new();
-    let fuse = cas.fuse_stager(0);
+    let (fuse, roots) = cas.fuse_stager_and_roots(0);
     let tree = sample_tree(&cas);
     let (a, b) = (cas.at("a"), cas.at("b"));
     let staged_a = stage(&fuse, &tree, &a, &[]).unwrap();
     let staged_b = stage(&fuse, &tree, &b, &[]).unwrap();
+    // The mount's first open is asked once (answered ENOSYS); after it,
+    // reading every blob of both roots again and again sends no OPEN or
+    // RELEASE, and one READ per blob (one inode, one page cache).
+    assert_eq!(
+        fs::read(a.join("tools/tool.sh")).unwrap(),
+        b"#!/bin/sh\necho tool\n"
+    );
+    let count = |op: Op| roots.stats().ops(op);
+    let before = [Op::Open, Op::Release, Op::Read].map(count);
+    for _ in 0..10 {
+        for root in [&a, &b] {
+            for file in ["src/main.c", "src/lib/a.h", "include/a.h"] {
+                assert!(!fs::read(root.join(file)).unwrap().is_empty());
+            }
+        }
+    }
+    let sent = [Op::Open, Op::Release, Op::Read].map(count);
+    assert_eq!(
+        [sent[0] - before[0], sent[1] - before[1]],
+        [0, 0],
+        "OPEN and RELEASE sent for reads of blobs"
+    );
+    assert_eq!(
+        sent[2] - before[2],
+        2,
+        "one READ per blob read (main.c, a.h)"
+    );
     let ino = |path: PathBuf| fs::metadata(path).unwrap().ino();
     assert_eq!(ino(a.join("src/main.c")), ino(b.join("src/main.c")));
     assert_eq!(ino(a.join("include/a.h")), ino(b.join("src/lib/a.h")));

@@ -126,13 +126,50 @@ fn writable_files_are_read_and_written_through_one_descriptor_per_inode() {
     assert_eq!(text, "FIRST second");
     drop(open);
 
-    // Descriptors are the daemon's per inode, not per open: writing ten
-    // files leaves at most ten, and forgetting them returns them.
-    for i in 0..10 {
-        fs::write(d.path(&format!("s/out/f{i}")), "x").unwrap();
+    // Descriptors are the daemon's per inode (and direction), not per
+    // open or request: ten files written leave ten however often each is
+    // opened and written, and forgetting the inodes returns them.
+    let descriptors = || {
+        let stats = fx.stats_now(&d);
+        stats["live"]["inode_descriptors"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no inode_descriptors in {stats}"))
+    };
+    assert!(
+        wait_for(std::time::Duration::from_secs(10), || descriptors() == 0),
+        "the removed file's descriptors were kept"
+    );
+    let mut after_first_round = 0;
+    for round in 0..3 {
+        for i in 0..10 {
+            let mut f = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(d.path(&format!("s/out/f{i}")))
+                .unwrap();
+            f.write_all(b"x").unwrap();
+            f.sync_all().unwrap();
+        }
+        let now = descriptors();
+        if round == 0 {
+            assert!((10..=20).contains(&now), "{now} descriptors for ten inodes");
+            after_first_round = now;
+        } else {
+            assert_eq!(now, after_first_round, "more descriptors in round {round}");
+        }
     }
+    for i in 0..10 {
+        assert_eq!(fs::read(scratch.join(format!("f{i}"))).unwrap(), b"xxx");
+        fs::remove_file(d.path(&format!("s/out/f{i}"))).unwrap();
+    }
+    // Removed and closed: the kernel forgets them (FORGET comes queued).
+    assert!(
+        wait_for(std::time::Duration::from_secs(10), || descriptors() == 0),
+        "{} descriptors kept after the kernel forgot their inodes",
+        descriptors()
+    );
     d.destroy("s");
-    assert_eq!(fs::read_dir(&scratch).unwrap().count(), 10);
+    assert_eq!(fs::read_dir(&scratch).unwrap().count(), 0);
     assert_eq!(d.terminate(), BY_SIGTERM);
 }
 

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use actionfs_protocol::backend::client::Client;
 
@@ -13,20 +14,27 @@ pub struct Served {
 }
 
 impl Served {
-    /// Starts the backend below `ACTIONFS_BENCH_DIR` (default: /var/tmp;
-    /// below /tmp, writable in Bazel's jail, `serve` builds no native
-    /// sandbox) with `ACTIONFS_BENCH_OPTS` and `options`.
+    /// Starts the backend (`ACTIONFS_BIN`, else this build's) below
+    /// `ACTIONFS_BENCH_DIR` (default: /var/tmp; below /tmp, writable in
+    /// Bazel's jail, `serve` builds no native sandbox) with
+    /// `ACTIONFS_BENCH_OPTS` and `options`.
     pub fn start(options: &[&str]) -> Served {
         let parent = std::env::var_os("ACTIONFS_BENCH_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("/var/tmp"));
         let dir = tempfile::tempdir_in(parent).unwrap();
         std::fs::create_dir_all(dir.path().join("execroot/ws")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_actionfs"))
+        // ACTIONFS_BIN: another build as the backend (scripts/bench-ab).
+        let bin = std::env::var_os("ACTIONFS_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_actionfs")));
+        let mut child = Command::new(bin)
             .args(["serve", "--workspace"])
             .arg(dir.path().join("execroot/ws"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            // Read back for its SIGUSR1 reports; shown at the stop.
+            .stderr(std::fs::File::create(dir.path().join("backend.log")).unwrap())
             .spawn()
             .unwrap();
         let client = Client::new(
@@ -47,11 +55,42 @@ impl Served {
         self.dir.path().join("execroot").display().to_string()
     }
 
-    /// Closes stdin and checks the backend exited 0.
+    fn log(&self) -> String {
+        read_log(&self.dir)
+    }
+
+    /// The backend's counters now: its SIGUSR1 report, read from its log.
+    #[allow(dead_code)] // not every bench reads them
+    pub fn stats(&self) -> serde_json::Value {
+        const MARK: &str = "stats (SIGUSR1): ";
+        let before = self.log().matches(MARK).count();
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::SIGUSR1).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if log.matches(MARK).count() > before {
+                let (_, rest) = log.rsplit_once(MARK).unwrap();
+                if let Some((line, _)) = rest.split_once('\n') {
+                    return serde_json::from_str(line).unwrap();
+                }
+            }
+            assert!(Instant::now() < deadline, "no stats report:\n{log}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Closes stdin, shows the backend's log, checks it exited 0.
     pub fn stop(mut self) {
         self.client.close().unwrap();
-        assert!(self.child.wait().unwrap().success());
+        let status = self.child.wait().unwrap();
+        eprint!("{}", read_log(&self.dir));
+        assert!(status.success());
     }
+}
+
+fn read_log(dir: &tempfile::TempDir) -> String {
+    std::fs::read_to_string(dir.path().join("backend.log")).unwrap_or_default()
 }
 
 pub fn env_or(name: &str, default: usize) -> usize {

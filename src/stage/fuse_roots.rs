@@ -87,6 +87,12 @@ impl FuseRoots {
         &self.mount_point
     }
 
+    /// The mount's counters (FUSE requests by kind), for tests and benches
+    /// that check what a root's reads cost.
+    pub fn stats(&self) -> &Arc<crate::daemon::stats::Stats> {
+        self.mount.sandboxes().stats()
+    }
+
     /// Serves `walked` at `staged.root` (missing, or an empty directory,
     /// which becomes a symlink to the root in the mount), with the
     /// directories in `parents` made too. On error nothing is left.

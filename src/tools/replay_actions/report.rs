@@ -266,6 +266,7 @@ impl Report {
             );
         }
         render_steps(&mut out, &self.modes, plan.actions.len());
+        let _ = writeln!(out, "{}", inputs_per_action(plan));
         for (mode, r) in &self.modes {
             for m in r.mismatches.iter().take(SHOWN) {
                 let _ = writeln!(
@@ -328,6 +329,60 @@ fn render_steps(out: &mut String, modes: &[(Mode, ModeReport)], actions: usize) 
         }
         out.push('\n');
     }
+}
+
+/// Inputs per replayed action: median and range (what the docs cite
+/// beside each replay's figures).
+fn inputs_per_action(plan: &Plan) -> String {
+    let mut counts: Vec<usize> = plan.actions.iter().map(|a| a.inputs.len()).collect();
+    counts.sort_unstable();
+    match (counts.first(), counts.last()) {
+        (Some(min), Some(max)) => format!(
+            "inputs per action: median {}, min {min}, max {max}",
+            counts[counts.len() / 2]
+        ),
+        _ => "inputs per action: no action".to_owned(),
+    }
+}
+
+/// A serve run as the backend counted it (its SIGUSR1 report at the end
+/// of the run): how its sandboxes were built, Create and Destroy latency
+/// percentiles, and FUSE requests per action. A field the report lacks
+/// shows as "?", never as 0.
+pub fn backend_summary(stats: &serde_json::Value, actions: usize) -> String {
+    let count = |v: &serde_json::Value| v.as_u64().map_or("?".to_owned(), |n| n.to_string());
+    let ms = |v: &serde_json::Value| {
+        v.as_u64()
+            .map_or("?".to_owned(), |us| format!("{:.2}", us as f64 / 1e3))
+    };
+    let built = &stats["built"];
+    let latency = |kind: &str| {
+        let r = &stats["requests"][kind];
+        format!(
+            "{kind} p50/p90/p99 {}/{}/{} ms",
+            ms(&r["p50_us"]),
+            ms(&r["p90_us"]),
+            ms(&r["p99_us"])
+        )
+    };
+    let per_action: Vec<String> = ["lookup", "getattr", "open", "read", "write"]
+        .iter()
+        .map(|op| match stats["fuse"][op].as_u64() {
+            Some(n) if actions > 0 => format!("{op} {:.1}", n as f64 / actions as f64),
+            _ => format!("{op} ?"),
+        })
+        .collect();
+    format!(
+        "backend: built {} native, {} from stashes, {} FUSE, {} FUSE fallback; {}; {}; \
+         FUSE requests per action: {}",
+        count(&built["native"]),
+        count(&built["stash"]),
+        count(&built["fuse"]),
+        count(&built["fuse_fallback"]),
+        latency("create"),
+        latency("destroy"),
+        per_action.join(", ")
+    )
 }
 
 /// The median (the mean of the middle two for an even count).

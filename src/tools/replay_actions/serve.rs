@@ -133,6 +133,7 @@ pub struct Serve<'a> {
     timeout: Duration,
     /// A request went unanswered: kill the backend at the end.
     timed_out: AtomicBool,
+    reports: BackendReports,
 }
 
 impl<'a> Serve<'a> {
@@ -152,6 +153,7 @@ impl<'a> Serve<'a> {
         make_dir(&scratch)?;
         let mut command = Command::new(backend);
         command.arg("serve").arg("--workspace").arg(&plan.exec_root);
+        let reports = BackendReports::forward(&mut command)?;
         let client = Client::spawn(command)
             .map_err(|err| format!("cannot start {} serve: {err}", backend.display()))?;
         let timeout = Duration::from_secs(
@@ -172,6 +174,7 @@ impl<'a> Serve<'a> {
             jail,
             timeout,
             timed_out: AtomicBool::new(false),
+            reports,
         };
         let negotiated = serve.call(
             "",
@@ -548,11 +551,87 @@ impl Session for Serve<'_> {
             drop(self.client);
             return Err("the backend was killed: a request went unanswered".to_owned());
         }
+        // The backend's own figures for the run, asked for before it goes.
+        let summary = self
+            .client
+            .child_id()
+            .and_then(|pid| self.reports.ask(pid))
+            .map_or("backend: no stats report".to_owned(), |stats| {
+                super::report::backend_summary(&stats, self.plan.actions.len())
+            });
         match self.client.close() {
-            Ok(Some(status)) if status.success() => Ok(Some(format!("backend {status}"))),
+            Ok(Some(status)) if status.success() => {
+                Ok(Some(format!("backend {status}; {summary}")))
+            }
             Ok(Some(status)) => Err(format!("the backend ended with {status}")),
             Ok(None) => Ok(None),
             Err(err) => Err(format!("closing the backend: {err}")),
         }
+    }
+}
+
+/// The backend's stderr, passed on line by line, but for its SIGUSR1
+/// reports (one long JSON line each), which are kept for
+/// [`BackendReports::ask`].
+struct BackendReports {
+    last: std::sync::Arc<Mutex<(usize, Option<String>)>>,
+}
+
+impl BackendReports {
+    const MARK: &'static str = "stats (SIGUSR1): ";
+
+    fn forward(command: &mut Command) -> Result<BackendReports, String> {
+        use std::io::BufRead;
+        let piped = nix::unistd::pipe().and_then(|(reader, writer)| {
+            // Only the backend's stderr holds the write end, or the
+            // reader's end of file would wait for other children too.
+            for fd in [&reader, &writer] {
+                nix::fcntl::fcntl(
+                    fd,
+                    nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+                )?;
+            }
+            Ok((reader, writer))
+        });
+        let (reader, writer) =
+            piped.map_err(|err| format!("a pipe for the backend's stderr: {err}"))?;
+        command.stderr(std::process::Stdio::from(writer));
+        let reader = std::fs::File::from(reader);
+        let last = std::sync::Arc::new(Mutex::new((0, None)));
+        let kept = last.clone();
+        std::thread::Builder::new()
+            .name("backend-stderr".into())
+            .spawn(move || {
+                for line in std::io::BufReader::new(reader).lines() {
+                    let Ok(line) = line else { break };
+                    match line.split_once(Self::MARK) {
+                        Some((_, json)) => {
+                            let mut kept = kept.lock().unwrap();
+                            *kept = (kept.0 + 1, Some(json.to_owned()));
+                        }
+                        None => eprintln!("{line}"),
+                    }
+                }
+            })
+            .map_err(|err| format!("a thread for the backend's stderr: {err}"))?;
+        Ok(BackendReports { last })
+    }
+
+    /// Sends SIGUSR1 to the backend and waits (at most 10 s) for the
+    /// report it writes.
+    fn ask(&self, pid: u32) -> Option<serde_json::Value> {
+        let seen = self.last.lock().unwrap().0;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).ok()?);
+        nix::sys::signal::kill(pid, nix::sys::signal::SIGUSR1).ok()?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let (n, Some(json)) = &*self.last.lock().unwrap() {
+                if *n > seen {
+                    return serde_json::from_str(json).ok();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
     }
 }
