@@ -533,17 +533,9 @@ impl Files {
         rel: &str,
         found: &mut Vec<(String, Member)>,
     ) -> Result<(), String> {
-        let mut entries: Vec<_> = fs::read_dir(dir)
-            .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
-            .map_err(|err| format!("listing runfiles {}: {err}", dir.display()))?;
-        entries.sort_by_key(fs::DirEntry::file_name);
-        for entry in entries {
-            let name = entry.file_name();
-            let name = name
-                .to_str()
-                .ok_or_else(|| format!("{:?} is not UTF-8", entry.path()))?;
+        for (name, entry) in sorted_entries(dir, "runfiles")? {
             let child = if rel.is_empty() {
-                name.to_owned()
+                name
             } else {
                 format!("{rel}/{name}")
             };
@@ -661,18 +653,11 @@ fn walk(
     found: &mut Vec<Input>,
     empty: &mut Vec<String>,
 ) -> Result<(), String> {
-    let mut entries: Vec<_> = fs::read_dir(dir)
-        .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
-        .map_err(|err| format!("listing input directory {}: {err}", dir.display()))?;
+    let entries = sorted_entries(dir, "input directory")?;
     if entries.is_empty() {
         empty.push(path.to_owned());
     }
-    entries.sort_by_key(fs::DirEntry::file_name);
-    for entry in entries {
-        let name = entry.file_name();
-        let name = name
-            .to_str()
-            .ok_or_else(|| format!("{:?} is not UTF-8", entry.path()))?;
+    for (name, entry) in entries {
         let child = format!("{path}/{name}");
         let host = entry.path();
         let meta = fs::metadata(&host).map_err(|err| format!("{}: {err}", host.display()))?;
@@ -688,6 +673,21 @@ fn walk(
         }
     }
     Ok(())
+}
+
+/// The entries of `dir` (a `what` in messages), by name, names UTF-8.
+fn sorted_entries(dir: &Path, what: &str) -> Result<Vec<(String, fs::DirEntry)>, String> {
+    let mut entries = fs::read_dir(dir)
+        .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
+        .map_err(|err| format!("listing {what} {}: {err}", dir.display()))?
+        .into_iter()
+        .map(|entry| match entry.file_name().into_string() {
+            Ok(name) => Ok((name, entry)),
+            Err(_) => Err(format!("{:?} is not UTF-8", entry.path())),
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(entries)
 }
 
 /// The SHA-256 digest of a file's bytes.
