@@ -29,6 +29,7 @@ use super::outputs::{self, Output};
 use crate::daemon::reconfig::Backend;
 use crate::daemon::stats::RequestKind;
 use crate::sandbox::default_place::{self, Place};
+use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::layout::Draft;
 use crate::sandbox::materialize::{remove_tree, Trash};
@@ -477,13 +478,23 @@ impl Service {
         let ws = walked.top.as_str();
         let mut draft = Draft::new(Some(id));
         let mut index = 0;
-        let mut add = |path: &str, underlying: &[u8], writable: bool| {
-            draft.add(index, path, underlying, writable);
+        // Inputs' types are known: store files and default places looked
+        // at are files, links ours; so the native build need not type them.
+        let mut add = |path: &str, underlying: &[u8], writable: bool, kind: Option<FileKind>| {
+            match kind {
+                Some(kind) => draft.add_known(index, path, underlying, writable, kind),
+                None => draft.add(index, path, underlying, writable),
+            }
             index += 1;
         };
-        add(&format!("/{ws}"), scratch_ws.as_os_str().as_bytes(), true);
+        add(
+            &format!("/{ws}"),
+            scratch_ws.as_os_str().as_bytes(),
+            true,
+            None,
+        );
         for (path, host) in writable.iter() {
-            add(path, host.as_bytes(), true);
+            add(path, host.as_bytes(), true, None);
         }
         // An empty directory on an output's path is the scratch one.
         let output_dirs: HashSet<&str> = outs
@@ -533,16 +544,17 @@ impl Service {
             for (file, content) in entries.files.iter().zip(content) {
                 path.truncate(base);
                 path.push_str(&file.name);
+                let file = Some(FileKind::RegularFile);
                 match content {
-                    Some(stored) => add(&path, stored.as_os_str().as_bytes(), false),
+                    Some(stored) => add(&path, stored.as_os_str().as_bytes(), false, file),
                     None => match found.next().expect("a look per default place") {
                         Place::Here => {
                             under.truncate(under_base);
                             under.extend_from_slice(&path.as_bytes()[1..]);
-                            add(&path, &under, false);
+                            add(&path, &under, false, file);
                         }
                         Place::Elsewhere(target) => {
-                            add(&path, target.as_os_str().as_bytes(), false)
+                            add(&path, target.as_os_str().as_bytes(), false, file)
                         }
                         Place::Refused(why) => return Err(format!("input {}: {why}", &path[1..])),
                     },
@@ -551,13 +563,15 @@ impl Service {
             for link in entries.symlinks.iter() {
                 path.truncate(base);
                 path.push_str(&link.name);
-                add(&path, links[&*link.target].as_os_str().as_bytes(), false);
+                let ours = links[&*link.target].as_os_str().as_bytes();
+                add(&path, ours, false, Some(FileKind::Symlink));
             }
             if entries.is_empty() && dir != ws && !output_dirs.contains(dir.as_str()) {
                 add(
                     &path[..base - 1],
                     self.dirs.empty.as_os_str().as_bytes(),
                     false,
+                    None,
                 );
             }
         }

@@ -52,6 +52,9 @@ pub struct Leaf {
     /// Position of the mapping in the request.
     pub index: u32,
     pub writable: bool,
+    /// Its type, where the caller already knows it (a content-addressed
+    /// file, a symlink of its own): [`Draft::typed`] then needs no `lstat`.
+    pub kind: Option<FileKind>,
 }
 
 /// A directory that is mapped itself, and so must be one.
@@ -144,6 +147,34 @@ impl Draft {
     /// validated and normalized by the protocol's resolution) to the
     /// absolute `underlying` path.
     pub fn add(&mut self, index: usize, path: &str, underlying: &[u8], writable: bool) {
+        self.add_typed(index, path, underlying, writable, None);
+    }
+
+    /// [`Draft::add`] for a mapping of a non-directory whose type the
+    /// caller knows (checked by it, or its own): typed without an `lstat`.
+    pub fn add_known(
+        &mut self,
+        index: usize,
+        path: &str,
+        underlying: &[u8],
+        writable: bool,
+        kind: FileKind,
+    ) {
+        debug_assert!(
+            kind != FileKind::Directory,
+            "a directory is pinned by finish"
+        );
+        self.add_typed(index, path, underlying, writable, Some(kind));
+    }
+
+    fn add_typed(
+        &mut self,
+        index: usize,
+        path: &str,
+        underlying: &[u8],
+        writable: bool,
+        kind: Option<FileKind>,
+    ) {
         let index = u32::try_from(index).expect("fewer than 2^32 mappings");
         if self.problem.as_ref().is_some_and(|p| p.index < index) {
             // Nothing after the first failing mapping counts.
@@ -188,6 +219,7 @@ impl Draft {
             anchor,
             index,
             writable,
+            kind,
         };
         let dir = &mut self.dirs[dir as usize];
         let in_order = match dir.leaves.last() {
@@ -685,7 +717,8 @@ impl Draft {
     }
 
     /// The same layout with every leaf typed and pinned (one `lstat`
-    /// each), for the native materializer. Fails on the first leaf that
+    /// each, but none for a leaf of known type, whose anchor is its
+    /// draft's), for the native materializer. Fails on the first leaf that
     /// cannot be typed (a missing input among them).
     pub fn typed(&self) -> Result<Entry, PlanError> {
         let mut leaves = Vec::with_capacity(self.count);
@@ -696,8 +729,17 @@ impl Draft {
             .iter()
             .map(|(_, leaf)| self.leaf_underlying(leaf))
             .collect();
-        let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-        let kinds = kinds::lstat_kinds(&refs, self.sandbox.as_ref());
+        let unknown: Vec<&Path> = leaves
+            .iter()
+            .zip(&paths)
+            .filter(|((_, leaf), _)| leaf.kind.is_none())
+            .map(|(_, path)| path.as_path())
+            .collect();
+        let mut looked = kinds::lstat_kinds(&unknown, self.sandbox.as_ref()).into_iter();
+        let kinds = leaves.iter().map(|(_, leaf)| match leaf.kind {
+            Some(kind) => Ok((kind, self.anchors[leaf.anchor as usize].clone())),
+            None => looked.next().expect("a type per leaf of unknown type"),
+        });
         let mut entries: Vec<Entry> = (0..self.dirs.len()).map(|_| Entry::default()).collect();
         for (((dir, leaf), path), kind) in leaves.iter().zip(paths).zip(kinds) {
             let (kind, anchor) = kind.map_err(|err| PlanError {
@@ -804,6 +846,37 @@ mod tests {
         }
         lines.sort();
         lines
+    }
+
+    #[test]
+    fn a_leaf_of_known_type_is_typed_without_looking() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("there"), "x").unwrap();
+        let under = |name: &str| dir.path().join(name).as_os_str().as_bytes().to_vec();
+        let mut draft = Draft::new(Some("s"));
+        draft.add(0, "/", &under(""), true);
+        // Not there: only a draft that takes the caller's word types it.
+        draft.add_known(1, "/known", &under("absent"), false, FileKind::RegularFile);
+        draft.add(2, "/looked", &under("there"), false);
+        draft.add_known(3, "/link", &under("absent-link"), false, FileKind::Symlink);
+        let root = draft.finish(Path::new("/nonexistent-mount")).unwrap();
+        let typed = root.typed().unwrap();
+        let kind = |name: &str| {
+            typed.children[OsStr::new(name)]
+                .mapped
+                .as_ref()
+                .unwrap()
+                .kind
+        };
+        assert_eq!(kind("known"), FileKind::RegularFile);
+        assert_eq!(kind("looked"), FileKind::RegularFile);
+        assert_eq!(kind("link"), FileKind::Symlink);
+        // A leaf of unknown type is still looked at: missing, it fails.
+        let mut missing = Draft::new(Some("s"));
+        missing.add(0, "/", &under(""), true);
+        missing.add(1, "/gone", &under("absent"), false);
+        let root = missing.finish(Path::new("/nonexistent-mount")).unwrap();
+        assert!(root.typed().is_err());
     }
 
     #[test]
