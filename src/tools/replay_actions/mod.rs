@@ -152,8 +152,12 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
         "jail: {}",
         match &args.jail {
             Some(jail) => format!(
-                "{} (serve: when Create leaves confinement unset; symlinks: Bazel's linux-sandbox strategy; unsandboxed: none)",
-                jail.describe()
+                "{} (serve: {}; symlinks: around Bazel's linux-sandbox strategy's forest; unsandboxed: none)",
+                jail.describe(),
+                match jail {
+                    Jail::Landlock { .. } => "the wrapper Create answers with",
+                    Jail::LinuxSandbox { .. } => "when Create leaves confinement unset",
+                }
             ),
             None => "none".to_owned(),
         }

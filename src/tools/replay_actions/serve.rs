@@ -136,6 +136,17 @@ pub struct Serve<'a> {
     reports: BackendReports,
 }
 
+/// The user's backend options, and the jail's unless they name one: with
+/// no `--jail` for replay, `--jail=bazel`, so that Create leaves
+/// confinement unset and the action runs bare.
+fn with_jail(options: &[String], jail: Option<&Jail>) -> Vec<String> {
+    let mut all = options.to_vec();
+    if !options.iter().any(|o| o.starts_with("--jail")) {
+        all.push(Jail::serve_option(jail).to_owned());
+    }
+    all
+}
+
 impl<'a> Serve<'a> {
     /// Starts the backend and negotiates.
     pub fn start(
@@ -179,7 +190,7 @@ impl<'a> Serve<'a> {
         let negotiated = serve.call(
             "",
             Op::Negotiate(sandbox::Negotiate {
-                options: options.to_vec(),
+                options: with_jail(options, jail),
                 versions: vec![sandbox::Version::Version1 as i32],
             }),
         );
@@ -469,7 +480,10 @@ impl<'a> Serve<'a> {
             }
             None if self.jail.is_some() => {
                 let jail = self.jail.expect("checked");
-                let argv = jail.builtin(scratch, Path::new(&created.path));
+                let argv = jail.builtin(scratch, Path::new(&created.path)).ok_or(
+                    "Create left confinement unset, though serve was asked for --jail=landlock \
+                     (no Landlock here? its stderr says)",
+                )?;
                 let env = HashMap::new();
                 run::command(
                     action,
