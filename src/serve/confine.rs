@@ -84,6 +84,8 @@ impl Jail {
 /// The rules of one action: writable are the sandbox root, its scratch
 /// directory, the writable directories' host paths and what
 /// `confinement_setting` lists, but `/dev` only as its device nodes.
+/// Without a setting (Bazel always sends one), what Bazel's jail would
+/// allow: the host's `/tmp` too (where Bazel points TMPDIR), no network.
 pub fn rules(manifest: &Manifest, root: &Path, scratch: &Path) -> Rules {
     let mut rules = Rules {
         write: vec![root.to_owned(), scratch.to_owned()],
@@ -94,15 +96,17 @@ pub fn rules(manifest: &Manifest, root: &Path, scratch: &Path) -> Rules {
     let mut hosts: Vec<&String> = manifest.writable_dirs.values().collect();
     hosts.sort();
     rules.write.extend(hosts.into_iter().map(Into::into));
-    if let Some(setting) = &manifest.confinement_setting {
-        for path in &setting.writable_paths {
-            if Path::new(path) == Path::new("/dev") {
-                continue;
+    match &manifest.confinement_setting {
+        Some(setting) => {
+            for path in &setting.writable_paths {
+                if Path::new(path) != Path::new("/dev") {
+                    rules.write.push(path.into());
+                }
             }
-            rules.write.push(path.into());
+            rules.hide = setting.inaccessible_paths.iter().map(Into::into).collect();
+            rules.network = setting.allow_network;
         }
-        rules.hide = setting.inaccessible_paths.iter().map(Into::into).collect();
-        rules.network = setting.allow_network;
+        None => rules.write.push("/tmp".into()),
     }
     rules.write.dedup();
     rules
@@ -119,4 +123,43 @@ pub fn wrapper_program() -> Vec<String> {
         return vec![helper.to_string_lossy().into_owned()];
     }
     vec![exe.to_string_lossy().into_owned(), jail::SUBCOMMAND.into()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actionfs_protocol::backend::sandbox::ConfinementSetting;
+
+    #[test]
+    fn rules_take_bazels_setting_with_dev_as_device_nodes() {
+        let mut manifest = Manifest {
+            writable_dirs: [("/tmp".to_owned(), "/s/1/tmp".to_owned())].into(),
+            ..Default::default()
+        };
+        let (root, scratch) = (Path::new("/m/1"), Path::new("/b/scratch/1"));
+        let without = rules(&manifest, root, scratch);
+        let paths = |r: &Rules| {
+            r.write
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            paths(&without),
+            ["/m/1", "/b/scratch/1", "/s/1/tmp", "/tmp"]
+        );
+        assert!(without.dev && !without.network && without.hide.is_empty());
+        manifest.confinement_setting = Some(ConfinementSetting {
+            writable_paths: vec!["/s/1".into(), "/dev".into(), "/tmp".into()],
+            inaccessible_paths: vec!["/home".into()],
+            allow_network: true,
+        });
+        let with = rules(&manifest, root, scratch);
+        assert_eq!(
+            paths(&with),
+            ["/m/1", "/b/scratch/1", "/s/1/tmp", "/s/1", "/tmp"]
+        );
+        assert!(with.dev && with.network);
+        assert_eq!(with.hide, [Path::new("/home")]);
+    }
 }

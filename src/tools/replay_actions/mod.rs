@@ -154,9 +154,14 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
             Some(jail) => format!(
                 "{} (serve: {}; symlinks: around Bazel's linux-sandbox strategy's forest; unsandboxed: none)",
                 jail.describe(),
-                match jail {
-                    Jail::Landlock { .. } => "the wrapper Create answers with",
-                    Jail::LinuxSandbox { .. } => "when Create leaves confinement unset",
+                // A --jail among the backend options decides serve's.
+                match args.backend_opts.iter().rev().find(|o| o.starts_with("--jail")) {
+                    Some(option) if option != "--jail=bazel" => "as Create answers",
+                    Some(_) => "when Create leaves confinement unset",
+                    None => match jail {
+                        Jail::Landlock { .. } => "the wrapper Create answers with",
+                        Jail::LinuxSandbox { .. } => "when Create leaves confinement unset",
+                    },
                 }
             ),
             None => "none".to_owned(),

@@ -353,7 +353,8 @@ impl<'a> Serve<'a> {
 
     /// The manifest, and `writable_dirs` made in `scratch` as Bazel does:
     /// `/tmp` -> `scratch/tmp`, and a test's TEST_TMPDIR (keyed
-    /// `/<ws>/<path>` when relative) -> `scratch/test_tmpdir`.
+    /// `/<ws>/<path>` when relative) -> `scratch/test_tmpdir`; the
+    /// confinement setting as Bazel sends it.
     fn manifest(
         &self,
         action: &Action,
@@ -400,7 +401,22 @@ impl<'a> Serve<'a> {
                 })
                 .collect(),
             writable_dirs,
-            confinement_setting: None,
+            // SandboxBackendSpawnRunner's: the scratch directory and the
+            // platform's temporary and device directories; no network, as
+            // `-N` (the 4.2.3 log cannot say which actions may use it).
+            confinement_setting: Some(sandbox::ConfinementSetting {
+                writable_paths: [
+                    &*scratch.to_string_lossy(),
+                    "/dev",
+                    "/tmp",
+                    "/private/tmp",
+                    "/private/var/tmp",
+                ]
+                .map(str::to_owned)
+                .to_vec(),
+                inaccessible_paths: Vec::new(),
+                allow_network: false,
+            }),
         })
     }
 
