@@ -2081,3 +2081,77 @@ fn the_jail_option_picks_creates_confinement() {
         b.close();
     }
 }
+
+/// On a kernel without Landlock ABI 6 (pretended with
+/// ACTIONFS_LANDLOCK_ABI), `serve` leaves confinement to Bazel and says
+/// so once on stderr, however many sandboxes it makes.
+#[test]
+fn without_landlock_serve_falls_back_to_bazels_jail_and_says_so_once() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ws = root.path().join("execroot").join(WS);
+    fs::create_dir_all(&ws).unwrap();
+    fs::write(ws.join("f"), b"f").unwrap();
+    let log = root.path().join("backend.log");
+    let mut child = Command::new(bin())
+        .args(["serve", "--workspace"])
+        .arg(&ws)
+        .env(actionfs::jail::ABI_OVERRIDE, "5")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let client = Client::new(
+        Box::new(child.stdin.take().unwrap()),
+        Box::new(child.stdout.take().unwrap()),
+    );
+    let base = root.path().join("base");
+    fs::create_dir_all(&base).unwrap();
+    let answer = client
+        .negotiate(vec![format!("--sandbox_base={}", base.display())])
+        .unwrap();
+    assert!(
+        matches!(answer.outcome, Some(negotiate::result::Outcome::Ok(_))),
+        "{answer:?}"
+    );
+    let mut tb = TreeBuilder::new();
+    tb.add_file("ws/f", digest_of(b"f"), false).unwrap();
+    let tree = tb.build();
+    client
+        .push(Push {
+            blobs: tree.blobs.clone(),
+            content: HashMap::new(),
+        })
+        .unwrap();
+    for id in ["1", "2"] {
+        let manifest = Manifest {
+            mnemonic: "Test".into(),
+            exec_root: root.path().join("execroot").display().to_string(),
+            hash_function: "SHA-256".into(),
+            input_root_digest: Some(tree.root.clone()),
+            ..Default::default()
+        };
+        match client.create(id, manifest).unwrap().outcome {
+            Some(create::result::Outcome::Ok(ok)) => {
+                assert_eq!(ok.confinement, None, "sandbox {id}")
+            }
+            other => panic!("create {id}: {other:?}"),
+        }
+        assert!(matches!(
+            client.destroy(id).unwrap().outcome,
+            Some(destroy::result::Outcome::Ok(_))
+        ));
+    }
+    client.close().unwrap();
+    assert!(child.wait().unwrap().success());
+    let said = fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        said.matches("Landlock ABI is 5 (needs 6), so actions run in Bazel's jail")
+            .count(),
+        1,
+        "{said}"
+    );
+}

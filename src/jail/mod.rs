@@ -106,8 +106,19 @@ impl Rules {
     }
 }
 
-/// The Landlock ABI of this kernel (0: none).
+/// Set to a number, the ABI [`landlock_abi`] reports instead of the
+/// kernel's: how the fallback to Bazel's jail is tested on a kernel that
+/// has Landlock.
+pub const ABI_OVERRIDE: &str = "ACTIONFS_LANDLOCK_ABI";
+
+/// The Landlock ABI of this kernel (0: none), or [`ABI_OVERRIDE`]'s.
 pub fn landlock_abi() -> i32 {
+    if let Some(abi) = std::env::var(ABI_OVERRIDE)
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return abi;
+    }
     #[cfg(target_os = "linux")]
     {
         landlock::abi()
