@@ -424,9 +424,10 @@ its progress on stderr when that is a terminal."
             value_parser = parse_content
         )]
         content: crate::tools::replay_actions::ContentMode,
-        /// Run serve's and symlinks' actions in Bazel's jail, as Bazel
-        /// does: linux-sandbox, or linux-sandbox=PATH (default: none)
-        #[arg(long, value_name = "linux-sandbox[=PATH]", value_parser = parse_jail)]
+        /// Run serve's and symlinks' actions in a jail: Bazel's, as Bazel
+        /// does (linux-sandbox, or linux-sandbox=PATH), or actionfs's own
+        /// (landlock) (default: none)
+        #[arg(long, value_name = "linux-sandbox[=PATH]|landlock", value_parser = parse_jail)]
         jail: Option<crate::tools::replay_actions::Jail>,
         /// Where each mode's exec root goes (missing or empty; default: a
         /// new directory in the temporary directory)
@@ -1015,7 +1016,12 @@ mod tests {
             (r.jobs, r.runs, r.content, r.keep),
             (3, 5, ContentMode::Inline, true)
         );
-        assert_eq!(r.jail.unwrap().path, std::path::Path::new("/opt/ls"));
+        assert_eq!(
+            r.jail.unwrap(),
+            crate::tools::replay_actions::Jail::LinuxSandbox {
+                path: "/opt/ls".into()
+            }
+        );
         for (args, expected) in [
             (&["replay-actions", "--exec-root=/e"][..], "--execlog"),
             (

@@ -31,6 +31,8 @@
 //!   `rmtree` and `stage-root`, and the progress line they share.
 //! - [`stage`]: the library remote-execution workers call to lay out an
 //!   action's REAPI input root from their CAS (NativeLink's layout).
+//! - [`jail`]: actionfs's own jail for `serve`'s actions (Landlock and
+//!   seccomp, applied before exec by `actionfs-jail`).
 //! - [`cli`]: the one command-line grammar; `main.rs` dispatches on it.
 //! - `sys`: the platform's mechanisms, from the `linux/` or `macos/` crate.
 
@@ -39,6 +41,7 @@
 pub mod cli;
 pub mod daemon;
 pub mod fuse;
+pub mod jail;
 pub mod sandbox;
 pub mod serve;
 pub mod stage;

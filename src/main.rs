@@ -11,6 +11,11 @@ use actionfs::daemon::{stop, Stopped};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // The jail, before anything else: it runs before every action.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(actionfs::jail::SUBCOMMAND.as_ref()) {
+        return ExitCode::from(actionfs::jail::main(args) as u8);
+    }
     let command = cli::parse(std::env::args_os().skip(1));
     // The daemon's start and stop lines are shown by default (in sandboxfs's
     // words, which scripts grep for); subcommands that run daemons of their

@@ -314,3 +314,35 @@ fn the_sandbox_base_is_told_tmpfs_or_disk_and_a_clone_is_tried_there() {
         "the clone probe is removed: {leftovers:?}"
     );
 }
+
+/// doctor reports the kernel's Landlock ABI and the jail serve would use
+/// with it.
+#[test]
+fn landlock_and_the_jail_serve_would_use_are_reported() {
+    let out = Command::new(bin())
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let report = json_of(&out);
+    let abi = actionfs::jail::landlock_abi();
+    let landlock = check(&report, "landlock");
+    let jail = &report["would_choose"]["jail"];
+    assert!(
+        landlock["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("ABI {abi}")),
+        "{report}"
+    );
+    if abi >= actionfs::jail::MIN_ABI {
+        assert_eq!(landlock["state"], "ok", "{report}");
+        assert_eq!(jail["choice"], "landlock", "{report}");
+        assert!(
+            jail["why"].as_str().unwrap().contains("actionfs-jail"),
+            "{report}"
+        );
+    } else {
+        assert_eq!(landlock["state"], "warn", "{report}");
+        assert_eq!(jail["choice"], "bazel", "{report}");
+    }
+}

@@ -813,3 +813,50 @@ fn jail_runs_actions_in_linux_sandbox() {
     assert!(text.contains("jail: none"), "{text}");
     assert!(outside.join("written").exists());
 }
+
+#[test]
+fn jail_landlock_runs_actions_in_actionfs_jail() {
+    if !require(&[Need::Mount, Need::Landlock]) {
+        return;
+    }
+    let mut build = Build::new();
+    // Outside every writable path of the jail (not below /tmp).
+    let outside_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let outside = outside_dir.path().to_owned();
+    let script = format!(
+        "touch {}/written && cat src/a.txt src/b.txt > bazel-out/bin/ab.txt",
+        outside.display()
+    );
+    build.spawns[0]["commandArgs"] = json!(["/bin/sh", "-c", script]);
+    build.spawns.truncate(1);
+    let base = build.dir.path().join("base");
+    fs::create_dir_all(&base).unwrap();
+    let sandbox_base = format!("--backend-opt=--sandbox_base={}", base.display());
+    let args = ["--modes=serve,symlinks", &sandbox_base, "--jail=landlock"];
+    let out = build.replay(&args);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text.contains("jail: landlock ("), "{text}");
+    for mode in ["serve", "symlinks"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("FAILED {mode} run 1: #1")))
+            .unwrap_or_else(|| panic!("{mode} was not jailed: {text}"));
+        assert!(line.contains("failed"), "{line}");
+    }
+    assert!(
+        text.contains(&format!("{}/written", outside.display()))
+            && text.contains("Permission denied"),
+        "{text}"
+    );
+    assert!(!outside.join("written").exists());
+
+    // The action that writes only its output passes in both modes.
+    build.spawns[0]["commandArgs"] = json!([
+        "/bin/sh",
+        "-c",
+        "cat src/a.txt src/b.txt > bazel-out/bin/ab.txt"
+    ]);
+    let out = build.replay(&args);
+    assert!(out.status.success(), "{out:?}\n{}", stdout(&out));
+}

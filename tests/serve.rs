@@ -1462,7 +1462,7 @@ fn an_action_in_bazels_linux_sandbox_writes_its_outputs_and_never_its_inputs() {
         if parent == Path::new("/tmp") && !options.contains(&"--native_below=0") {
             assert!(
                 b.log()
-                    .contains("writable in Bazel's jail, so every sandbox is served by FUSE"),
+                    .contains("'s jail, so every sandbox is served by FUSE"),
                 "{name}: {}",
                 b.log()
             );
@@ -1709,4 +1709,449 @@ fn a_default_place_that_changed_since_bazel_hashed_it_is_refused() {
         }
         b.close();
     }
+}
+
+// ---- actionfs's own jail (`--jail=landlock`, the default) ----
+
+/// What Bazel's runner sends as `confinement_setting` (its
+/// `SandboxBackendSpawnRunner`): the action's scratch directory and the
+/// platform's device and temporary directories, nothing inaccessible.
+fn bazels_confinement(scratch: &Path) -> sandbox::ConfinementSetting {
+    sandbox::ConfinementSetting {
+        writable_paths: [scratch.to_str().unwrap(), "/dev", "/tmp"]
+            .into_iter()
+            .chain(["/private/tmp", "/private/var/tmp"])
+            .map(Into::into)
+            .collect(),
+        inaccessible_paths: Vec::new(),
+        allow_network: false,
+    }
+}
+
+/// Creates `id`, expecting Ok with a custom confinement; returns the
+/// root and the wrapper.
+fn create_jailed(
+    b: &Backend,
+    id: &str,
+    manifest: Manifest,
+) -> (PathBuf, sandbox::CustomConfinement) {
+    use create::result::ok::Confinement;
+    match b.client().create(id, manifest).unwrap().outcome {
+        Some(create::result::Outcome::Ok(create::result::Ok {
+            path,
+            confinement: Some(Confinement::Custom(custom)),
+        })) => (PathBuf::from(path), custom),
+        other => panic!(
+            "create {id}: expected a custom confinement, got {other:?}\n{}",
+            b.log()
+        ),
+    }
+}
+
+/// Runs `argv` as `SandboxBackendSpawn.custom()` runs an action: the
+/// wrapper's argv before the action's, its env over the action's, cwd
+/// `root/<workspace>`.
+fn run_jailed(
+    root: &Path,
+    jail: &sandbox::CustomConfinement,
+    argv: &[&str],
+) -> std::process::Output {
+    let mut command = Command::new(&jail.wrapper[0]);
+    command
+        .args(&jail.wrapper[1..])
+        .args(argv)
+        .current_dir(root.join(WS))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin");
+    command.envs(&jail.env);
+    command.output().unwrap()
+}
+
+fn sh_jailed(root: &Path, jail: &sandbox::CustomConfinement, script: &str) -> std::process::Output {
+    run_jailed(root, jail, &["/bin/sh", "-c", script])
+}
+
+/// A sandbox of two inputs (one from the exec root, one pushed) and the
+/// output `out/x`, confined as Bazel would ask; returns the root, the
+/// wrapper and the action's scratch directory.
+fn jailed_sandbox(
+    b: &Backend,
+    id: &str,
+    setting: impl FnOnce(&Path) -> sandbox::ConfinementSetting,
+) -> (PathBuf, sandbox::CustomConfinement, PathBuf) {
+    let source = b.write_input("src/a.txt", b"source\n");
+    let pushed = b"pushed\n";
+    let mut tb = TreeBuilder::new();
+    tb.add_file("ws/src/a.txt", source, false).unwrap();
+    tb.add_file("ws/src/b.txt", digest_of(pushed), false)
+        .unwrap();
+    let tree = tb.build();
+    b.client()
+        .push(Push {
+            blobs: tree.blobs.clone(),
+            content: [(sha256_hex(pushed), inline(pushed))].into(),
+        })
+        .unwrap();
+    let scratch = b.root.path().join(format!("bazel-scratch/{id}"));
+    fs::create_dir_all(scratch.join("tmp")).unwrap();
+    let mut manifest = b.manifest(&tree, &[("/ws/out/x", "file")]);
+    manifest.writable_dirs =
+        HashMap::from([("/tmp".into(), scratch.join("tmp").display().to_string())]);
+    manifest.confinement_setting = Some(setting(&scratch));
+    let (root, jail) = create_jailed(b, id, manifest);
+    (root, jail, scratch)
+}
+
+fn shown(out: &std::process::Output) -> String {
+    format!(
+        "status {:?}, stdout {:?}, stderr {:?}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Writes go only to the sandbox's writable parts, the writable paths
+/// and device nodes: never to an input, by its sandbox path, by where
+/// it resolves (the store, the exec root), through a hard link, by a
+/// rename, from a child in a session of its own; never elsewhere.
+#[test]
+fn an_action_in_the_landlock_jail_writes_its_outputs_and_never_its_inputs() {
+    if !require(&[Need::Mount, Need::Landlock]) {
+        return;
+    }
+    for (name, parent, options, built) in modes_on_file_systems() {
+        let b = Backend::start_on(&parent, &options);
+        let (root, jail, scratch) = jailed_sandbox(&b, "1", bazels_confinement);
+        assert_built_as(&b, built, &root);
+        // Outputs, the writable dir (its host path, as $0), /dev/null,
+        // directories and renames inside the sandbox.
+        let ran = run_jailed(
+            &root,
+            &jail,
+            &[
+                "/bin/sh",
+                "-c",
+                "cat src/a.txt src/b.txt > out/x && echo t > \"$0/tmp/t\" && echo n > /dev/null \
+                 && mkdir out/d && mv out/x out/d/y && mv out/d/y out/x",
+                scratch.to_str().unwrap(),
+            ],
+        );
+        assert!(ran.status.success(), "{name}: {}\n{}", shown(&ran), b.log());
+        assert_eq!(fs::read(scratch.join("tmp/t")).unwrap(), b"t\n", "{name}");
+        let ws = root.join(WS);
+        let resolved: Vec<PathBuf> = ["src/a.txt", "src/b.txt"]
+            .iter()
+            .map(|input| fs::canonicalize(ws.join(input)).unwrap())
+            .collect();
+        let outside = b.root.path().join("outside");
+        let shm = PathBuf::from(format!(
+            "/dev/shm/actionfs-jail-test-{}",
+            std::process::id()
+        ));
+        let mut attempts = vec![
+            format!("echo x > {}", outside.display()),
+            format!("echo x > {}", shm.display()),
+            format!("mkdir {}", outside.display()),
+        ];
+        for (input, target) in ["src/a.txt", "src/b.txt"].iter().zip(&resolved) {
+            let target = target.display();
+            attempts.extend([
+                format!("echo changed > {input}"),
+                format!("echo changed >> {input}"),
+                format!("truncate -s 0 {input}"),
+                format!("cp /etc/hostname {input}"),
+                format!("echo changed > {target}"),
+                format!("truncate -s 0 {target}"),
+                format!("mv {target} out/stolen"),
+                format!("mv out/x {target}"),
+                format!("ln {target} out/h && echo changed > out/h"),
+                format!("setsid -w sh -c 'echo changed > {target}'"),
+            ]);
+        }
+        for attempt in &attempts {
+            let out = sh_jailed(&root, &jail, attempt);
+            assert!(
+                !out.status.success(),
+                "{name}: `{attempt}` succeeded: {}",
+                shown(&out)
+            );
+            for (input, expected) in [("src/a.txt", &b"source\n"[..]), ("src/b.txt", b"pushed\n")] {
+                assert_eq!(
+                    fs::read(ws.join(input)).unwrap(),
+                    expected,
+                    "{name}: `{attempt}` changed {input}"
+                );
+            }
+            assert!(
+                !outside.exists() && !shm.exists(),
+                "{name}: `{attempt}` wrote outside"
+            );
+        }
+        assert_eq!(
+            fs::read(b.exec_root().join("ws/src/a.txt")).unwrap(),
+            b"source\n",
+            "{name}: the action changed the source"
+        );
+        let collected = b.root.path().join("collected");
+        match b
+            .client()
+            .collect("1", &collected.display().to_string())
+            .unwrap()
+            .outcome
+        {
+            Some(collect::result::Outcome::Ok(_)) => {}
+            other => panic!("{name}: collect: {other:?}"),
+        }
+        assert_eq!(
+            fs::read(collected.join("ws/out/x")).unwrap(),
+            b"source\npushed\n",
+            "{name}"
+        );
+        b.destroy_ok("1");
+        b.close();
+    }
+}
+
+/// `confinement_setting.inaccessible_paths` cannot be read, by their
+/// path or through a symlink; what is beside them can.
+#[test]
+fn inaccessible_paths_are_unreadable_in_the_landlock_jail() {
+    if !require(&[Need::Mount, Need::Landlock]) {
+        return;
+    }
+    let b = Backend::start(&[]);
+    let secret = b.root.path().join("secret");
+    let beside = b.root.path().join("beside");
+    fs::create_dir_all(&secret).unwrap();
+    fs::write(secret.join("key"), b"key\n").unwrap();
+    fs::write(&beside, b"beside\n").unwrap();
+    let link = b.root.path().join("link-to-secret");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    let (root, jail, _) = jailed_sandbox(&b, "1", |scratch| sandbox::ConfinementSetting {
+        inaccessible_paths: vec![secret.display().to_string()],
+        ..bazels_confinement(scratch)
+    });
+    let read = |path: &Path| sh_jailed(&root, &jail, &format!("cat {}", path.display()));
+    for denied in [secret.join("key"), link.join("key")] {
+        let out = read(&denied);
+        assert!(
+            !out.status.success(),
+            "{denied:?} was read: {}",
+            shown(&out)
+        );
+    }
+    let out = sh_jailed(&root, &jail, &format!("ls {}", secret.display()));
+    assert!(
+        !out.status.success(),
+        "{secret:?} was listed: {}",
+        shown(&out)
+    );
+    let out = read(&beside);
+    assert_eq!(out.stdout, b"beside\n", "{}", shown(&out));
+    let out = sh_jailed(&root, &jail, "cat src/a.txt src/b.txt");
+    assert_eq!(out.stdout, b"source\npushed\n", "{}", shown(&out));
+    b.close();
+}
+
+/// Without `allow_network`: no TCP connect or bind (loopback included),
+/// no UDP or raw socket; Unix sockets work. With it, all work.
+#[test]
+fn the_landlock_jail_allows_network_only_when_the_action_may_use_it() {
+    if !require(&[Need::Mount, Need::Landlock]) {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probe = format!(
+        r#"
+import socket, sys
+def attempt(what, f):
+    try:
+        f(); print(what, "ok")
+    except OSError as e:
+        print(what, "refused", e.errno)
+attempt("connect", lambda: socket.create_connection(("127.0.0.1", {port}), timeout=5))
+attempt("bind", lambda: socket.socket().bind(("127.0.0.1", 0)))
+attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", {port})))
+attempt("udp6", lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))
+attempt("unix", lambda: socket.socket(socket.AF_UNIX).bind("out/sock"))
+"#
+    );
+    if Command::new("python3").arg("-c").arg("1").output().is_err() {
+        eprintln!("skipped: no python3");
+        return;
+    }
+    for allow_network in [false, true] {
+        let b = Backend::start(&[]);
+        let (root, jail, _) = jailed_sandbox(&b, "1", |scratch| sandbox::ConfinementSetting {
+            allow_network,
+            ..bazels_confinement(scratch)
+        });
+        let out = run_jailed(&root, &jail, &["python3", "-c", &probe]);
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        let expected = if allow_network {
+            "connect ok\nbind ok\nudp ok\nudp6 ok\nunix ok\n".to_owned()
+        } else {
+            format!(
+                "connect refused {e}\nbind refused {e}\nudp refused {af}\nudp6 refused {af}\nunix ok\n",
+                e = libc::EACCES,
+                af = libc::EAFNOSUPPORT
+            )
+        };
+        assert_eq!(
+            said,
+            expected,
+            "allow_network {allow_network}: {}",
+            shown(&out)
+        );
+        b.close();
+    }
+}
+
+/// No signal reaches a process outside the action; the action's own
+/// children can be signalled.
+#[test]
+fn an_action_in_the_landlock_jail_signals_only_its_own_processes() {
+    if !require(&[Need::Mount, Need::Landlock]) {
+        return;
+    }
+    let b = Backend::start(&[]);
+    let (root, jail, _) = jailed_sandbox(&b, "1", bazels_confinement);
+    let mut outsider = Command::new("sleep").arg("600").spawn().unwrap();
+    for signal in ["0", "TERM", "KILL"] {
+        let out = sh_jailed(&root, &jail, &format!("kill -{signal} {}", outsider.id()));
+        assert!(
+            !out.status.success(),
+            "kill -{signal} reached outside: {}",
+            shown(&out)
+        );
+    }
+    assert!(outsider.try_wait().unwrap().is_none(), "the outsider died");
+    let out = sh_jailed(
+        &root,
+        &jail,
+        "sleep 600 & kill -TERM $! && wait $!; echo $?",
+    );
+    assert_eq!(out.stdout, b"143\n", "{}", shown(&out));
+    outsider.kill().unwrap();
+    outsider.wait().unwrap();
+    b.close();
+}
+
+/// `--jail` picks Create's confinement: actionfs's wrapper (the default
+/// where Landlock is), Bazel's (unset) or none.
+#[test]
+fn the_jail_option_picks_creates_confinement() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    use create::result::ok::Confinement;
+    for (option, expect) in [
+        (None, "landlock"),
+        (Some("--jail=landlock"), "landlock"),
+        (Some("--jail=bazel"), "bazel"),
+        (Some("--jail=none"), "none"),
+    ] {
+        let b = Backend::start(&option.into_iter().collect::<Vec<_>>());
+        let mut tb = TreeBuilder::new();
+        tb.add_file("ws/f", b.write_input("f", b"f"), false)
+            .unwrap();
+        let tree = tb.build();
+        b.push_tree(&tree);
+        let answer = b
+            .client()
+            .create("1", b.manifest(&tree, &[]))
+            .unwrap()
+            .outcome;
+        let Some(create::result::Outcome::Ok(ok)) = answer else {
+            panic!("{option:?}: {answer:?}");
+        };
+        let landlock = actionfs::jail::landlock_abi() >= actionfs::jail::MIN_ABI;
+        match (expect, ok.confinement) {
+            ("landlock", Some(Confinement::Custom(custom))) if landlock => {
+                assert!(Path::new(&custom.wrapper[0]).is_file(), "{custom:?}");
+                assert_eq!(custom.wrapper.last().unwrap(), "--", "{custom:?}");
+            }
+            ("landlock", None) if !landlock => assert!(b.log().contains("Landlock ABI")),
+            ("bazel", None) | ("none", Some(Confinement::Unconfined(_))) => {}
+            (_, other) => panic!("{option:?}: {other:?}"),
+        }
+        b.destroy_ok("1");
+        b.close();
+    }
+}
+
+/// On a kernel without Landlock ABI 6 (pretended with
+/// ACTIONFS_LANDLOCK_ABI), `serve` leaves confinement to Bazel and says
+/// so once on stderr, however many sandboxes it makes.
+#[test]
+fn without_landlock_serve_falls_back_to_bazels_jail_and_says_so_once() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ws = root.path().join("execroot").join(WS);
+    fs::create_dir_all(&ws).unwrap();
+    fs::write(ws.join("f"), b"f").unwrap();
+    let log = root.path().join("backend.log");
+    let mut child = Command::new(bin())
+        .args(["serve", "--workspace"])
+        .arg(&ws)
+        .env(actionfs::jail::ABI_OVERRIDE, "5")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let client = Client::new(
+        Box::new(child.stdin.take().unwrap()),
+        Box::new(child.stdout.take().unwrap()),
+    );
+    let base = root.path().join("base");
+    fs::create_dir_all(&base).unwrap();
+    let answer = client
+        .negotiate(vec![format!("--sandbox_base={}", base.display())])
+        .unwrap();
+    assert!(
+        matches!(answer.outcome, Some(negotiate::result::Outcome::Ok(_))),
+        "{answer:?}"
+    );
+    let mut tb = TreeBuilder::new();
+    tb.add_file("ws/f", digest_of(b"f"), false).unwrap();
+    let tree = tb.build();
+    client
+        .push(Push {
+            blobs: tree.blobs.clone(),
+            content: HashMap::new(),
+        })
+        .unwrap();
+    for id in ["1", "2"] {
+        let manifest = Manifest {
+            mnemonic: "Test".into(),
+            exec_root: root.path().join("execroot").display().to_string(),
+            hash_function: "SHA-256".into(),
+            input_root_digest: Some(tree.root.clone()),
+            ..Default::default()
+        };
+        match client.create(id, manifest).unwrap().outcome {
+            Some(create::result::Outcome::Ok(ok)) => {
+                assert_eq!(ok.confinement, None, "sandbox {id}")
+            }
+            other => panic!("create {id}: {other:?}"),
+        }
+        assert!(matches!(
+            client.destroy(id).unwrap().outcome,
+            Some(destroy::result::Outcome::Ok(_))
+        ));
+    }
+    client.close().unwrap();
+    assert!(child.wait().unwrap().success());
+    let said = fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        said.matches("Landlock ABI is 5 (needs 6), so actions run in Bazel's jail")
+            .count(),
+        1,
+        "{said}"
+    );
 }

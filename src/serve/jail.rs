@@ -36,6 +36,14 @@ pub fn writable_in_bazels_jail(path: &Path) -> bool {
     })
 }
 
+/// Whether `path` can be written by an action in actionfs's Landlock
+/// jail, which allows Bazel's writable directories as whole hierarchies
+/// (mounts below them included) and `/dev` only as its device nodes.
+pub fn writable_in_landlock_jail(path: &Path) -> bool {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    WRITABLE[1..].iter().any(|dir| path.starts_with(dir))
+}
+
 /// The mount points of this process's mount namespace; empty where the
 /// system has no `/proc/self/mountinfo`.
 fn mount_points() -> Vec<PathBuf> {
@@ -87,6 +95,8 @@ mod tests {
         assert!(writable_in_bazels_jail(Path::new("/tmp/some/base")));
         assert!(!writable_in_bazels_jail(Path::new("/var/tmp/base")));
         assert!(!writable_in_bazels_jail(Path::new("/work")));
+        assert!(writable_in_landlock_jail(Path::new("/tmp/some/base")));
+        assert!(!writable_in_landlock_jail(Path::new("/dev/shm/base")));
         if Path::new("/proc/self/mountinfo").exists() {
             let shm_is_a_mount = mount_points().iter().any(|m| m == Path::new("/dev/shm"));
             assert_eq!(

@@ -16,6 +16,7 @@
 //! the next), [`outputs`] (declared outputs and Collect).
 
 mod base;
+pub mod confine;
 mod jail;
 mod kept;
 pub mod options;
@@ -40,6 +41,7 @@ use crate::sandbox::hybrid::cutoff::{self, NativeBelow};
 use crate::sandbox::materialize::Trash;
 use crate::sandbox::store::ContentStore;
 use base::Base;
+use confine::Jail;
 use options::BackendOptions;
 use service::{Dirs, Service};
 use session::{Answers, Halt};
@@ -109,8 +111,9 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
         }
         Err(why) => return refuse(why),
     };
-    keep_inputs_read_only(&mut options, base.path());
-    let served = serve_in(base.path(), &options, args, input, &answers, rid);
+    let jail = Jail::choose(options.jail);
+    keep_inputs_read_only(&mut options, base.path(), &jail);
+    let served = serve_in(base.path(), &options, jail, args, input, &answers, rid);
     if let Err(why) = base.remove() {
         log::error!("cannot remove what this backend made: {why}");
     }
@@ -122,6 +125,7 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
 fn serve_in(
     base: &Path,
     options: &BackendOptions,
+    jail: Jail,
     args: &ServeArgs,
     input: BufReader<io::Stdin>,
     answers: &Arc<Answers>,
@@ -155,8 +159,9 @@ fn serve_in(
         .reconfig_threads
         .unwrap_or_else(|| 4 * std::thread::available_parallelism().map_or(2, |n| n.get()));
     log::info!(
-        "serving the sandbox backend protocol for {:?} below {base:?}",
-        args.workspace
+        "serving the sandbox backend protocol for {:?} below {base:?}, jail {}",
+        args.workspace,
+        jail.name()
     );
     // Bazel's Manifest.exec_root: the exec root's parent.
     let locations_root = args
@@ -174,7 +179,14 @@ fn serve_in(
         let (served, halt) = (served.clone(), halt.clone());
         let serving = serving.clone();
         Box::new(move |sandboxes| {
-            let service = Arc::new(Service::new(sandboxes, store, dirs, trash, locations_root));
+            let service = Arc::new(Service::new(
+                sandboxes,
+                store,
+                dirs,
+                trash,
+                locations_root,
+                jail,
+            ));
             *serving.lock() = Some(service.clone());
             served.store(true, Ordering::SeqCst);
             answers.send(rid, negotiated(Ok(())));
@@ -228,15 +240,33 @@ fn serve_in(
 }
 
 /// Native sandboxes link to the store, which must then be read-only in
-/// Bazel's jail: where the base is writable there (below /tmp), every
-/// sandbox is served by FUSE, which refuses writes to inputs itself.
-fn keep_inputs_read_only(options: &mut BackendOptions, base: &Path) {
-    if options.native_below != NativeBelow::Off && jail::writable_in_bazels_jail(base) {
+/// the jail: where the base is writable there (below /tmp, which Bazel's
+/// jail and actionfs's both leave writable), or with no jail at all,
+/// every sandbox is served by FUSE, which refuses writes to inputs itself.
+fn keep_inputs_read_only(options: &mut BackendOptions, base: &Path, chosen: &Jail) {
+    if options.native_below == NativeBelow::Off {
+        return;
+    }
+    if matches!(chosen, Jail::None) {
         eprintln!(
-            "actionfs serve: {} is writable in Bazel's jail, so every sandbox is served by FUSE \
+            "actionfs serve: --jail=none, so every sandbox is served by FUSE (native ones would \
+             let actions change captured inputs)"
+        );
+        options.native_below = NativeBelow::Off;
+    } else if match chosen {
+        Jail::Landlock(_) => jail::writable_in_landlock_jail(base),
+        _ => jail::writable_in_bazels_jail(base),
+    } {
+        eprintln!(
+            "actionfs serve: {} is writable in {}'s jail, so every sandbox is served by FUSE \
              (native ones would let actions change captured inputs); choose another \
              --sandbox_base for native sandboxes",
-            base.display()
+            base.display(),
+            if matches!(chosen, Jail::Landlock(_)) {
+                "actionfs"
+            } else {
+                "Bazel"
+            }
         );
         options.native_below = NativeBelow::Off;
     }

@@ -14,6 +14,7 @@ use crate::daemon::flag_values::{
 use crate::fuse::transport::Asked;
 use crate::sandbox::hybrid::cutoff::NativeBelow;
 use crate::sandbox::materialize::Method;
+use crate::serve::confine::JailAsked;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -51,6 +52,11 @@ struct BackendFlags {
     reconfig_threads: Option<usize>,
     #[arg(long, value_name = "PATH")]
     calibration: Option<PathBuf>,
+    /// Who confines actions: landlock (actionfs's own jail, where the
+    /// kernel has Landlock ABI 6; else Bazel's), bazel (linux-sandbox or
+    /// Seatbelt) or none
+    #[arg(long, value_name = "landlock|bazel|none", default_value = "landlock", value_parser = parse_jail)]
+    jail: JailAsked,
 }
 
 /// The options, parsed.
@@ -66,6 +72,7 @@ pub struct BackendOptions {
     pub store_max_bytes: Option<u64>,
     pub reconfig_threads: Option<usize>,
     pub calibration: Option<PathBuf>,
+    pub jail: JailAsked,
 }
 
 /// Reads Negotiate's options; the error names the first one refused, in
@@ -91,7 +98,17 @@ pub fn parse(options: &[String]) -> Result<BackendOptions, String> {
         store_max_bytes: flags.store_max_bytes,
         reconfig_threads: flags.reconfig_threads,
         calibration: flags.calibration,
+        jail: flags.jail,
     })
+}
+
+fn parse_jail(text: &str) -> Result<JailAsked, String> {
+    match text {
+        "landlock" => Ok(JailAsked::Landlock),
+        "bazel" => Ok(JailAsked::Bazel),
+        "none" => Ok(JailAsked::None),
+        _ => Err(format!("{text:?} is no jail: landlock, bazel or none")),
+    }
 }
 
 /// The daemon's methods but `hardlink` and `auto` (which prefers hard
@@ -141,6 +158,14 @@ mod tests {
         assert_eq!(o.ttl, Duration::from_millis(500));
         assert!(!o.passthrough);
         assert_eq!(o.native_method, Method::Symlink);
+        assert_eq!(o.jail, JailAsked::Landlock);
+        assert_eq!(
+            parse(&["--jail=none".to_owned()]).unwrap().jail,
+            JailAsked::None
+        );
+        assert!(parse(&["--jail=chroot".to_owned()])
+            .unwrap_err()
+            .contains("no jail"));
         let refused = parse(&["--ttl=5parsecs".to_owned()]).unwrap_err();
         assert!(
             refused.starts_with("backend option refused: ") && refused.contains("unknown unit"),

@@ -24,6 +24,7 @@ use actionfs_protocol::backend::sandbox::{
 use actionfs_protocol::validate_sandbox_id;
 use parking_lot::Mutex;
 
+use super::confine::Jail;
 use super::kept::{Found, KeptTrees, TreeContent};
 use super::outputs::{self, Output};
 use crate::daemon::reconfig::Backend;
@@ -103,6 +104,8 @@ pub struct Service {
     /// What relative content locations are relative to: the parent of
     /// `--workspace` (an absolute location is taken as it is).
     locations_root: PathBuf,
+    /// Who confines actions, and so what Create answers about it.
+    jail: Jail,
 }
 
 impl Service {
@@ -114,6 +117,7 @@ impl Service {
         dirs: Dirs,
         trash: Trash,
         locations_root: PathBuf,
+        jail: Jail,
     ) -> Service {
         Service {
             trees: Trees::new(store.clone()),
@@ -126,6 +130,7 @@ impl Service {
             kept: KeptTrees::default(),
             trash,
             locations_root,
+            jail,
         }
     }
 
@@ -191,8 +196,10 @@ impl Service {
             .request(RequestKind::Create, started.elapsed(), !failed);
         let outcome = match created {
             Ok(path) => Outcome::Ok(create::result::Ok {
+                confinement: self
+                    .jail
+                    .confinement(&manifest, &path, &self.dirs.scratch.join(id)),
                 path: path.to_string_lossy().into_owned(),
-                confinement: None,
             }),
             Err(Refused::Missing(digest_hashes)) => {
                 Outcome::MissingContent(create::result::MissingContent { digest_hashes })

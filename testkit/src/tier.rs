@@ -25,6 +25,8 @@ pub enum Need {
     LoopDevice,
     /// Bazel's `linux-sandbox` jail ([`linux_sandbox`]) and root to run it.
     LinuxSandbox,
+    /// Landlock with the ABI actionfs's jail needs.
+    Landlock,
 }
 
 /// Bazel's `linux-sandbox` (Debian's bazel-bootstrap ships Bazel 4.2.3's),
@@ -60,6 +62,15 @@ impl Need {
                 } else {
                     None
                 }
+            }
+            Need::Landlock => {
+                let abi = actionfs::jail::landlock_abi();
+                (abi < actionfs::jail::MIN_ABI).then(|| {
+                    format!(
+                        "this kernel's Landlock ABI is {abi}, actionfs's jail needs {}",
+                        actionfs::jail::MIN_ABI
+                    )
+                })
             }
             Need::LoopDevice => {
                 if !root {

@@ -71,7 +71,28 @@ pub fn checks() -> Vec<Check> {
         allow_other(),
         passthrough(kernel),
         enable_uring(&UringFacts::read()),
+        landlock(),
     ]
+}
+
+/// Landlock, for `serve`'s own jail (`--jail=landlock`, the default).
+fn landlock() -> Check {
+    const KEY: &str = "landlock";
+    const TITLE: &str = "Landlock";
+    let abi = crate::jail::landlock_abi();
+    if abi >= crate::jail::MIN_ABI {
+        Check::ok(KEY, TITLE, format!("ABI {abi}: serve jails actions itself"))
+    } else {
+        Check::warn(
+            KEY,
+            TITLE,
+            format!(
+                "ABI {abi} (needs {}, Linux 6.12+, with landlock in lsm=): serve leaves actions \
+                 to Bazel's linux-sandbox, about 10 ms an action",
+                crate::jail::MIN_ABI
+            ),
+        )
+    }
 }
 
 fn fuse_module() -> Check {
@@ -319,5 +340,31 @@ pub fn decisions(checks: &[Check]) -> Vec<Decision> {
             why,
         },
         open_mode,
+        jail_decision(),
     ]
+}
+
+/// The jail `serve --jail=landlock` (the default) would use here.
+fn jail_decision() -> Decision {
+    let abi = crate::jail::landlock_abi();
+    if abi >= crate::jail::MIN_ABI {
+        let program = crate::serve::confine::wrapper_program().join(" ");
+        Decision {
+            title: "jail",
+            choice: "landlock".to_owned(),
+            why: format!(
+                "Landlock ABI {abi}: serve answers Create with its own wrapper ({program}), no \
+                 namespace per action"
+            ),
+        }
+    } else {
+        Decision {
+            title: "jail",
+            choice: "bazel".to_owned(),
+            why: format!(
+                "Landlock ABI {abi} (needs {}): serve leaves confinement to Bazel's linux-sandbox",
+                crate::jail::MIN_ABI
+            ),
+        }
+    }
 }

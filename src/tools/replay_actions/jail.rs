@@ -17,6 +17,11 @@
 //!   `--local_termination_grace_seconds`' default. Bazel's runner names
 //!   `/dev/shm`, not `/dev`.
 //!
+//! `--jail landlock`: actionfs's own jail ([`crate::jail`]) instead:
+//! serve is negotiated with `--jail=landlock` and its Create answers carry
+//! the wrapper; symlinks mode wraps each action in the same helper with
+//! the strategy's writable set.
+//!
 //! Bazel 4.2.3's `linux-sandbox` (the one Debian ships) dies on a writable
 //! path that does not exist (`mount(/private/tmp, ...): No such file or
 //! directory`); later ones skip it. So missing paths are left out, which
@@ -31,15 +36,22 @@ const DEBIAN: &str = "/usr/libexec/x86_64-linux-gnu/bazel/linux-sandbox";
 const KILL_DELAY_SECS: u64 = 15;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Jail {
-    /// The `linux-sandbox` binary.
-    pub path: PathBuf,
+pub enum Jail {
+    /// Bazel's: the `linux-sandbox` binary.
+    LinuxSandbox { path: PathBuf },
+    /// actionfs's: the wrapper's program (`actionfs-jail`).
+    Landlock { program: Vec<String> },
 }
 
 impl Jail {
-    /// `linux-sandbox` or `linux-sandbox=PATH`; without a path, Debian's,
-    /// else the one on PATH.
+    /// `linux-sandbox`, `linux-sandbox=PATH` (without a path, Debian's,
+    /// else the one on PATH) or `landlock`.
     pub fn parse(text: &str) -> Result<Jail, String> {
+        if text == "landlock" {
+            return Ok(Jail::Landlock {
+                program: crate::serve::confine::wrapper_program(),
+            });
+        }
         let path = match text.split_once('=') {
             Some(("linux-sandbox", path)) if !path.is_empty() => PathBuf::from(path),
             None if text == "linux-sandbox" => {
@@ -51,19 +63,36 @@ impl Jail {
                     })?
                 }
             }
-            _ => return Err("takes linux-sandbox or linux-sandbox=PATH".to_owned()),
+            _ => return Err("takes linux-sandbox, linux-sandbox=PATH or landlock".to_owned()),
         };
-        Ok(Jail { path })
+        Ok(Jail::LinuxSandbox { path })
     }
 
     /// How the report names it.
     pub fn describe(&self) -> String {
-        format!("linux-sandbox ({})", self.path.display())
+        match self {
+            Jail::LinuxSandbox { path } => format!("linux-sandbox ({})", path.display()),
+            Jail::Landlock { program } => format!("landlock ({})", program.join(" ")),
+        }
+    }
+
+    /// The backend option that makes serve's Create answer for this jail:
+    /// Bazel's leaves confinement unset (then [`Jail::builtin`] applies).
+    pub fn serve_option(jail: Option<&Jail>) -> &'static str {
+        match jail {
+            Some(Jail::Landlock { .. }) => "--jail=landlock",
+            // No jail: unset too, and the action runs bare.
+            _ => "--jail=bazel",
+        }
     }
 
     /// `SandboxBackendSpawn.builtin()`'s argv before the action's, for an
-    /// action with scratch directory `scratch` in the sandbox at `root`.
-    pub fn builtin(&self, scratch: &Path, root: &Path) -> Vec<String> {
+    /// action with scratch directory `scratch` in the sandbox at `root`;
+    /// `None` for actionfs's jail, which serve's answer carries.
+    pub fn builtin(&self, scratch: &Path, root: &Path) -> Option<Vec<String>> {
+        let Jail::LinuxSandbox { path } = self else {
+            return None;
+        };
         let writable = [
             scratch,
             Path::new("/dev"),
@@ -72,7 +101,7 @@ impl Jail {
             Path::new("/private/var/tmp"),
             root,
         ];
-        self.command(&[], &writable)
+        Some(command(path, &[], &writable))
     }
 
     /// `LinuxSandboxedSpawnRunner`'s argv before the action's, for an
@@ -83,31 +112,46 @@ impl Jail {
         test_tmpdir: Option<&Path>,
         timeout_secs: u64,
     ) -> Vec<String> {
+        let shm = std::fs::canonicalize("/dev/shm").unwrap_or_else(|_| "/dev/shm".into());
+        let path = match self {
+            Jail::LinuxSandbox { path } => path,
+            Jail::Landlock { program } => {
+                let mut write = vec![exec_root.to_owned()];
+                write.extend(test_tmpdir.map(Path::to_owned));
+                write.extend([shm, PathBuf::from("/tmp")]);
+                let rules = crate::jail::Rules {
+                    write,
+                    dev: true,
+                    hide: Vec::new(),
+                    network: false,
+                };
+                return rules.wrapper(program);
+            }
+        };
         let mut flags = Vec::new();
         if timeout_secs > 0 {
             flags.extend(["-T".to_owned(), timeout_secs.to_string()]);
         }
         flags.extend(["-t".to_owned(), KILL_DELAY_SECS.to_string()]);
-        let shm = std::fs::canonicalize("/dev/shm").unwrap_or_else(|_| "/dev/shm".into());
         let mut writable = vec![exec_root];
         writable.extend(test_tmpdir);
         writable.extend([shm.as_path(), Path::new("/tmp")]);
-        self.command(&flags, &writable)
+        command(path, &flags, &writable)
     }
+}
 
-    fn command(&self, flags: &[String], writable: &[&Path]) -> Vec<String> {
-        let mut argv = vec![self.path.to_string_lossy().into_owned()];
-        argv.extend(flags.iter().cloned());
-        let mut seen = Vec::new();
-        for path in writable {
-            if path.exists() && !seen.contains(path) {
-                seen.push(*path);
-                argv.extend(["-w".to_owned(), path.to_string_lossy().into_owned()]);
-            }
+fn command(path: &Path, flags: &[String], writable: &[&Path]) -> Vec<String> {
+    let mut argv = vec![path.to_string_lossy().into_owned()];
+    argv.extend(flags.iter().cloned());
+    let mut seen = Vec::new();
+    for path in writable {
+        if path.exists() && !seen.contains(path) {
+            seen.push(*path);
+            argv.extend(["-w".to_owned(), path.to_string_lossy().into_owned()]);
         }
-        argv.extend(["-N".to_owned(), "--".to_owned()]);
-        argv
     }
+    argv.extend(["-N".to_owned(), "--".to_owned()]);
+    argv
 }
 
 fn on_path(name: &str) -> Option<PathBuf> {
@@ -125,9 +169,14 @@ mod tests {
     #[test]
     fn parses_and_builds_bazels_command_lines() {
         let jail = Jail::parse("linux-sandbox=/opt/ls").unwrap();
-        assert_eq!(jail.path, Path::new("/opt/ls"));
+        assert_eq!(
+            jail,
+            Jail::LinuxSandbox {
+                path: "/opt/ls".into()
+            }
+        );
         assert!(Jail::parse("bwrap").is_err() && Jail::parse("linux-sandbox=").is_err());
-        let argv = jail.builtin(Path::new("/usr"), Path::new("/"));
+        let argv = jail.builtin(Path::new("/usr"), Path::new("/")).unwrap();
         // Missing paths (macOS's) left out; the root last; -N, then --.
         assert_eq!(
             argv,
@@ -136,5 +185,10 @@ mod tests {
         let argv = jail.strategy(Path::new("/"), None, 60);
         assert_eq!(&argv[..7], ["/opt/ls", "-T", "60", "-t", "15", "-w", "/"]);
         assert!(argv.ends_with(&["-w".to_owned(), "/tmp".into(), "-N".into(), "--".into()]));
+        let landlock = Jail::parse("landlock").unwrap();
+        assert_eq!(landlock.builtin(Path::new("/usr"), Path::new("/")), None);
+        let argv = landlock.strategy(Path::new("/x"), None, 60);
+        assert_eq!(&argv[argv.len() - 8..argv.len() - 6], ["--write", "/x"]);
+        assert!(argv.ends_with(&["--write".into(), "/tmp".into(), "--dev".into(), "--".into()]));
     }
 }

@@ -152,8 +152,17 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
         "jail: {}",
         match &args.jail {
             Some(jail) => format!(
-                "{} (serve: when Create leaves confinement unset; symlinks: Bazel's linux-sandbox strategy; unsandboxed: none)",
-                jail.describe()
+                "{} (serve: {}; symlinks: around Bazel's linux-sandbox strategy's forest; unsandboxed: none)",
+                jail.describe(),
+                // A --jail among the backend options decides serve's.
+                match args.backend_opts.iter().rev().find(|o| o.starts_with("--jail")) {
+                    Some(option) if option != "--jail=bazel" => "as Create answers",
+                    Some(_) => "when Create leaves confinement unset",
+                    None => match jail {
+                        Jail::Landlock { .. } => "the wrapper Create answers with",
+                        Jail::LinuxSandbox { .. } => "when Create leaves confinement unset",
+                    },
+                }
             ),
             None => "none".to_owned(),
         }

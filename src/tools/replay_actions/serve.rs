@@ -136,6 +136,17 @@ pub struct Serve<'a> {
     reports: BackendReports,
 }
 
+/// The user's backend options, and the jail's unless they name one: with
+/// no `--jail` for replay, `--jail=bazel`, so that Create leaves
+/// confinement unset and the action runs bare.
+fn with_jail(options: &[String], jail: Option<&Jail>) -> Vec<String> {
+    let mut all = options.to_vec();
+    if !options.iter().any(|o| o.starts_with("--jail")) {
+        all.push(Jail::serve_option(jail).to_owned());
+    }
+    all
+}
+
 impl<'a> Serve<'a> {
     /// Starts the backend and negotiates.
     pub fn start(
@@ -179,7 +190,7 @@ impl<'a> Serve<'a> {
         let negotiated = serve.call(
             "",
             Op::Negotiate(sandbox::Negotiate {
-                options: options.to_vec(),
+                options: with_jail(options, jail),
                 versions: vec![sandbox::Version::Version1 as i32],
             }),
         );
@@ -342,7 +353,8 @@ impl<'a> Serve<'a> {
 
     /// The manifest, and `writable_dirs` made in `scratch` as Bazel does:
     /// `/tmp` -> `scratch/tmp`, and a test's TEST_TMPDIR (keyed
-    /// `/<ws>/<path>` when relative) -> `scratch/test_tmpdir`.
+    /// `/<ws>/<path>` when relative) -> `scratch/test_tmpdir`; the
+    /// confinement setting as Bazel sends it.
     fn manifest(
         &self,
         action: &Action,
@@ -389,7 +401,22 @@ impl<'a> Serve<'a> {
                 })
                 .collect(),
             writable_dirs,
-            confinement_setting: None,
+            // SandboxBackendSpawnRunner's: the scratch directory and the
+            // platform's temporary and device directories; no network, as
+            // `-N` (the 4.2.3 log cannot say which actions may use it).
+            confinement_setting: Some(sandbox::ConfinementSetting {
+                writable_paths: [
+                    &*scratch.to_string_lossy(),
+                    "/dev",
+                    "/tmp",
+                    "/private/tmp",
+                    "/private/var/tmp",
+                ]
+                .map(str::to_owned)
+                .to_vec(),
+                inaccessible_paths: Vec::new(),
+                allow_network: false,
+            }),
         })
     }
 
@@ -469,7 +496,10 @@ impl<'a> Serve<'a> {
             }
             None if self.jail.is_some() => {
                 let jail = self.jail.expect("checked");
-                let argv = jail.builtin(scratch, Path::new(&created.path));
+                let argv = jail.builtin(scratch, Path::new(&created.path)).ok_or(
+                    "Create left confinement unset, though serve was asked for --jail=landlock \
+                     (no Landlock here? its stderr says)",
+                )?;
                 let env = HashMap::new();
                 run::command(
                     action,

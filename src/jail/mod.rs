@@ -1,0 +1,183 @@
+//! actionfs's own jail for an action: Landlock (and a small seccomp
+//! filter) applied by a wrapper before it execs the action, so that no
+//! namespace or mount is made per action.
+//!
+//! `serve` answers Create with a `custom` confinement whose wrapper is
+//! [`Rules::wrapper`]: the jail's program, the rules as flags, then `--`;
+//! Bazel appends the action's argv (process-wrapper first). The program
+//! is the small `actionfs-jail` helper beside `actionfs` where it is
+//! installed, else `actionfs __jail` (the same code; one exec costs more,
+//! see docs/BENCHMARKS.md).
+//!
+//! What the rules say (the wrapper applies them, [`landlock`]):
+//! - everything is readable and executable, but `hide` paths;
+//! - `write` hierarchies are writable (make, remove, rename, truncate);
+//! - with `dev`, the usual character devices (`/dev/null`, `/dev/tty`,
+//!   ...) and `/dev/pts` are writable, never `/dev` whole (`/dev/shm`,
+//!   where the store may live, stays read-only, as in linux-sandbox);
+//! - without `network`, no TCP bind or connect, and no socket but Unix,
+//!   netlink and TCP ones (seccomp), so no UDP either.
+
+#[cfg(target_os = "linux")]
+pub mod landlock;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// The name of the helper binary installed beside `actionfs`.
+pub const HELPER: &str = "actionfs-jail";
+/// The hidden subcommand of `actionfs` that runs the same jail.
+pub const SUBCOMMAND: &str = "__jail";
+
+/// The lowest Landlock ABI this jail uses: 6 brings the signal and
+/// abstract Unix socket scopes; 4 the TCP rules, 3 truncate.
+pub const MIN_ABI: i32 = 6;
+
+/// What one action may do, as the wrapper's flags carry it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// Hierarchies (or files) the action may write.
+    pub write: Vec<PathBuf>,
+    /// The usual device nodes are writable.
+    pub dev: bool,
+    /// Paths the action may not read.
+    pub hide: Vec<PathBuf>,
+    /// TCP and every socket family allowed.
+    pub network: bool,
+}
+
+impl Rules {
+    /// The wrapper argv: `program...`, the rules as flags, `--`.
+    pub fn wrapper(&self, program: &[String]) -> Vec<String> {
+        let mut argv = program.to_vec();
+        for path in &self.write {
+            argv.push("--write".into());
+            argv.push(path.to_string_lossy().into_owned());
+        }
+        for path in &self.hide {
+            argv.push("--hide".into());
+            argv.push(path.to_string_lossy().into_owned());
+        }
+        if self.dev {
+            argv.push("--dev".into());
+        }
+        if self.network {
+            argv.push("--network".into());
+        }
+        argv.push("--".into());
+        argv
+    }
+
+    /// Reads the flags [`Rules::wrapper`] wrote; returns the rules and the
+    /// action's argv (what follows `--`, never empty).
+    pub fn parse(
+        args: impl IntoIterator<Item = OsString>,
+    ) -> Result<(Rules, Vec<OsString>), String> {
+        let mut rules = Rules::default();
+        let mut args = args.into_iter();
+        loop {
+            let Some(arg) = args.next() else {
+                return Err("no `--` before the action's argv".into());
+            };
+            match arg.to_str() {
+                Some("--") => break,
+                Some("--dev") => rules.dev = true,
+                Some("--network") => rules.network = true,
+                Some(flag @ ("--write" | "--hide")) => {
+                    let path =
+                        PathBuf::from(args.next().ok_or_else(|| format!("{flag} needs a path"))?);
+                    if !path.is_absolute() {
+                        return Err(format!("{flag} {path:?}: not absolute"));
+                    }
+                    if flag == "--write" {
+                        rules.write.push(path);
+                    } else {
+                        rules.hide.push(path);
+                    }
+                }
+                _ => return Err(format!("unknown flag {arg:?}")),
+            }
+        }
+        let action: Vec<OsString> = args.collect();
+        if action.is_empty() {
+            return Err("no action after `--`".into());
+        }
+        Ok((rules, action))
+    }
+}
+
+/// Set to a number, the ABI [`landlock_abi`] reports instead of the
+/// kernel's: how the fallback to Bazel's jail is tested on a kernel that
+/// has Landlock.
+pub const ABI_OVERRIDE: &str = "ACTIONFS_LANDLOCK_ABI";
+
+/// The Landlock ABI of this kernel (0: none), or [`ABI_OVERRIDE`]'s.
+pub fn landlock_abi() -> i32 {
+    if let Some(abi) = std::env::var(ABI_OVERRIDE)
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return abi;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        landlock::abi()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+/// The jail's entry point, for `actionfs-jail` and `actionfs __jail`:
+/// applies the rules in `args` and execs the action; returns only on
+/// failure, with the exit status to use (the error is on stderr).
+pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
+    let (rules, action) = match Rules::parse(args) {
+        Ok(parsed) => parsed,
+        Err(why) => {
+            eprintln!("{HELPER}: {why}");
+            return 2;
+        }
+    };
+    #[cfg(target_os = "linux")]
+    {
+        let why = landlock::confine_and_exec(&rules, &action);
+        eprintln!("{HELPER}: {why}");
+        127
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (rules, action);
+        eprintln!("{HELPER}: Landlock is Linux's; this system has no such jail");
+        127
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wrapper_parses_back_to_its_rules() {
+        let rules = Rules {
+            write: vec!["/a b".into(), "/c".into()],
+            dev: true,
+            hide: vec!["/secret".into()],
+            network: false,
+        };
+        let mut argv = rules.wrapper(&["jail".into()]);
+        assert_eq!(argv[0], "jail");
+        assert_eq!(argv.last().unwrap(), "--");
+        argv.extend(["/bin/true".to_owned(), "--write".to_owned()]);
+        let (parsed, action) = Rules::parse(argv.into_iter().skip(1).map(OsString::from)).unwrap();
+        assert_eq!(parsed, rules);
+        assert_eq!(action, ["/bin/true", "--write"]);
+        assert!(
+            Rules::parse(["--write".into(), "rel".into(), "--".into(), "x".into()])
+                .unwrap_err()
+                .contains("not absolute")
+        );
+        assert!(Rules::parse(["--".into()]).is_err());
+    }
+}
