@@ -177,6 +177,21 @@ impl Backend {
         }
     }
 
+    /// Collects `id` into a fresh exec root below the test's directory,
+    /// expecting Ok; returns that exec root.
+    fn collect_ok(&self, id: &str) -> PathBuf {
+        let collected = self.root.path().join(format!("collected-{id}"));
+        match self
+            .client()
+            .collect(id, &collected.display().to_string())
+            .unwrap()
+            .outcome
+        {
+            Some(collect::result::Outcome::Ok(_)) => collected,
+            other => panic!("collect {id}: {other:?}\n{}", self.log()),
+        }
+    }
+
     fn destroy_ok(&self, id: &str) {
         match self.client().destroy(id).unwrap().outcome {
             Some(destroy::result::Outcome::Ok(_)) => {}
@@ -1443,16 +1458,7 @@ fn an_action_in_bazels_linux_sandbox_writes_its_outputs_and_never_its_inputs() {
             b"source\n",
             "{name}: the action changed the source"
         );
-        let collected = b.root.path().join("collected");
-        match b
-            .client()
-            .collect("1", &collected.display().to_string())
-            .unwrap()
-            .outcome
-        {
-            Some(collect::result::Outcome::Ok(_)) => {}
-            other => panic!("{name}: collect: {other:?}"),
-        }
+        let collected = b.collect_ok("1");
         assert_eq!(
             fs::read(collected.join("ws/out/x")).unwrap(),
             b"source\npushed\n",
@@ -1893,16 +1899,7 @@ fn an_action_in_the_landlock_jail_writes_its_outputs_and_never_its_inputs() {
             b"source\n",
             "{name}: the action changed the source"
         );
-        let collected = b.root.path().join("collected");
-        match b
-            .client()
-            .collect("1", &collected.display().to_string())
-            .unwrap()
-            .outcome
-        {
-            Some(collect::result::Outcome::Ok(_)) => {}
-            other => panic!("{name}: collect: {other:?}"),
-        }
+        let collected = b.collect_ok("1");
         assert_eq!(
             fs::read(collected.join("ws/out/x")).unwrap(),
             b"source\npushed\n",
