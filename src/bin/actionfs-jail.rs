@@ -8,8 +8,11 @@
 //! guard reads /proc/self/maps) cost about as much as the rest of the
 //! jail; std still has the arguments (glibc hands them to `.init_array`).
 
-#![no_main]
+// A test build keeps std's main for the harness (this file has no tests;
+// the library's jail module has them).
+#![cfg_attr(not(test), no_main)]
 
+#[cfg(not(test))]
 #[no_mangle]
 pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     actionfs::jail::main(std::env::args_os().skip(1))
