@@ -126,15 +126,6 @@ fn checked_size(path: &Path, actual: i64, expected: i64, found: Place) -> Place 
     }
 }
 
-/// The host path to map for a file of `dir` as found there.
-pub fn mapped_path(dir: &Path, name: &str, found: &Place) -> Option<PathBuf> {
-    match found {
-        Place::Here => Some(dir.join(name)),
-        Place::Elsewhere(target) => Some(target.clone()),
-        Place::Refused(_) => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
