@@ -218,3 +218,6 @@ fn xattr_call(
     };
     Ok(Errno::result(call(ptr, buf.len()))? as usize)
 }
+
+/// Transparent huge pages are Linux's; nothing to turn off.
+pub fn no_huge_pages() {}

@@ -94,6 +94,7 @@ pub fn run_with(options: DaemonConfig, front_end: FrontEnd) -> Result<Stopped, D
     nix::sys::stat::umask(nix::sys::stat::Mode::empty());
     raise_fd_limit();
     one_malloc_arena();
+    crate::sys::no_huge_pages();
     let mut signals =
         Signals::new(stop::STOP_SIGNALS.iter().chain([&SIGUSR1])).map_err(DaemonError::Signals)?;
     let started = start(&options, Some(front_end))?;

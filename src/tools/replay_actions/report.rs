@@ -372,9 +372,21 @@ pub fn backend_summary(stats: &serde_json::Value, actions: usize) -> String {
             _ => format!("{op} ?"),
         })
         .collect();
+    // The backend's own CPU (its threads, background deletion included)
+    // is what it costs the build beside the actions, whatever the load.
+    let live = &stats["live"];
+    let cpu = match (live["cpu_user_ms"].as_u64(), live["cpu_system_ms"].as_u64()) {
+        (Some(user), Some(system)) if actions > 0 => {
+            format!("{:.2}", (user + system) as f64 / actions as f64)
+        }
+        _ => "?".to_owned(),
+    };
+    let rss = live["rss_kib"]
+        .as_u64()
+        .map_or("?".to_owned(), |kib| format!("{:.1}", kib as f64 / 1024.0));
     format!(
         "backend: built {} native, {} from stashes, {} FUSE, {} FUSE fallback; {}; {}; \
-         FUSE requests per action: {}",
+         FUSE requests per action: {}; CPU {cpu} ms an action; RSS {rss} MiB",
         count(&built["native"]),
         count(&built["stash"]),
         count(&built["fuse"]),
