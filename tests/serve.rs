@@ -588,7 +588,13 @@ fn an_exec_root_inside_the_mount_is_refused() {
         b.push_tree(&tree);
         let first = b.create_ok("1", b.manifest(&tree, &[("/ws/out/o", "file")]));
         assert_built_as(&b, mode, &first);
-        // Default places below sandbox "1", inside the backend's own view.
+        // Default places below sandbox "1", inside the backend's own view,
+        // for a file not captured yet (a tree's captured files are never
+        // read there again).
+        tb.add_file("ws/lib/c.h", b.write_input("lib/c.h", b"c"), false)
+            .unwrap();
+        let tree = tb.build();
+        b.push_tree(&tree);
         let mut manifest = b.manifest(&tree, &[("/ws/out/o", "file")]);
         manifest.exec_root = first.display().to_string();
         let why = b.create_error("2", manifest);
@@ -1621,17 +1627,26 @@ fn sources_reached_through_symlink_chains_are_served_with_their_bytes() {
         ("in10/f3.txt", b"file 3 of set 10\n"),
     ];
     // FUSE with the links' directory made lazily (no output there) and
-    // made at the Create (an output below it), and native.
-    for (mode, option, output) in [
-        ("fuse, lazy", "--native_below=0", "/ws/out/x"),
-        (
-            "fuse, made at create",
-            "--native_below=0",
-            "/ws/links/out/x",
-        ),
-        ("native", "--native_below=1000000000", "/ws/out/x"),
-    ] {
-        let b = Backend::start(&[option]);
+    // made at the Create (an output below it), and native, each with the
+    // default places captured into the store (the default) and looked at
+    // where they are (--capture_below=0).
+    let mut cases = Vec::new();
+    for capture in ["--capture_below=1048576", "--capture_below=0"] {
+        for (mode, option, output) in [
+            ("fuse, lazy", "--native_below=0", "/ws/out/x"),
+            (
+                "fuse, made at create",
+                "--native_below=0",
+                "/ws/links/out/x",
+            ),
+            ("native", "--native_below=1000000000", "/ws/out/x"),
+        ] {
+            cases.push((mode, [option, capture], output));
+        }
+    }
+    for (mode, options, output) in cases {
+        let captured = options[1] != "--capture_below=0";
+        let b = Backend::start(&options);
         fs::create_dir_all(b.exec_root().join(WS)).unwrap();
         let _sources = symlinked_sources(&b);
         let mut tb = TreeBuilder::new();
@@ -1652,14 +1667,23 @@ fn sources_reached_through_symlink_chains_are_served_with_their_bytes() {
             );
             if mode == "native" {
                 // A native input is a symlink, absolute, that leads to
-                // the file wherever the sandbox is.
+                // the file wherever the sandbox is: the store's snapshot
+                // of it, or the file the chain leads to.
                 let target = fs::read_link(&shown).unwrap();
                 assert!(target.is_absolute(), "{mode}: {path} -> {target:?}");
-                assert_eq!(
-                    fs::canonicalize(&target).unwrap(),
-                    fs::canonicalize(b.exec_root().join(WS).join(path)).unwrap(),
-                    "{mode}: {path}"
-                );
+                if captured {
+                    assert!(
+                        target.starts_with(&b.base)
+                            && fs::symlink_metadata(&target).unwrap().is_file(),
+                        "{mode}, captured: {path} -> {target:?}"
+                    );
+                } else {
+                    assert_eq!(
+                        fs::canonicalize(&target).unwrap(),
+                        fs::canonicalize(b.exec_root().join(WS).join(path)).unwrap(),
+                        "{mode}: {path}"
+                    );
+                }
             } else {
                 let meta = fs::symlink_metadata(&shown).unwrap();
                 assert!(meta.is_file(), "{mode}: {path} is not a file");
@@ -1675,17 +1699,27 @@ fn a_default_place_that_changed_since_bazel_hashed_it_is_refused() {
     if !require(&[Need::Mount]) {
         return;
     }
-    for (mode, option, output, at_create) in [
-        ("fuse, lazy", "--native_below=0", "/ws/out/x", false),
-        (
-            "fuse, made at create",
-            "--native_below=0",
-            "/ws/src/x",
-            true,
-        ),
-        ("native", "--native_below=1000000000", "/ws/out/x", true),
-    ] {
-        let b = Backend::start(&[option]);
+    // Captured (the default), every mode refuses at the Create, which
+    // hashes what it copies; looked at (--capture_below=0), a lazy FUSE
+    // directory refuses the file when it is first reached.
+    let mut cases = Vec::new();
+    for capture in ["--capture_below=1048576", "--capture_below=0"] {
+        for (mode, option, output, made_at_create) in [
+            ("fuse, lazy", "--native_below=0", "/ws/out/x", false),
+            (
+                "fuse, made at create",
+                "--native_below=0",
+                "/ws/src/x",
+                true,
+            ),
+            ("native", "--native_below=1000000000", "/ws/out/x", true),
+        ] {
+            let at_create = made_at_create || capture != "--capture_below=0";
+            cases.push((mode, [option, capture], output, at_create));
+        }
+    }
+    for (mode, options, output, at_create) in cases {
+        let b = Backend::start(&options);
         let hashed = b.write_input("src/a.txt", b"as hashed\n");
         let mut tb = TreeBuilder::new();
         tb.add_file("ws/src/a.txt", hashed, false).unwrap();
@@ -1715,6 +1749,110 @@ fn a_default_place_that_changed_since_bazel_hashed_it_is_refused() {
         }
         b.close();
     }
+}
+
+/// Default places are captured into the store once per digest, hashed
+/// as they are copied: a change of the same size is caught (a look by
+/// size alone would serve other bytes under the digest), a later Create
+/// of the digest reads nothing of the build (the file may be gone), and
+/// captured content the bound evicted is captured again rather than
+/// asked of Bazel, which holds no bytes for a default place.
+#[test]
+fn default_places_are_captured_once_by_digest_and_checked_by_their_bytes() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    for (mode, option) in modes() {
+        let b = Backend::start(&[option, "--store_max_bytes=1500"]);
+        let tree_of = |files: &[(&str, reapi::Digest)]| {
+            let mut tb = TreeBuilder::new();
+            for (path, digest) in files {
+                tb.add_file(&format!("ws/{path}"), digest.clone(), false)
+                    .unwrap();
+            }
+            let tree = tb.build();
+            b.push_tree(&tree);
+            tree
+        };
+
+        // Other bytes of the same size.
+        let hashed = b.write_input("src/same.txt", b"as hashed\n");
+        b.write_input("src/same.txt", b"AS HASHED\n");
+        let tree = tree_of(&[("src/same.txt", hashed)]);
+        let why = b.create_error("1", b.manifest(&tree, &[]));
+        assert!(
+            why.contains("ws/src/same.txt") && why.contains("changed since Bazel hashed it"),
+            "{mode}: {why}"
+        );
+
+        // Captured at the first Create; the second needs no default place.
+        let first = [b'a'; 1000];
+        let digest = b.write_input("src/f.bin", &first);
+        let tree = tree_of(&[("src/f.bin", digest)]);
+        let root = b.create_ok("2", b.manifest(&tree, &[]));
+        assert_built_as(&b, mode, &root);
+        assert_eq!(
+            fs::read(root.join("ws/src/f.bin")).unwrap(),
+            first,
+            "{mode}"
+        );
+        b.destroy_ok("2");
+        fs::remove_file(b.exec_root().join("ws/src/f.bin")).unwrap();
+        let root = b.create_ok("3", b.manifest(&tree, &[]));
+        assert_eq!(
+            fs::read(root.join("ws/src/f.bin")).unwrap(),
+            first,
+            "{mode}"
+        );
+        b.destroy_ok("3");
+
+        // Evicted by the bound (1,500 bytes), captured again.
+        b.write_input("src/f.bin", &first);
+        b.push_inline(&[b'b'; 1000]);
+        let root = b.create_ok("4", b.manifest(&tree, &[]));
+        assert_eq!(
+            fs::read(root.join("ws/src/f.bin")).unwrap(),
+            first,
+            "{mode}"
+        );
+        b.destroy_ok("4");
+        b.close();
+    }
+}
+
+/// Files of --capture_below bytes or more stay at their default place
+/// (a native input links there), smaller ones are served from the store.
+#[test]
+fn files_at_or_above_capture_below_are_served_at_their_default_place() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let b = Backend::start(&["--native_below=1000000000", "--capture_below=16"]);
+    let small = b.write_input("small.txt", b"15 bytes, this\n");
+    let large = b.write_input("large.txt", b"sixteen bytes!!\n");
+    let mut tb = TreeBuilder::new();
+    tb.add_file("ws/small.txt", small, false).unwrap();
+    tb.add_file("ws/large.txt", large, false).unwrap();
+    let tree = tb.build();
+    b.push_tree(&tree);
+    let root = b.create_ok("1", b.manifest(&tree, &[]));
+    assert_built_as(&b, "native", &root);
+    let small_target = fs::read_link(root.join("ws/small.txt")).unwrap();
+    assert!(small_target.starts_with(&b.base), "{small_target:?}");
+    assert_eq!(
+        fs::read_link(root.join("ws/large.txt")).unwrap(),
+        b.exec_root().join("ws/large.txt")
+    );
+    assert_eq!(
+        fs::read(root.join("ws/small.txt")).unwrap(),
+        b"15 bytes, this\n"
+    );
+    assert_eq!(
+        fs::read(root.join("ws/large.txt")).unwrap(),
+        b"sixteen bytes!!\n"
+    );
+    b.destroy_ok("1");
+    b.close();
 }
 
 // ---- actionfs's own jail (`--jail=landlock`, the default) ----

@@ -9,6 +9,9 @@
 //! size that differs from the digest's is caught here, so that a digest
 //! is never served with other bytes than its own (bytes of the same size
 //! are the build's to keep still, as with any staged input).
+//!
+//! `serve` captures most default places into its store instead (hashed
+//! as copied, so any change is caught); this look is for the rest.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -21,6 +24,7 @@ use nix::sys::stat::Mode;
 
 use crate::sandbox::dirfd::{kind_of, stat_at};
 use crate::sandbox::file_kind::FileKind;
+use crate::sandbox::store::StoreError;
 
 /// Where an input file's bytes are, as found at its default place.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +127,20 @@ fn checked_size(path: &Path, actual: i64, expected: i64, found: Place) -> Place 
             "changed since Bazel hashed it: {} holds {actual} bytes, its digest says {expected}",
             path.display()
         ))
+    }
+}
+
+/// Why a default place could not be captured into the store, in the
+/// words a look would use: bytes that do not hash to the digest changed
+/// since Bazel hashed them; anything else is not there to be served.
+pub fn capture_refusal(err: &StoreError) -> String {
+    match err {
+        StoreError::Mismatch { .. } => format!("changed since Bazel hashed it: {err}"),
+        StoreError::NotRegularFile { .. } => format!("its default place is not a file: {err}"),
+        StoreError::Io { error, .. } if error.kind() == io::ErrorKind::NotFound => {
+            format!("missing from its default place: {err}")
+        }
+        _ => format!("its default place could not be captured: {err}"),
     }
 }
 

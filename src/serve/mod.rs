@@ -169,6 +169,7 @@ fn serve_in(
         .parent()
         .unwrap_or(&args.workspace)
         .to_owned();
+    let capture_below = options.capture_below;
     let fatal = Arc::new(Mutex::new(None));
     let served = Arc::new(AtomicBool::new(false));
     let halt = Arc::new(Halt::default());
@@ -186,6 +187,7 @@ fn serve_in(
                 trash,
                 locations_root,
                 jail,
+                capture_below,
             ));
             *serving.lock() = Some(service.clone());
             served.store(true, Ordering::SeqCst);

@@ -48,6 +48,13 @@ struct BackendFlags {
     /// quarter of a tmpfs sandbox base if less)
     #[arg(long = "store_max_bytes", value_name = "N")]
     store_max_bytes: Option<u64>,
+    /// Input files nobody pushed and smaller than this many bytes are
+    /// captured into the store from their default place the first time a
+    /// Create names their digest (hashed as they are copied), then served
+    /// from it; larger ones, or all with 0, are served at the default
+    /// place, checked by size at each Create
+    #[arg(long = "capture_below", value_name = "BYTES", default_value_t = 1 << 20)]
+    capture_below: u64,
     #[arg(long = "reconfig_threads", value_name = "N", value_parser = parse_positive)]
     reconfig_threads: Option<usize>,
     #[arg(long, value_name = "PATH")]
@@ -70,6 +77,7 @@ pub struct BackendOptions {
     pub ttl: Duration,
     pub passthrough: bool,
     pub store_max_bytes: Option<u64>,
+    pub capture_below: u64,
     pub reconfig_threads: Option<usize>,
     pub calibration: Option<PathBuf>,
     pub jail: JailAsked,
@@ -96,6 +104,7 @@ pub fn parse(options: &[String]) -> Result<BackendOptions, String> {
         ttl: flags.ttl,
         passthrough: flags.passthrough == "auto",
         store_max_bytes: flags.store_max_bytes,
+        capture_below: flags.capture_below,
         reconfig_threads: flags.reconfig_threads,
         calibration: flags.calibration,
         jail: flags.jail,
@@ -159,6 +168,13 @@ mod tests {
         assert!(!o.passthrough);
         assert_eq!(o.native_method, Method::Symlink);
         assert_eq!(o.jail, JailAsked::Landlock);
+        assert_eq!(o.capture_below, 1 << 20);
+        assert_eq!(
+            parse(&["--capture_below=0".to_owned()])
+                .unwrap()
+                .capture_below,
+            0
+        );
         assert_eq!(
             parse(&["--jail=none".to_owned()]).unwrap().jail,
             JailAsked::None

@@ -25,7 +25,7 @@ use actionfs_protocol::validate_sandbox_id;
 use parking_lot::Mutex;
 
 use super::confine::Jail;
-use super::kept::{Found, KeptTrees, TreeContent};
+use super::kept::{Found, Kept, KeptTrees, TreeContent};
 use super::outputs::{self, Output};
 use crate::daemon::reconfig::Backend;
 use crate::daemon::stats::RequestKind;
@@ -106,6 +106,9 @@ pub struct Service {
     locations_root: PathBuf,
     /// Who confines actions, and so what Create answers about it.
     jail: Jail,
+    /// Default places of files smaller than this are captured into the
+    /// store (`--capture_below`; 0: never).
+    capture_below: u64,
 }
 
 impl Service {
@@ -118,6 +121,7 @@ impl Service {
         trash: Trash,
         locations_root: PathBuf,
         jail: Jail,
+        capture_below: u64,
     ) -> Service {
         Service {
             trees: Trees::new(store.clone()),
@@ -131,6 +135,7 @@ impl Service {
             trash,
             locations_root,
             jail,
+            capture_below,
         }
     }
 
@@ -225,7 +230,7 @@ impl Service {
             return Err(format!("input_root_digest {:?} is not a SHA-256 hash", root.hash).into());
         }
         let kept = self.kept.get(&root.hash);
-        let walked = self.walk(&root.hash, root.size_bytes, kept.walked)?;
+        let walked = self.walk(&root.hash, root.size_bytes, kept.walked.clone())?;
         let ws = walked.top.as_str();
         let mut outs = Vec::with_capacity(manifest.outputs.len());
         for (key, output) in &manifest.outputs {
@@ -247,11 +252,57 @@ impl Service {
             }
         }
 
-        // Content the store holds comes from it (pinned for this sandbox);
-        // the rest from the default place.
-        let found = self.lookups(&root.hash, &walked, kept.found);
+        let exec_root = Path::new(&manifest.exec_root);
+        let content = self.content(id, &root.hash, &walked, kept, exec_root)?;
+        let mut plan = Plan {
+            walked,
+            outs,
+            writable,
+            exec_root,
+            content,
+        };
+        match self.make(id, &mut plan) {
+            Ok(scratch) => {
+                self.live.lock().insert(
+                    id.to_owned(),
+                    Live {
+                        scratch: scratch.into(),
+                        outputs: plan.outs.into(),
+                    },
+                );
+                Ok(self.dirs.mount.join(id))
+            }
+            Err(why) => {
+                self.store.release(id);
+                Err(why.into())
+            }
+        }
+    }
+
+    /// Each file's content for sandbox `id` of tree `root`, pinned in the
+    /// store: the entries a Create of the tree pinned before (`kept`) while
+    /// each is still held, with no lookup or path per file; else what the
+    /// store holds, after capturing what it lacks from default places
+    /// (`None`: served at the default place).
+    fn content(
+        &self,
+        id: &str,
+        root: &str,
+        walked: &Walked,
+        kept: Kept,
+        exec_root: &Path,
+    ) -> Result<Arc<[Option<PathBuf>]>, Refused> {
+        if let Some(kept) = kept.content {
+            if kept.content.iter().any(Option::is_none) {
+                self.check_default_places_readable(exec_root)?;
+            }
+            if self.store.acquire_again(id, &kept.acquired) {
+                return Ok(kept.content.clone());
+            }
+        }
+        let found = self.lookups(root, walked, kept.found);
+        let found = self.capture_default_places(root, walked, found, exec_root)?;
         let mut evicted = Vec::new();
-        let default_place = found.any_absent;
         {
             let refused = self.refused.lock();
             if found.any_gone || (found.any_absent && !refused.is_empty()) {
@@ -278,57 +329,103 @@ impl Service {
             evicted.dedup();
             return Err(self.missing(evicted));
         }
-        let exec_root = Path::new(&manifest.exec_root);
-        if default_place && !exec_root.is_absolute() {
+        if found.any_absent {
+            self.check_default_places_readable(exec_root)?;
+        }
+        self.acquire(id, root, walked, &found.each)
+    }
+
+    /// Captures into the store each file of tree `root` it lacks (`found`)
+    /// and whose digest is below `--capture_below`, from its default place
+    /// `exec_root/<tree path>`, once per digest: hashed as it is copied, so
+    /// a default place that changed since Bazel hashed it is refused here,
+    /// and a later Create of the digest touches no file of the build.
+    /// Returns the lookups after. A digest that was held and is gone is
+    /// taken from its default place if that holds it, else left gone (for
+    /// Bazel to push); a pushed digest that was refused is left absent.
+    fn capture_default_places(
+        &self,
+        root: &str,
+        walked: &Walked,
+        found: Arc<Found>,
+        exec_root: &Path,
+    ) -> Result<Arc<Found>, Refused> {
+        if self.capture_below == 0 || !(found.any_absent || found.any_gone) {
+            return Ok(found);
+        }
+        let wanted = |(_, file): &(&str, &FileEntry)| (file.size as u64) < self.capture_below;
+        if !walked
+            .files()
+            .zip(found.each.iter())
+            .any(|(file, found)| *found != Lookup::Present && wanted(&file))
+        {
+            return Ok(found);
+        }
+        self.check_default_places_readable(exec_root)?;
+        let refused = self.refused.lock().clone();
+        let mut tried = HashSet::new();
+        let mut captured = false;
+        for (file, found) in walked.files().zip(found.each.iter()) {
+            let (dir, entry) = file;
+            if *found == Lookup::Present
+                || !wanted(&file)
+                || refused.contains_key(&*entry.hash)
+                || !tried.insert(&*entry.hash)
+            {
+                continue;
+            }
+            let place = exec_root.join(dir).join(&*entry.name);
+            match self
+                .store
+                .capture(&entry.hash, &place, store::Retention::Keep)
+            {
+                Ok(()) => captured = true,
+                Err(_) if *found == Lookup::Gone => {}
+                Err(err) => {
+                    return Err(format!(
+                        "input {dir}/{}: {}",
+                        entry.name,
+                        default_place::capture_refusal(&err)
+                    )
+                    .into())
+                }
+            }
+        }
+        Ok(match captured {
+            true => self.lookups(root, walked, None),
+            false => found,
+        })
+    }
+
+    /// Default places are read below `exec_root`, which must be absolute
+    /// and outside the mount (the daemon would read its own view).
+    fn check_default_places_readable(&self, exec_root: &Path) -> Result<(), String> {
+        if !exec_root.is_absolute() {
             return Err(format!(
                 "exec_root {:?} is not absolute, and inputs without pushed content are read below it",
-                manifest.exec_root
-            )
-            .into());
+                exec_root
+            ));
         }
-        let content = self.acquire(id, &root.hash, &walked, &found.each, kept.content)?;
-        let mut plan = Plan {
-            walked,
-            outs,
-            writable,
-            exec_root,
-            content,
-        };
-        match self.make(id, &mut plan) {
-            Ok(scratch) => {
-                self.live.lock().insert(
-                    id.to_owned(),
-                    Live {
-                        scratch: scratch.into(),
-                        outputs: plan.outs.into(),
-                    },
-                );
-                Ok(self.dirs.mount.join(id))
-            }
-            Err(why) => {
-                self.store.release(id);
-                Err(why.into())
-            }
+        if exec_root.starts_with(&self.dirs.mount) {
+            return Err(format!(
+                "exec_root {:?} is inside the mount point {:?}, and inputs without pushed \
+                 content are read below it",
+                exec_root, self.dirs.mount
+            ));
         }
+        Ok(())
     }
 
     /// Pins in the store, for sandbox `id`, the content of tree `root`'s
-    /// present files; returns each file's store path (`None` for its
-    /// default place). A tree acquired before (`kept`) is pinned again as
-    /// it was while no content came or went: no lookup or path per file.
+    /// present files, and keeps what it pinned for the tree's next Create;
+    /// returns each file's store path (`None` for its default place).
     fn acquire(
         &self,
         id: &str,
         root: &str,
         walked: &Walked,
         found: &[Lookup],
-        kept: Option<Arc<TreeContent>>,
     ) -> Result<Arc<[Option<PathBuf>]>, Refused> {
-        if let Some(kept) = kept {
-            if self.store.acquire_again(id, &kept.acquired) {
-                return Ok(kept.content.clone());
-            }
-        }
         let wanted: Vec<(&str, bool)> = walked
             .files()
             .zip(found.iter())
@@ -414,15 +511,6 @@ impl Service {
             // when it is made): one inside the mount would have the daemon
             // look into its own view.
             let native = self.core.builds_natively(id, &ws_dir, mappings);
-            if plan.content.iter().any(Option::is_none)
-                && plan.exec_root.starts_with(&self.dirs.mount)
-            {
-                return Err(format!(
-                    "exec_root {:?} is inside the mount point {:?}, and inputs without pushed \
-                     content are read below it",
-                    plan.exec_root, self.dirs.mount
-                ));
-            }
             let mut lazy = Vec::new();
             let draft = self.draft(id, plan, &ws_dir, &links, (!native).then_some(&mut lazy))?;
             if lazy.is_empty() {

@@ -196,6 +196,17 @@ impl Index {
         self.touch(slot);
     }
 
+    /// Whether `slot` holds content `digest` (with its executable variant,
+    /// if `executable`): a slot freed and reused holds another.
+    pub fn holds(&self, slot: u32, digest: &Digest, executable: bool) -> bool {
+        self.slots.get(slot as usize).is_some_and(|entry| {
+            entry.flags & LIVE != 0
+                && entry.flags & DIRECTORY == 0
+                && entry.digest == *digest
+                && (!executable || entry.flags & EXECUTABLE != 0)
+        })
+    }
+
     pub fn is_executable(&self, slot: u32) -> bool {
         self.slots[slot as usize].flags & EXECUTABLE != 0
     }

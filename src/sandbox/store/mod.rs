@@ -30,6 +30,7 @@ mod index;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::{self, File, Permissions};
 use std::io::{self, Read, Write};
@@ -91,6 +92,9 @@ pub struct Acquired {
     generation: u64,
     /// Their slots, sorted, each once.
     slots: Vec<u32>,
+    /// Per slot, the digest it held and whether its executable variant
+    /// was wanted: a slot of another generation must still hold both.
+    held: Vec<(Digest, bool)>,
 }
 
 /// File mode of content files and of executable variants.
@@ -479,7 +483,7 @@ impl ContentStore {
             .map(|(hash, _)| parse(hash))
             .collect::<Result<Vec<_>, _>>()?;
         let mut make_executable = Vec::new();
-        let (pinned, generation) = {
+        let (pinned, generation, slots_of_wanted) = {
             let mut state = self.state.lock();
             let mut slots = Vec::with_capacity(wanted.len());
             let mut missing = Vec::new();
@@ -504,7 +508,8 @@ impl ContentStore {
                     make_executable.push(i);
                 }
             }
-            (state.index.pin(sandbox, &slots), state.generation)
+            let pinned = state.index.pin(sandbox, &slots);
+            (pinned, state.generation, slots)
         };
         make_executable.sort_unstable_by_key(|&i| digests[i]);
         make_executable.dedup_by_key(|i| digests[*i]);
@@ -525,21 +530,40 @@ impl ContentStore {
                 dir.join(hash)
             })
             .collect();
+        let mut wanted_in_slot: HashMap<u32, (Digest, bool)> = HashMap::with_capacity(pinned.len());
+        for (i, &(_, executable)) in wanted.iter().enumerate() {
+            let held = wanted_in_slot
+                .entry(slots_of_wanted[i])
+                .or_insert((digests[i], false));
+            held.1 |= executable;
+        }
+        let held = pinned.iter().map(|slot| wanted_in_slot[slot]).collect();
         let acquired = Acquired {
             generation,
             slots: pinned,
+            held,
         };
         Ok((acquired, paths))
     }
 
     /// Pins for `sandbox` what `acquired` pinned for another sandbox, if
-    /// no content came or went since (its entries and executable variants
-    /// are then all still there); false, pinning nothing, if some did.
-    /// Costs no lookup and no path per entry.
+    /// each entry (and executable variant) is still held: at once if no
+    /// content came or went since, else checked slot by slot (other
+    /// content comes and goes with every action's single-use inputs);
+    /// false, pinning nothing, if one went. Costs no lookup and no path
+    /// per entry.
     pub fn acquire_again(&self, sandbox: &str, acquired: &Acquired) -> bool {
         let mut state = self.state.lock();
         if state.generation != acquired.generation {
-            return false;
+            let index = &state.index;
+            let intact = acquired
+                .slots
+                .iter()
+                .zip(&acquired.held)
+                .all(|(&slot, (digest, executable))| index.holds(slot, digest, *executable));
+            if !intact {
+                return false;
+            }
         }
         state.index.pin(sandbox, &acquired.slots);
         true

@@ -665,12 +665,19 @@ fn a_store_serves_many_threads_through_an_arc() {
 }
 
 /// A tree's content acquired once pins the same entries for the next
-/// sandbox while no content came or went, and is refused (pinning
-/// nothing) once some did: an entry it held may be gone.
+/// sandbox while each is still held, even after other content came and
+/// went (every action's single-use inputs do), and is refused (pinning
+/// nothing) once one is gone, its slot reused by other content or not.
 #[test]
-fn acquired_content_is_pinned_again_only_while_no_content_came_or_went() {
+fn acquired_content_is_pinned_again_while_each_entry_is_still_held() {
     let (_dir, store) = open(1 << 20);
-    let (a, b) = (hash(b"a"), hash(b"b"));
+    let (a, b, once, c, d) = (
+        hash(b"a"),
+        hash(b"b"),
+        hash(b"once"),
+        hash(b"c"),
+        hash(b"d"),
+    );
     store.put_bytes(&a, b"a", Retention::Keep).unwrap();
     store.put_bytes(&b, b"b", Retention::Keep).unwrap();
     let (acquired, paths) = store
@@ -683,9 +690,26 @@ fn acquired_content_is_pinned_again_only_while_no_content_came_or_went() {
     assert!(store.acquire_again("s2", &acquired));
     assert_eq!(store.usage().pinned, 2);
     store.release("s2");
+    // Other content came: every entry is still there.
+    store.put_bytes(&c, b"c", Retention::Keep).unwrap();
+    assert!(store.acquire_again("s3", &acquired));
+    assert_eq!(store.usage().pinned, 2);
+    store.release("s3");
+
+    store
+        .put_bytes(&once, b"once", Retention::SingleUse)
+        .unwrap();
+    let (with_once, _) = store
+        .acquire_tree("s4", &[(&once, false), (&a, false)])
+        .unwrap();
+    store.release("s4"); // spent: `once` goes
+    assert!(!store.acquire_again("s5", &with_once));
     assert_eq!(store.usage().pinned, 0);
-    // New content: the next sandbox must look its entries up again.
-    store.put_bytes(&hash(b"c"), b"c", Retention::Keep).unwrap();
-    assert!(!store.acquire_again("s3", &acquired));
+    store.put_bytes(&d, b"d", Retention::Keep).unwrap(); // in once's slot
+    assert!(!store.acquire_again("s6", &with_once));
     assert_eq!(store.usage().pinned, 0);
+    assert!(
+        store.acquire_again("s7", &acquired),
+        "the first tree is untouched"
+    );
 }
