@@ -78,7 +78,7 @@ fn main() {
     let runs = env_or("ACTIONFS_BENCH_RUNS", 31);
     let seen_repeats = env_or("ACTIONFS_BENCH_SEEN_REPEATS", 1);
     let served = Served::start(&[]);
-    let client = &served.client;
+    let client = served.client();
     println!("{inputs} inputs");
     let exec_root = served.exec_root();
     let timed_create = |id: &str, tree: &Tree| {

@@ -22,6 +22,7 @@ use std::time::Instant;
 use actionfs_protocol::backend::digest::{digest_of, sha256_hex};
 use actionfs_protocol::backend::sandbox::{content, create, Content, Manifest, Push};
 use actionfs_protocol::backend::tree::TreeBuilder;
+use actionfs_testkit::fuse_requests;
 use serve_common::{env_or, Served};
 
 fn loop_ns(path: &Path, iters: usize) -> f64 {
@@ -54,7 +55,7 @@ fn main() {
         .unwrap();
     let tree = tb.build();
     served
-        .client
+        .client()
         .push(Push {
             blobs: tree.blobs.clone(),
             content: [(
@@ -76,7 +77,7 @@ fn main() {
         writable_dirs: HashMap::new(),
         confinement_setting: None,
     };
-    let answer = served.client.create("bench", manifest).unwrap();
+    let answer = served.client().create("bench", manifest).unwrap();
     let Some(create::result::Outcome::Ok(ok)) = answer.outcome else {
         panic!("{answer:?}");
     };
@@ -119,20 +120,13 @@ fn main() {
     );
     // Zero-message opens: the kernel opens inputs without asking, so the
     // FUSE loops must have sent no OPEN or RELEASE at all.
-    let sent = |op: &str| {
-        let count = |s: &serde_json::Value| {
-            s["fuse"][op]
-                .as_u64()
-                .unwrap_or_else(|| panic!("no count for {op:?} in {s}"))
-        };
-        count(&after) - count(&before)
-    };
+    let sent = |op: &str| fuse_requests(&after, op) - fuse_requests(&before, op);
     let (opens, releases) = (sent("open"), sent("release"));
     println!(
         "messages during the {} FUSE opens: OPEN {opens}, RELEASE {releases}",
         runs * iters
     );
-    served.client.destroy("bench").unwrap();
+    served.client().destroy("bench").unwrap();
     served.stop();
     if opens + releases > 0 {
         eprintln!("serve_open: zero-message opens sent messages");

@@ -755,6 +755,24 @@ fn pushes_content_as_bazel_7_does_and_never_the_empty_directory() {
     assert_eq!(empty.digest.as_ref().unwrap(), &digest_of(b""));
 }
 
+/// A build of one action that writes outside every writable path of a
+/// jail (the returned directory, not below /tmp), then its output; and
+/// the `--backend-opt` naming a sandbox base of the build's own.
+fn escaping_build() -> (Build, tempfile::TempDir, String) {
+    let mut build = Build::new();
+    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let script = format!(
+        "touch {}/written && cat src/a.txt src/b.txt > bazel-out/bin/ab.txt",
+        outside.path().display()
+    );
+    build.spawns[0]["commandArgs"] = json!(["/bin/sh", "-c", script]);
+    build.spawns.truncate(1);
+    let base = build.dir.path().join("base");
+    fs::create_dir_all(&base).unwrap();
+    let sandbox_base = format!("--backend-opt=--sandbox_base={}", base.display());
+    (build, outside, sandbox_base)
+}
+
 #[test]
 fn jail_runs_actions_in_linux_sandbox() {
     const LINUX_SANDBOX: &str = "/usr/libexec/x86_64-linux-gnu/bazel/linux-sandbox";
@@ -765,19 +783,8 @@ fn jail_runs_actions_in_linux_sandbox() {
         actionfs_testkit::tier::skip(&format!("no {LINUX_SANDBOX} (Debian's bazel-bootstrap)"));
         return;
     }
-    let mut build = Build::new();
-    // Outside every writable path of the jail (not below /tmp).
-    let outside_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (build, outside_dir, sandbox_base) = escaping_build();
     let outside = outside_dir.path().to_owned();
-    let script = format!(
-        "touch {}/written && cat src/a.txt src/b.txt > bazel-out/bin/ab.txt",
-        outside.display()
-    );
-    build.spawns[0]["commandArgs"] = json!(["/bin/sh", "-c", script]);
-    build.spawns.truncate(1);
-    let base = build.dir.path().join("base");
-    fs::create_dir_all(&base).unwrap();
-    let sandbox_base = format!("--backend-opt=--sandbox_base={}", base.display());
     let jail = format!("--jail=linux-sandbox={LINUX_SANDBOX}");
     // FUSE sandboxes: the ones today's serve can run in the jail.
     let fuse = "--backend-opt=--native_below=0";
@@ -819,19 +826,8 @@ fn jail_landlock_runs_actions_in_actionfs_jail() {
     if !require(&[Need::Mount, Need::Landlock]) {
         return;
     }
-    let mut build = Build::new();
-    // Outside every writable path of the jail (not below /tmp).
-    let outside_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (mut build, outside_dir, sandbox_base) = escaping_build();
     let outside = outside_dir.path().to_owned();
-    let script = format!(
-        "touch {}/written && cat src/a.txt src/b.txt > bazel-out/bin/ab.txt",
-        outside.display()
-    );
-    build.spawns[0]["commandArgs"] = json!(["/bin/sh", "-c", script]);
-    build.spawns.truncate(1);
-    let base = build.dir.path().join("base");
-    fs::create_dir_all(&base).unwrap();
-    let sandbox_base = format!("--backend-opt=--sandbox_base={}", base.display());
     let args = ["--modes=serve,symlinks", &sandbox_base, "--jail=landlock"];
     let out = build.replay(&args);
     let text = stdout(&out);

@@ -8,49 +8,44 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use actionfs_protocol::backend::client::Client;
 use actionfs_protocol::backend::digest::{digest_of, sha256_hex};
 use actionfs_protocol::backend::reapi;
 use actionfs_protocol::backend::sandbox::{
     self, collect, content, create, destroy, negotiate, Content, Manifest, Push, Retention,
 };
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
+use actionfs_testkit::serve::{ServeProcess, LOGGED};
 use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::{bin, transport, wait_for};
 use prost::Message;
 
 const WS: &str = "ws";
 
-/// `actionfs serve --workspace WORKSPACE` with piped stdin and stdout,
-/// stderr to `stderr`, and a client on its pipes.
-fn spawn_serve(workspace: &Path, stderr: Stdio) -> (Child, Client) {
-    let mut child = Command::new(bin())
-        .args(["serve", "--workspace"])
-        .arg(workspace)
-        .env("RUST_LOG", "warn,actionfs::lifecycle=info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let client = Client::new(
-        Box::new(child.stdin.take().unwrap()),
-        Box::new(child.stdout.take().unwrap()),
-    );
-    (child, client)
-}
-
 /// One running `actionfs serve`, with a workspace exec root of its own.
 struct Backend {
-    child: Option<Child>,
-    client: Option<Client>,
+    serve: ServeProcess,
     root: tempfile::TempDir,
     /// The sandbox base (`root/base` unless made elsewhere).
     base: PathBuf,
     _base_dir: Option<tempfile::TempDir>,
+}
+
+/// The process's own methods (client, log, stats, wait...) are the
+/// backend's.
+impl std::ops::Deref for Backend {
+    type Target = ServeProcess;
+    fn deref(&self) -> &ServeProcess {
+        &self.serve
+    }
+}
+
+impl std::ops::DerefMut for Backend {
+    fn deref_mut(&mut self) -> &mut ServeProcess {
+        &mut self.serve
+    }
 }
 
 impl Backend {
@@ -79,30 +74,17 @@ impl Backend {
         options: &[&str],
     ) -> Backend {
         fs::create_dir_all(&base).unwrap();
-        fs::create_dir_all(root.path().join("execroot").join(WS)).unwrap();
-        let log = fs::File::create(root.path().join("backend.log")).unwrap();
-        let (child, client) = spawn_serve(&root.path().join("execroot").join(WS), log.into());
-        let mut all = vec![format!("--sandbox_base={}", base.display())];
-        if let Some(t) = transport() {
-            all.push(format!("--transport={t}"));
-        }
-        all.extend(options.iter().map(|o| o.to_string()));
-        let answer = client.negotiate(all).unwrap();
-        let backend = Backend {
-            child: Some(child),
-            client: Some(client),
+        let workspace = root.path().join("execroot").join(WS);
+        fs::create_dir_all(&workspace).unwrap();
+        let log = root.path().join("backend.log");
+        let serve = ServeProcess::spawn(bin(), &workspace, Some(&log), LOGGED);
+        serve.negotiate_or_panic(&base, transport(), options);
+        Backend {
+            serve,
             root,
             base,
             _base_dir: base_dir,
-        };
-        match answer.outcome {
-            Some(negotiate::result::Outcome::Ok(_)) => backend,
-            other => panic!("negotiate: {other:?}\n{}", backend.log()),
         }
-    }
-
-    fn client(&self) -> &Client {
-        self.client.as_ref().unwrap()
     }
 
     fn exec_root(&self) -> PathBuf {
@@ -115,19 +97,6 @@ impl Backend {
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(&path, bytes).unwrap();
         digest_of(bytes)
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(self.root.path().join("backend.log")).unwrap_or_default()
-    }
-
-    fn push_tree(&self, tree: &Tree) {
-        self.client()
-            .push(Push {
-                blobs: tree.blobs.clone(),
-                content: HashMap::new(),
-            })
-            .unwrap();
     }
 
     fn push_inline(&self, bytes: &[u8]) {
@@ -162,14 +131,6 @@ impl Backend {
         }
     }
 
-    /// Creates `id`, expecting Ok; returns the sandbox root.
-    fn create_ok(&self, id: &str, manifest: Manifest) -> PathBuf {
-        match self.client().create(id, manifest).unwrap().outcome {
-            Some(create::result::Outcome::Ok(ok)) => PathBuf::from(ok.path),
-            other => panic!("create {id}: {other:?}\n{}", self.log()),
-        }
-    }
-
     fn create_error(&self, id: &str, manifest: Manifest) -> String {
         match self.client().create(id, manifest).unwrap().outcome {
             Some(create::result::Outcome::Error(e)) => e.message,
@@ -199,55 +160,27 @@ impl Backend {
         }
     }
 
-    fn stats(&self) -> serde_json::Value {
-        const MARK: &str = "stats (SIGUSR1): ";
-        let before = self.log().matches(MARK).count();
-        let pid = self.child.as_ref().unwrap().id() as libc::pid_t;
-        // SAFETY: kill with a valid signal number has no memory effects.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR1) }, 0);
-        assert!(wait_for(Duration::from_secs(5), || {
-            let log = self.log();
-            log.matches(MARK).count() > before
-                && log.rsplit_once(MARK).is_some_and(|(_, r)| r.contains('\n'))
-        }));
-        let log = self.log();
-        let line = log
-            .rsplit_once(MARK)
-            .unwrap()
-            .1
-            .lines()
-            .next()
-            .unwrap()
-            .to_owned();
-        serde_json::from_str(&line).unwrap()
-    }
-
     /// Closes stdin and checks the backend exited 0 and left nothing.
     fn close(mut self) {
-        let status = self.client.take().unwrap().close().unwrap();
-        let status = match status {
-            Some(status) => status,
-            None => self.child.take().unwrap().wait().unwrap(),
-        };
-        let _ = self.child.take().map(|mut c| c.wait());
+        self.close_input().unwrap();
+        let status = self.wait();
         assert!(status.success(), "exit {status:?}\n{}", self.log());
         assert_nothing_left(&self.base, &self.log());
     }
 }
 
 impl Drop for Backend {
+    /// Whatever a failed test left mounted goes, so that the temporary
+    /// directories can.
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-            for line in fs::read_to_string("/proc/mounts")
-                .unwrap_or_default()
-                .lines()
-            {
-                let mount = line.split(' ').nth(1).unwrap_or("");
-                if mount.starts_with(&self.base.display().to_string()) {
-                    let _ = Command::new("umount").args(["-l", mount]).status();
-                }
+        self.serve.kill();
+        for line in fs::read_to_string("/proc/mounts")
+            .unwrap_or_default()
+            .lines()
+        {
+            let mount = line.split(' ').nth(1).unwrap_or("");
+            if mount.starts_with(&self.base.display().to_string()) {
+                let _ = Command::new("umount").args(["-l", mount]).status();
             }
         }
     }
@@ -907,8 +840,9 @@ fn bad_input_gets_an_error_and_the_backend_keeps_serving() {
 #[test]
 fn an_unknown_option_is_refused_by_name() {
     let root = tempfile::tempdir().unwrap();
-    let (mut child, client) = spawn_serve(Path::new("/nonexistent/ws"), Stdio::piped());
-    let answer = client
+    let mut serve = ServeProcess::spawn(bin(), Path::new("/nonexistent/ws"), None, LOGGED);
+    let answer = serve
+        .client()
         .negotiate(vec![
             format!("--sandbox_base={}", root.path().display()),
             "--frobnicate=3".into(),
@@ -920,8 +854,8 @@ fn an_unknown_option_is_refused_by_name() {
         }
         other => panic!("{other:?}"),
     }
-    let _ = client.close();
-    let status = child.wait().unwrap();
+    let _ = serve.close_input();
+    let status = serve.wait();
     assert!(!status.success());
     assert!(fs::read_dir(root.path()).unwrap().next().is_none());
 }
@@ -974,14 +908,7 @@ impl Held {
     }
 
     fn send(&self, b: &Backend, id: &str) -> std::sync::mpsc::Receiver<Answer> {
-        b.client()
-            .send(
-                id,
-                sandbox::request::Op::Create(sandbox::Create {
-                    manifest: Some(self.manifest.clone()),
-                }),
-            )
-            .unwrap()
+        b.send_create(id, self.manifest.clone())
     }
 }
 
@@ -1114,21 +1041,12 @@ fn closing_stdin_with_requests_in_flight_answers_them_and_removes_everything() {
     let mut held = Held::new(&b);
     let first = held.send(&b, "held");
     let pending: Vec<_> = (0..50)
-        .map(|n| {
-            b.client()
-                .send(
-                    &format!("s{n}"),
-                    sandbox::request::Op::Create(sandbox::Create {
-                        manifest: Some(b.manifest(&tree, &[("/ws/o", "file")])),
-                    }),
-                )
-                .unwrap()
-        })
+        .map(|n| b.send_create(&format!("s{n}"), b.manifest(&tree, &[("/ws/o", "file")])))
         .collect();
-    let client = b.client.take().unwrap();
+    let client = b.take_client();
     let closing = std::thread::spawn(move || client.close());
     assert!(still_due(&first), "answered before its input could be read");
-    let running = b.child.as_mut().unwrap().try_wait().unwrap();
+    let running = b.try_wait();
     assert!(
         running.is_none(),
         "the backend ended with a Create in flight: {running:?}"
@@ -1138,7 +1056,7 @@ fn closing_stdin_with_requests_in_flight_answers_them_and_removes_everything() {
         .join()
         .unwrap()
         .expect("the backend's output kept to the protocol");
-    let status = b.child.take().unwrap().wait().unwrap();
+    let status = b.wait();
     assert!(status.success(), "exit {status:?}\n{}", b.log());
     // Every request read before the end was answered, the held one too.
     created("held", first.recv().unwrap());
@@ -1295,7 +1213,8 @@ fn the_default_sandbox_base_is_dev_shm_where_it_is_tmpfs() {
     let exec_root = tempfile::tempdir().unwrap();
     fs::create_dir_all(exec_root.path().join(WS)).unwrap();
     fs::write(exec_root.path().join("ws/f"), b"f").unwrap();
-    let (mut child, client) = spawn_serve(&exec_root.path().join(WS), Stdio::piped());
+    let mut serve = ServeProcess::spawn(bin(), &exec_root.path().join(WS), None, LOGGED);
+    let client = serve.client();
     let options: Vec<String> = transport()
         .map(|t| format!("--transport={t}"))
         .into_iter()
@@ -1328,8 +1247,8 @@ fn the_default_sandbox_base_is_dev_shm_where_it_is_tmpfs() {
     };
     assert_eq!(base.parent().unwrap(), expected_parent, "{}", ok.path);
     assert_eq!(fs::read(Path::new(&ok.path).join("ws/f")).unwrap(), b"f");
-    client.close().unwrap();
-    assert!(child.wait().unwrap().success());
+    serve.close_input().unwrap();
+    assert!(serve.wait().success());
     assert!(!base.exists(), "{base:?} outlived the backend");
 }
 
@@ -1337,8 +1256,9 @@ fn the_default_sandbox_base_is_dev_shm_where_it_is_tmpfs() {
 /// Negotiate with an Error saying why, and exits 1 with nothing made.
 #[test]
 fn a_failed_start_answers_negotiate_with_the_reason() {
-    let (mut child, client) = spawn_serve(Path::new("/nonexistent/ws"), Stdio::piped());
-    let answer = client
+    let mut serve = ServeProcess::spawn(bin(), Path::new("/nonexistent/ws"), None, LOGGED);
+    let answer = serve
+        .client()
         .negotiate(vec!["--sandbox_base=/nonexistent/base".into()])
         .unwrap();
     match answer.outcome {
@@ -1347,8 +1267,8 @@ fn a_failed_start_answers_negotiate_with_the_reason() {
         }
         other => panic!("{other:?}"),
     }
-    let _ = client.close();
-    assert_eq!(child.wait().unwrap().code(), Some(1));
+    let _ = serve.close_input();
+    assert_eq!(serve.wait().code(), Some(1));
 }
 
 /// Runs `script` in the sandbox at `root` inside Bazel's linux-sandbox, as
@@ -1490,8 +1410,9 @@ fn hard_linked_native_inputs_are_refused_at_negotiate() {
     }
     for method in ["hardlink", "auto"] {
         let root = tempfile::tempdir().unwrap();
-        let (mut child, client) = spawn_serve(root.path(), Stdio::null());
-        let answer = client
+        let mut serve = ServeProcess::spawn(bin(), root.path(), None, LOGGED);
+        let answer = serve
+            .client()
             .negotiate(vec![format!("--native_method={method}")])
             .unwrap();
         match answer.outcome {
@@ -1504,8 +1425,8 @@ fn hard_linked_native_inputs_are_refused_at_negotiate() {
             ),
             other => panic!("{method}: {other:?}"),
         }
-        drop(client);
-        assert!(!child.wait().unwrap().success());
+        let _ = serve.close_input();
+        assert!(!serve.wait().success());
     }
 }
 
@@ -2230,37 +2151,20 @@ fn without_landlock_serve_falls_back_to_bazels_jail_and_says_so_once() {
     fs::create_dir_all(&ws).unwrap();
     fs::write(ws.join("f"), b"f").unwrap();
     let log = root.path().join("backend.log");
-    let mut child = Command::new(bin())
-        .args(["serve", "--workspace"])
-        .arg(&ws)
-        .env(actionfs::jail::ABI_OVERRIDE, "5")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let client = Client::new(
-        Box::new(child.stdin.take().unwrap()),
-        Box::new(child.stdout.take().unwrap()),
+    let mut serve = ServeProcess::spawn(
+        bin(),
+        &ws,
+        Some(&log),
+        &[(actionfs::jail::ABI_OVERRIDE, "5")],
     );
     let base = root.path().join("base");
     fs::create_dir_all(&base).unwrap();
-    let answer = client
-        .negotiate(vec![format!("--sandbox_base={}", base.display())])
-        .unwrap();
-    assert!(
-        matches!(answer.outcome, Some(negotiate::result::Outcome::Ok(_))),
-        "{answer:?}"
-    );
+    serve.negotiate_or_panic(&base, None, &[]);
     let mut tb = TreeBuilder::new();
     tb.add_file("ws/f", digest_of(b"f"), false).unwrap();
     let tree = tb.build();
-    client
-        .push(Push {
-            blobs: tree.blobs.clone(),
-            content: HashMap::new(),
-        })
-        .unwrap();
+    serve.push_tree(&tree);
+    let client = serve.client();
     for id in ["1", "2"] {
         let manifest = Manifest {
             mnemonic: "Test".into(),
@@ -2280,9 +2184,9 @@ fn without_landlock_serve_falls_back_to_bazels_jail_and_says_so_once() {
             Some(destroy::result::Outcome::Ok(_))
         ));
     }
-    client.close().unwrap();
-    assert!(child.wait().unwrap().success());
-    let said = fs::read_to_string(&log).unwrap();
+    serve.close_input().unwrap();
+    assert!(serve.wait().success());
+    let said = serve.log();
     assert_eq!(
         said.matches("Landlock ABI is 5 (needs 6), so actions run in Bazel's jail")
             .count(),

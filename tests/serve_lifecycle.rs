@@ -8,14 +8,15 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc::Receiver;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use actionfs_protocol::backend::client::{Answer, Client};
+use actionfs_protocol::backend::client::Answer;
 use actionfs_protocol::backend::digest::digest_of;
-use actionfs_protocol::backend::sandbox::{self, create, negotiate, Manifest, Push};
+use actionfs_protocol::backend::sandbox::{self, Manifest};
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
+use actionfs_testkit::serve::{ServeProcess, LOGGED};
 use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::{bin, signal_of, transport, wait_for};
 
@@ -116,126 +117,36 @@ impl Drop for Place {
 }
 
 /// One `actionfs serve` on a place's base; killed if the test ends first.
-struct Backend {
-    child: Child,
-    client: Option<Client>,
-    log: PathBuf,
+struct Backend(ServeProcess);
+
+/// The process's own methods (client, log, signal, wait...) are the
+/// backend's.
+impl std::ops::Deref for Backend {
+    type Target = ServeProcess;
+    fn deref(&self) -> &ServeProcess {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Backend {
+    fn deref_mut(&mut self) -> &mut ServeProcess {
+        &mut self.0
+    }
 }
 
 impl Backend {
     fn start(place: &Place, name: &str, options: &[&str]) -> Backend {
         let log = place.root.path().join(format!("{name}.log"));
-        let mut child = Command::new(bin())
-            .args(["serve", "--workspace"])
-            .arg(place.exec_root().join(WS))
-            .env("RUST_LOG", "warn,actionfs::lifecycle=info")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let client = Client::new(
-            Box::new(child.stdin.take().unwrap()),
-            Box::new(child.stdout.take().unwrap()),
-        );
-        let mut all = vec![format!("--sandbox_base={}", place.base().display())];
-        if let Some(t) = transport() {
-            all.push(format!("--transport={t}"));
-        }
-        all.extend(options.iter().map(|o| o.to_string()));
-        let answer = client.negotiate(all).unwrap();
-        let backend = Backend {
-            child,
-            client: Some(client),
-            log,
-        };
-        match answer.outcome {
-            Some(negotiate::result::Outcome::Ok(_)) => backend,
-            other => panic!("negotiate: {other:?}\n{}", backend.log()),
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Its directory on the base.
-    fn dir_name(&self) -> String {
-        format!("actionfs-serve-{}", self.pid())
-    }
-
-    fn client(&self) -> &Client {
-        self.client.as_ref().unwrap()
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn push(&self, tree: &Tree) {
-        self.client()
-            .push(Push {
-                blobs: tree.blobs.clone(),
-                content: HashMap::new(),
-            })
-            .unwrap();
-    }
-
-    fn create_ok(&self, id: &str, manifest: Manifest) -> PathBuf {
-        match self.client().create(id, manifest).unwrap().outcome {
-            Some(create::result::Outcome::Ok(ok)) => PathBuf::from(ok.path),
-            other => panic!("create {id}: {other:?}\n{}", self.log()),
-        }
-    }
-
-    /// Sends a Create without waiting for its answer.
-    fn create_in_flight(&self, id: &str, manifest: Manifest) -> Receiver<Answer> {
-        self.client()
-            .send(
-                id,
-                sandbox::request::Op::Create(sandbox::Create {
-                    manifest: Some(manifest),
-                }),
-            )
-            .unwrap()
-    }
-
-    fn signal(&self, signal: i32) {
-        // SAFETY: kill with a valid signal number has no memory effects.
-        assert_eq!(unsafe { libc::kill(self.pid() as libc::pid_t, signal) }, 0);
-    }
-
-    /// Waits for the backend to exit, at most `limit`: a backend that
-    /// does not end is a failure, never a hung test.
-    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("still running {limit:?} after the signal\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let serve = ServeProcess::spawn(bin(), &place.exec_root().join(WS), Some(&log), LOGGED);
+        serve.negotiate_or_panic(&place.base(), transport(), options);
+        Backend(serve)
     }
 
     /// Closes stdin, as Bazel does at the end, and expects exit 0.
     fn close(mut self) {
-        drop(self.client.take().unwrap().close());
-        let status = self.wait(Duration::from_secs(60));
+        drop(self.close_input());
+        let status = self.wait();
         assert!(status.success(), "{status:?}\n{}", self.log());
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 
@@ -268,8 +179,8 @@ impl Drop for Action {
 fn busy_build(place: &Place, b: &Backend) -> (Vec<Action>, Vec<Receiver<Answer>>) {
     let small = place.tree(2);
     let large = place.tree(40);
-    b.push(&small);
-    b.push(&large);
+    b.push_tree(&small);
+    b.push_tree(&large);
     let mut actions = Vec::new();
     for n in 0..20 {
         let (tree, native) = if n % 2 == 0 {
@@ -289,7 +200,7 @@ fn busy_build(place: &Place, b: &Backend) -> (Vec<Action>, Vec<Receiver<Answer>>
         }
     }
     let in_flight = (20..30)
-        .map(|n| b.create_in_flight(&format!("s{n}"), place.manifest(&large)))
+        .map(|n| b.send_create(&format!("s{n}"), place.manifest(&large)))
         .collect();
     (actions, in_flight)
 }
@@ -305,7 +216,7 @@ fn sigterm_and_sigint_mid_build_unmount_remove_the_base_and_exit_by_the_signal()
         let (actions, _in_flight) = busy_build(&place, &b);
         // The request loop now waits on stdin, which stays open.
         b.signal(signal);
-        let status = b.wait(Duration::from_secs(60));
+        let status = b.wait();
         assert_eq!(
             signal_of(status),
             Some(signal),
@@ -357,10 +268,7 @@ fn sigkill_mid_build_the_watcher_detaches_the_mount_and_the_next_backend_cleans_
     let (actions, _in_flight) = busy_build(&place, &dead);
     let dead_dir = dead.dir_name();
     dead.signal(libc::SIGKILL);
-    assert_eq!(
-        signal_of(dead.wait(Duration::from_secs(60))),
-        Some(libc::SIGKILL)
-    );
+    assert_eq!(signal_of(dead.wait()), Some(libc::SIGKILL));
     // A wait, not a timing check: the watcher runs at the backend's death.
     assert!(
         wait_for(Duration::from_secs(10), || place
@@ -384,7 +292,7 @@ fn sigkill_mid_build_the_watcher_detaches_the_mount_and_the_next_backend_cleans_
     );
     assert_eq!(place.backends_on_base(), [next.dir_name()]);
     let tree = place.tree(40);
-    next.push(&tree);
+    next.push_tree(&tree);
     let root = next.create_ok("again", place.manifest(&tree));
     assert_eq!(
         fs::read_to_string(root.join(WS).join("in40/f7")).unwrap(),
@@ -403,7 +311,7 @@ fn a_stale_mount_a_dead_backend_left_is_unmounted_by_the_next() {
     let place = Place::new();
     let mut dead = Backend::start(&place, "dead", &["--native_below=0"]);
     let tree = place.tree(3);
-    dead.push(&tree);
+    dead.push_tree(&tree);
     dead.create_ok("s", place.manifest(&tree));
     let dead_dir = dead.dir_name();
     // Its watcher killed first, the mount stays behind, disconnected.
@@ -418,7 +326,7 @@ fn a_stale_mount_a_dead_backend_left_is_unmounted_by_the_next() {
         })
     }));
     dead.signal(libc::SIGKILL);
-    dead.wait(Duration::from_secs(60));
+    dead.wait();
     let mnt = place.base().join(&dead_dir).join("mnt");
     // ENOTCONN on /dev/fuse; a connection served by io_uring is aborted.
     let stale = fs::metadata(&mnt).map_err(|e| e.raw_os_error()).err();
@@ -447,14 +355,14 @@ fn a_live_backend_on_the_same_base_is_never_touched() {
     let place = Place::new();
     let first = Backend::start(&place, "first", &[NATIVE_BELOW]);
     let (small, large) = (place.tree(2), place.tree(40));
-    first.push(&small);
-    first.push(&large);
+    first.push_tree(&small);
+    first.push_tree(&large);
     let native = first.create_ok("native", place.manifest(&small));
     let fuse = first.create_ok("fuse", place.manifest(&large));
 
     let second = Backend::start(&place, "second", &[NATIVE_BELOW]);
     assert_eq!(removed_line(&second.log()), Vec::<&str>::new());
-    second.push(&large);
+    second.push_tree(&large);
     let other = second.create_ok("fuse", place.manifest(&large));
     let mut both = vec![first.dir_name(), second.dir_name()];
     both.sort();

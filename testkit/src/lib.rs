@@ -8,12 +8,14 @@
 //!   failing) where it is missing;
 //! - [`traces`]: the recorded Bazel request streams, made replayable;
 //! - [`fuzz`]: what the fuzz targets run, replayed by a regression test;
-//! - [`bench`]: what the benchmarks read from their environment.
+//! - [`bench`]: what the benchmarks read from their environment;
+//! - [`serve`]: `actionfs serve`, Bazel's sandbox backend, on a client.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod bench;
 pub mod fuzz;
+pub mod serve;
 pub mod tier;
 pub mod traces;
 
@@ -155,25 +157,7 @@ impl Fixture {
     /// The daemon's counters now: sends SIGUSR1 and reads the report it
     /// logs (the daemon must log at warn or finer, as `start` does).
     pub fn stats_now(&self, daemon: &Daemon) -> serde_json::Value {
-        const MARK: &str = "stats (SIGUSR1): ";
-        let before = self.log().matches(MARK).count();
-        let pid = nix_pid(daemon.client().pid());
-        // SAFETY: kill with a valid signal number has no memory effects.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR1) }, 0);
-        // Waits for the whole line: the log may be read while the daemon
-        // is still writing it.
-        let complete = |log: &str| {
-            log.matches(MARK).count() > before
-                && log
-                    .rsplit_once(MARK)
-                    .is_some_and(|(_, rest)| rest.contains('\n'))
-        };
-        assert!(
-            wait_for(Duration::from_secs(5), || complete(&self.log())),
-            "no stats report after SIGUSR1:\n{}",
-            self.log()
-        );
-        last_report(&self.log(), MARK)
+        signalled_report(daemon.client().pid(), || self.log())
     }
 
     /// The counters the daemon logged as it exited (needs RUST_LOG=info).
@@ -192,6 +176,29 @@ pub fn transport() -> Option<String> {
 
 fn nix_pid(pid: u32) -> libc::pid_t {
     libc::pid_t::try_from(pid).expect("pid fits pid_t")
+}
+
+/// Sends SIGUSR1 to `pid` and returns the stats report it then logs to
+/// what `log` reads.
+fn signalled_report(pid: u32, log: impl Fn() -> String) -> serde_json::Value {
+    const MARK: &str = "stats (SIGUSR1): ";
+    let before = log().matches(MARK).count();
+    // SAFETY: kill with a valid signal number has no memory effects.
+    assert_eq!(unsafe { libc::kill(nix_pid(pid), libc::SIGUSR1) }, 0);
+    // Waits for the whole line: the log may be read while the daemon is
+    // still writing it.
+    let complete = |log: &str| {
+        log.matches(MARK).count() > before
+            && log
+                .rsplit_once(MARK)
+                .is_some_and(|(_, rest)| rest.contains('\n'))
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || complete(&log())),
+        "no stats report after SIGUSR1:\n{}",
+        log()
+    );
+    last_report(&log(), MARK)
 }
 
 /// The JSON after the last `mark` in `log` (one report per line).
