@@ -424,6 +424,17 @@ its progress on stderr when that is a terminal."
             value_parser = parse_content
         )]
         content: crate::tools::replay_actions::ContentMode,
+        /// In mode serve, what each run's backend starts with: nothing and
+        /// leaves nothing (cold, --keep_state=off), the store the previous
+        /// run's backend handed on (adopted, --keep_state=on), or a whole
+        /// untimed pass of the log served first by the same backend (warm)
+        #[arg(
+            long = "backend-state",
+            value_name = "cold|adopted|warm",
+            default_value = "cold",
+            value_parser = parse_backend_state
+        )]
+        backend_state: crate::tools::replay_actions::BackendState,
         /// Run serve's and symlinks' actions in a jail: Bazel's, as Bazel
         /// does (linux-sandbox, or linux-sandbox=PATH), or actionfs's own
         /// (landlock) (default: none)
@@ -773,6 +784,7 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             backend_opts,
             backend,
             content,
+            backend_state,
             jail,
             out,
             keep,
@@ -791,6 +803,7 @@ fn subcommand(sub: Sub, command: &mut clap::Command) -> Result<Command, UsageErr
             backend_opts,
             backend,
             content,
+            backend_state,
             jail,
             out,
             keep,
@@ -837,6 +850,11 @@ fn parse_replay_mode(text: &str) -> Result<crate::tools::replay_actions::Mode, S
 fn parse_content(text: &str) -> Result<crate::tools::replay_actions::ContentMode, String> {
     crate::tools::replay_actions::ContentMode::parse(text)
         .ok_or_else(|| "takes bazel, default, location or inline".to_owned())
+}
+
+fn parse_backend_state(text: &str) -> Result<crate::tools::replay_actions::BackendState, String> {
+    crate::tools::replay_actions::BackendState::parse(text)
+        .ok_or_else(|| "takes cold, adopted or warm".to_owned())
 }
 
 fn parse_jail(text: &str) -> Result<crate::tools::replay_actions::Jail, String> {

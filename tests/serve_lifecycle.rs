@@ -22,6 +22,9 @@ use actionfs_testkit::{bin, signal_of, transport, wait_for};
 
 const WS: &str = "ws";
 
+/// Where a backend hands its store on to the next (`--keep_state=on`).
+const WARM: &str = "actionfs-warm";
+
 /// Below this many mappings a sandbox is built natively: the small tree
 /// (2 inputs) is native, the large one (40) is in the FUSE view.
 const NATIVE_BELOW: &str = "--native_below=10";
@@ -83,11 +86,13 @@ impl Place {
         }
     }
 
-    /// The `actionfs-serve-*` directories on the base.
+    /// What is on the base but the store a backend handed on to the next
+    /// (`actionfs-warm`, the subject of its own test).
     fn backends_on_base(&self) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(self.base())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name != WARM)
             .collect();
         names.sort();
         names
@@ -413,4 +418,78 @@ fn a_directory_named_for_a_live_pid_but_unlocked_is_dead() {
     assert_eq!(place.backends_on_base(), expected);
     next.close();
     assert_eq!(place.backends_on_base(), ["not-a-backend"]);
+}
+
+/// With `--keep_state=on` (the default), a backend whose stdin closes
+/// hands its store's content on below the base, and the next backend
+/// there adopts it: a tree's inputs are served though their default
+/// places are gone. A signal hands nothing on; `--keep_state=off` neither
+/// adopts nor hands on.
+#[test]
+fn closing_stdin_hands_the_store_on_and_the_next_backend_adopts_it() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let place = Place::new();
+    let warm = place.base().join(WARM);
+    let tree = place.tree(3);
+    let serve_the_tree = |b: &Backend, id: &str| {
+        b.push_tree(&tree);
+        let root = b.create_ok(id, place.manifest(&tree));
+        let read = fs::read_to_string(root.join(WS).join("in3/f1")).unwrap();
+        assert_eq!(read, "input 1 of 3\n", "{}", b.log());
+        assert!(b.client().destroy(id).is_ok());
+    };
+
+    let mut killed = Backend::start(&place, "killed", &[NATIVE_BELOW]);
+    serve_the_tree(&killed, "k");
+    killed.signal(libc::SIGTERM);
+    assert_eq!(signal_of(killed.wait()), Some(libc::SIGTERM));
+    assert!(!warm.exists(), "a signal hands nothing on");
+
+    let first = Backend::start(&place, "first", &[NATIVE_BELOW]);
+    serve_the_tree(&first, "1");
+    first.close();
+    assert!(
+        warm.join("index").is_file(),
+        "handed on: {:?}",
+        place.backends_on_base()
+    );
+    assert_eq!(place.backends_on_base(), Vec::<String>::new());
+
+    // The default places go: only adopted content can serve the tree.
+    fs::remove_dir_all(place.exec_root().join(WS).join("in3")).unwrap();
+    let off = Backend::start(&place, "off", &[NATIVE_BELOW, "--keep_state=off"]);
+    off.push_tree(&tree);
+    match off
+        .client()
+        .create("o", place.manifest(&tree))
+        .unwrap()
+        .outcome
+    {
+        Some(sandbox::create::result::Outcome::Error(e)) => {
+            assert!(
+                e.message.contains("missing from its default place"),
+                "{}",
+                e.message
+            )
+        }
+        other => panic!("--keep_state=off adopted? {other:?}\n{}", off.log()),
+    }
+    off.close();
+    assert!(
+        warm.join("index").is_file(),
+        "--keep_state=off leaves others' state alone"
+    );
+
+    let second = Backend::start(&place, "second", &[NATIVE_BELOW]);
+    assert!(
+        second.log().contains("adopted 3 inputs"),
+        "{}",
+        second.log()
+    );
+    assert!(!warm.exists(), "taken by the second backend");
+    serve_the_tree(&second, "2");
+    second.close();
+    assert!(warm.join("index").is_file(), "handed on again");
 }

@@ -54,7 +54,8 @@ pub struct ServeArgs {
 
 /// How `actionfs serve` ended.
 pub enum Served {
-    /// The client closed the stream: everything was removed, exit 0.
+    /// The client closed the stream: everything was removed (the store's
+    /// content handed on, with --keep_state=on), exit 0.
     Closed,
     /// A stop signal: everything was removed; exit by it.
     Signal(i32),
@@ -113,7 +114,17 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
     };
     let jail = Jail::choose(options.jail);
     keep_inputs_read_only(&mut options, base.path(), &jail);
-    let served = serve_in(base.path(), &options, jail, args, input, &answers, rid);
+    let warm = options.keep_state.then(|| parent.join(WARM_STATE));
+    let served = serve_in(
+        base.path(),
+        warm.as_deref(),
+        &options,
+        jail,
+        args,
+        input,
+        &answers,
+        rid,
+    );
     if let Err(why) = base.remove() {
         log::error!("cannot remove what this backend made: {why}");
     }
@@ -122,8 +133,10 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
 
 /// Mounts below `base`, answers Negotiate once the mount serves, and
 /// serves until the stream ends.
+#[allow(clippy::too_many_arguments)]
 fn serve_in(
     base: &Path,
+    warm: Option<&Path>,
     options: &BackendOptions,
     jail: Jail,
     args: &ServeArgs,
@@ -149,10 +162,8 @@ fn serve_in(
             .create(dir)
             .map_err(|err| refuse(format!("mkdir {dir:?}: {err}")))?;
     }
-    let store = Arc::new(
-        ContentStore::open(&base.join("store"), store_bound(options, base))
-            .map_err(|err| refuse(err.to_string()))?,
-    );
+    let store = Arc::new(open_store(base, warm, options).map_err(refuse)?);
+    let handing_on = warm.map(|warm| (store.clone(), warm));
     // Beside the scratch directories, so that a rename takes one there.
     let trash = Trash::open(&base.join("trash"), 1).map_err(|err| refuse(err.to_string()))?;
     let workers = options
@@ -228,7 +239,22 @@ fn serve_in(
         return Err(why);
     }
     match stopped {
-        Ok(Stopped::FrontEndDone | Stopped::Unmounted) => Ok(Served::Closed),
+        Ok(Stopped::FrontEndDone | Stopped::Unmounted) => {
+            // Bazel closed stdin, its sandboxes are gone: what the store
+            // kept goes to the next backend (a signal or an error hands
+            // nothing on).
+            if let Some((store, warm)) = handing_on {
+                match store.hand_on(warm) {
+                    Ok(handed) => log::info!(
+                        "handed {} inputs ({:.1} MiB) on to the next backend in {warm:?}",
+                        handed.entries,
+                        handed.bytes as f64 / (1 << 20) as f64
+                    ),
+                    Err(err) => log::warn!("cannot hand the store on: {err}"),
+                }
+            }
+            Ok(Served::Closed)
+        }
         Ok(Stopped::BySignal(signal)) => Ok(Served::Signal(signal)),
         Err(err) => {
             // Negotiate is answered once the mount serves; a start that
@@ -311,6 +337,44 @@ fn default_sandbox_base() -> PathBuf {
         return var_tmp.to_owned();
     }
     std::env::temp_dir()
+}
+
+/// Where a backend hands its store's content on to the next one on the
+/// same base (`--keep_state`).
+const WARM_STATE: &str = "actionfs-warm";
+
+/// The store, with what a predecessor handed on to `warm` if given; one
+/// line on stderr says what was adopted, or why nothing could be.
+fn open_store(
+    base: &Path,
+    warm: Option<&Path>,
+    options: &BackendOptions,
+) -> Result<ContentStore, String> {
+    let (dir, bound) = (base.join("store"), store_bound(options, base));
+    let Some(warm) = warm else {
+        return ContentStore::open(&dir, bound).map_err(|err| err.to_string());
+    };
+    let (store, adopted) =
+        ContentStore::open_adopting(&dir, bound, warm).map_err(|err| err.to_string())?;
+    match adopted {
+        Ok(None) => {}
+        Ok(Some(adopted)) => {
+            let dropped = match adopted.dropped {
+                0 => String::new(),
+                n => format!("; dropped {n} entries that failed a check"),
+            };
+            eprintln!(
+                "actionfs serve: adopted {} inputs ({:.1} MiB) a previous backend kept in {}{dropped}",
+                adopted.entries,
+                adopted.bytes as f64 / (1 << 20) as f64,
+                warm.display()
+            );
+        }
+        Err(err) => eprintln!(
+            "actionfs serve: cannot adopt what a previous backend kept, starting empty: {err}"
+        ),
+    }
+    Ok(store)
 }
 
 /// `--store_max_bytes`, else 8 GiB, but at most a quarter of a tmpfs the

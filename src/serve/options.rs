@@ -55,6 +55,11 @@ struct BackendFlags {
     /// place, checked by size at each Create
     #[arg(long = "capture_below", value_name = "BYTES", default_value_t = 1 << 20)]
     capture_below: u64,
+    /// on: when stdin closes, hand the store's content on to the next
+    /// backend on this base (`BASE/actionfs-warm`), and adopt what a
+    /// predecessor handed on at start; off: neither, nothing left behind
+    #[arg(long = "keep_state", value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    keep_state: String,
     #[arg(long = "reconfig_threads", value_name = "N", value_parser = parse_positive)]
     reconfig_threads: Option<usize>,
     #[arg(long, value_name = "PATH")]
@@ -78,6 +83,7 @@ pub struct BackendOptions {
     pub passthrough: bool,
     pub store_max_bytes: Option<u64>,
     pub capture_below: u64,
+    pub keep_state: bool,
     pub reconfig_threads: Option<usize>,
     pub calibration: Option<PathBuf>,
     pub jail: JailAsked,
@@ -105,6 +111,7 @@ pub fn parse(options: &[String]) -> Result<BackendOptions, String> {
         passthrough: flags.passthrough == "auto",
         store_max_bytes: flags.store_max_bytes,
         capture_below: flags.capture_below,
+        keep_state: flags.keep_state == "on",
         reconfig_threads: flags.reconfig_threads,
         calibration: flags.calibration,
         jail: flags.jail,
@@ -169,6 +176,8 @@ mod tests {
         assert_eq!(o.native_method, Method::Symlink);
         assert_eq!(o.jail, JailAsked::Landlock);
         assert_eq!(o.capture_below, 1 << 20);
+        assert!(o.keep_state);
+        assert!(!parse(&["--keep_state=off".to_owned()]).unwrap().keep_state);
         assert_eq!(
             parse(&["--capture_below=0".to_owned()])
                 .unwrap()

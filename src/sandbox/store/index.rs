@@ -225,6 +225,21 @@ impl Index {
         self.head
     }
 
+    /// The unpinned content entries kept until evicted (not single-use),
+    /// least recently used first: digest, size, executable variant made.
+    pub fn kept_content(&self) -> Vec<(Digest, u64, bool)> {
+        let mut kept = Vec::new();
+        let mut at = self.head;
+        while let Some(slot) = at {
+            let entry = &self.slots[slot as usize];
+            if entry.flags & (DIRECTORY | SINGLE_USE) == 0 {
+                kept.push((entry.digest, entry.size, entry.flags & EXECUTABLE != 0));
+            }
+            at = opt(entry.next);
+        }
+        kept
+    }
+
     /// Whether an unpinned single-use entry has served its sandbox.
     pub fn is_spent(&self, slot: u32) -> bool {
         let entry = &self.slots[slot as usize];

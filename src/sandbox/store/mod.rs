@@ -20,7 +20,8 @@
 //!   entries are evicted; an evicted digest is simply absent.
 //!
 //! The store is per daemon run: opening it removes what a previous run
-//! left, closing or dropping it removes everything. One mutex guards the
+//! left, closing or dropping it removes everything; a run may hand its
+//! content on to the next instead ([`warm`]). One mutex guards the
 //! index ([`index`]); hashing and copying happen outside it, and only the
 //! renames and unlinks that must agree with the index happen under it.
 
@@ -29,6 +30,7 @@ mod error;
 mod index;
 #[cfg(test)]
 mod tests;
+mod warm;
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -52,6 +54,7 @@ use crate::sys;
 pub use digest::Digest;
 pub use error::{AcquireError, Missing, Op, StoreError};
 use index::{Index, Kind, Removed};
+pub use warm::{Adopted, HandedOn};
 
 /// How long a content entry is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

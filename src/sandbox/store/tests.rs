@@ -713,3 +713,118 @@ fn acquired_content_is_pinned_again_while_each_entry_is_still_held() {
         "the first tree is untouched"
     );
 }
+
+// ---- warm state: hand-off and adoption ----
+
+/// A store that held `a` (4 bytes, least recently used), `b` (2 bytes,
+/// with its executable variant) and an unused single-use entry, handed
+/// on to `warm` in `dir`.
+fn handed_on(dir: &Path) -> (PathBuf, String, String) {
+    let warm = dir.join("warm");
+    let (a, b, once) = (hash(b"aaaa"), hash(b"bb"), hash(b"once"));
+    let store = ContentStore::open(&dir.join("first"), 1 << 20).unwrap();
+    store.put_bytes(&a, b"aaaa", Retention::Keep).unwrap();
+    store.put_bytes(&b, b"bb", Retention::Keep).unwrap();
+    store.acquire("s", &[(&b, true)]).unwrap();
+    store.release("s");
+    store
+        .put_bytes(&once, b"once", Retention::SingleUse)
+        .unwrap();
+    let handed = store.hand_on(&warm).unwrap();
+    assert_eq!(
+        handed,
+        HandedOn {
+            entries: 2,
+            bytes: 8
+        }
+    );
+    assert_eq!(store.usage().entries, 0, "empty once handed on");
+    assert_eq!(store.lookup(&a), Lookup::Absent);
+    store.close().unwrap();
+    (warm, a, b)
+}
+
+#[test]
+fn handed_on_content_is_adopted_by_the_next_store_in_its_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (warm, a, b) = handed_on(dir.path());
+    let (store, adopted) =
+        ContentStore::open_adopting(&dir.path().join("next"), 1 << 20, &warm).unwrap();
+    let adopted = adopted.unwrap().expect("a hand-off to adopt");
+    // The unused single-use entry's file was not listed: dropped.
+    assert_eq!(
+        adopted,
+        Adopted {
+            entries: 2,
+            bytes: 8,
+            dropped: 1
+        }
+    );
+    assert!(!warm.exists(), "taken, not copied");
+    assert_eq!(store.lookup(&a), Lookup::Present);
+    let paths = store.acquire("t", &[(&a, false), (&b, true)]).unwrap();
+    assert_eq!(fs::read(&paths[0]).unwrap(), b"aaaa");
+    assert_eq!(fs::read(&paths[1]).unwrap(), b"bb");
+    assert_eq!(mode(&paths[1]), 0o555);
+    assert_holds(&store, &[&a, &b]);
+    store.release("t");
+    assert_eq!(store.usage().bytes, 8);
+    drop(store);
+
+    // In least recently used order: a bound of 5 bytes evicts `a` first.
+    let (warm, a, b) = handed_on(&dir.path().join("again"));
+    let (store, adopted) =
+        ContentStore::open_adopting(&dir.path().join("small"), 5, &warm).unwrap();
+    assert_eq!(adopted.unwrap().unwrap().entries, 2);
+    assert_ne!(store.lookup(&a), Lookup::Present);
+    assert_eq!(store.lookup(&b), Lookup::Present);
+
+    // Nothing handed on: nothing adopted.
+    let (_store, adopted) =
+        ContentStore::open_adopting(&dir.path().join("cold"), 1 << 20, &warm).unwrap();
+    assert_eq!(adopted.unwrap(), None);
+}
+
+#[test]
+fn an_adopted_entry_that_fails_a_check_is_dropped_and_unlisted_files_go() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join("again")).unwrap();
+    let (warm, a, b) = handed_on(dir.path());
+    // `a` made writable, `b`'s executable variant resized, a stray file,
+    // a line that is no entry.
+    fs::set_permissions(warm.join("c").join(&a), fs::Permissions::from_mode(0o644)).unwrap();
+    let x = warm.join("x").join(&b);
+    fs::set_permissions(&x, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(&x, b"longer").unwrap();
+    fs::set_permissions(&x, fs::Permissions::from_mode(0o555)).unwrap();
+    fs::write(warm.join("c").join("stray"), b"?").unwrap();
+    let index = warm.join("index");
+    let text = fs::read_to_string(&index).unwrap();
+    fs::write(&index, format!("{text}not an entry\n")).unwrap();
+    let (store, adopted) =
+        ContentStore::open_adopting(&dir.path().join("next"), 1 << 20, &warm).unwrap();
+    let adopted = adopted.unwrap().unwrap();
+    // `b` without its variant; dropped: `a`, the line, the stray file,
+    // the single-use file, `b`'s variant.
+    assert_eq!((adopted.entries, adopted.bytes), (1, 2), "{adopted:?}");
+    assert_eq!(adopted.dropped, 5, "{adopted:?}");
+    assert_eq!(store.lookup(&a), Lookup::Absent);
+    assert_holds(&store, &[&b]);
+    assert_eq!(names(&store.path().join("x")), Vec::<String>::new());
+    assert_eq!(
+        names(store.path()),
+        ["c", "tmp", "x"],
+        "the hand-off removed"
+    );
+    drop(store);
+
+    // An index of another format: refused, removed, the store empty.
+    let (warm, _, _) = handed_on(&dir.path().join("again"));
+    fs::write(warm.join("index"), "some other format\n").unwrap();
+    let (store, adopted) =
+        ContentStore::open_adopting(&dir.path().join("third"), 1 << 20, &warm).unwrap();
+    let why = adopted.unwrap_err().to_string();
+    assert!(why.contains("not an index of this version"), "{why}");
+    assert_eq!(store.usage().entries, 0);
+    assert_eq!(names(store.path()), ["c", "tmp", "x"]);
+}

@@ -90,6 +90,44 @@ impl Mode {
     }
 }
 
+/// What each run's backend starts with, in mode serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendState {
+    /// Nothing, and it leaves nothing (`--keep_state=off`).
+    Cold,
+    /// What the previous run's backend handed on (`--keep_state=on`).
+    Adopted,
+    /// Everything a backend keeps while it lives: the same backend serves
+    /// an untimed pass of the log first.
+    Warm,
+}
+
+impl BackendState {
+    pub fn parse(text: &str) -> Option<BackendState> {
+        match text {
+            "cold" => Some(BackendState::Cold),
+            "adopted" => Some(BackendState::Adopted),
+            "warm" => Some(BackendState::Warm),
+            _ => None,
+        }
+    }
+
+    /// Negotiate's options with this state's `--keep_state`, unless the
+    /// user chose one.
+    fn options(self, options: &[String]) -> Vec<String> {
+        let mut all = options.to_vec();
+        if !options.iter().any(|o| o.starts_with("--keep_state")) {
+            let keep = if self == BackendState::Adopted {
+                "on"
+            } else {
+                "off"
+            };
+            all.push(format!("--keep_state={keep}"));
+        }
+        all
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ReplayActionsArgs {
     pub execlog: PathBuf,
@@ -103,6 +141,7 @@ pub struct ReplayActionsArgs {
     /// `None`: this executable.
     pub backend: Option<PathBuf>,
     pub content: ContentMode,
+    pub backend_state: BackendState,
     /// Bazel's jail around serve's and symlinks' actions.
     pub jail: Option<Jail>,
     /// Where the modes' exec roots go; `None`: a fresh temporary directory.
@@ -182,6 +221,7 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
     let out = Out::make(args.out.as_deref(), args.keep)?;
     let deps: Vec<Vec<usize>> = plan.actions.iter().map(|a| a.deps.clone()).collect();
     let mut report = Report::new(&args.modes);
+    let backend_opts = args.backend_state.options(&args.backend_opts);
     for run in 1..=args.runs {
         for &mode in &args.modes {
             let mode_dir = out.path.join(mode.name());
@@ -193,7 +233,7 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
                     &trees,
                     &mode_dir,
                     &backend,
-                    &args.backend_opts,
+                    &backend_opts,
                     args.content,
                     args.jail.as_ref(),
                 )
@@ -211,6 +251,31 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
                     continue;
                 }
             };
+            if mode == Mode::Serve && args.backend_state == BackendState::Warm {
+                let mut progress = Progress::new(
+                    format!("serve run {run}/{}, warming", args.runs),
+                    plan.actions.len(),
+                );
+                let untimed = StepClock::default();
+                let warming = pool::run(&deps, args.jobs, false, &mut progress, &|i| {
+                    session.replay(i, &plan.actions[i], &untimed)
+                });
+                let failed = warming.iter().find_map(|outcome| match outcome {
+                    pool::Outcome::Ok => None,
+                    pool::Outcome::Failed(why) => Some(why.clone()),
+                    pool::Outcome::Blocked(at) => Some(format!("blocked by action {at}")),
+                });
+                if let Some(why) = failed {
+                    println!("serve run {run}: the warming pass failed: {why}");
+                    report.run_failed(mode, run, &why);
+                    drop(session.finish());
+                    continue;
+                }
+                // The timed pass collects into an empty exec root again.
+                let results = results_root(&mode_dir, &plan.workspace);
+                remove(&mode_dir.join("execroot"))?;
+                make_dir(&results)?;
+            }
             let mut progress = Progress::new(
                 format!("{} run {run}/{}", mode.name(), args.runs),
                 plan.actions.len(),

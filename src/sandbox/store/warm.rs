@@ -1,0 +1,245 @@
+//! Warm state: the content a store kept, handed on to the next store
+//! opened beside it, so that a restarted backend does not capture again
+//! what its predecessor already held.
+//!
+//! The store hands on its `c/` and `x/` by renaming them (no copy) into a
+//! staging directory of its own with an `index` of what they hold, least
+//! recently used first, then renames that into the agreed place: it is
+//! published whole or not at all, and a backend killed on the way leaves
+//! only its own directory, which the next start sweeps. The next store
+//! takes it by one rename too (of two starting at once, one gets it) and
+//! believes nothing it did not check: an entry whose file is missing, of
+//! another size or mode, or not ours is dropped, as is every file the
+//! index does not list. Bytes are not hashed again: the files are 0444 in
+//! directories only the backend's user may enter, and that user could
+//! change a running store's files as well.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::Path;
+
+use super::digest::Digest;
+use super::index::{Index, Kind};
+use super::{remove_any, ContentStore, Op, StoreError, CONTENT_MODE, EXECUTABLE_MODE, SUBDIRS};
+
+/// The first line of an index, naming its format.
+const HEADER: &str = "actionfs-warm-store 1";
+
+/// What a store handed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandedOn {
+    pub entries: usize,
+    /// Content bytes, executable variants counted again.
+    pub bytes: u64,
+}
+
+/// What a store adopted of a predecessor's, and what it dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Adopted {
+    pub entries: usize,
+    pub bytes: u64,
+    /// Listed entries (or executable variants) that failed a check, and
+    /// files nothing listed.
+    pub dropped: usize,
+}
+
+impl ContentStore {
+    /// Hands the content this store keeps (every unpinned entry that is
+    /// not single-use) on to `to`, replacing what was there; the store is
+    /// empty afterwards. For the end of a backend's life, once its
+    /// sandboxes are gone.
+    pub fn hand_on(&self, to: &Path) -> Result<HandedOn, StoreError> {
+        let err = |call, path: &Path| StoreError::io(Op::Close, None, call, path);
+        let mut state = self.state.lock();
+        let kept = state.index.kept_content();
+        let staging = self.root.join("handing-on");
+        remove_any(&staging).map_err(err("remove", &staging))?;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&staging)
+            .map_err(err("mkdir", &staging))?;
+        let index_path = staging.join("index");
+        let mut index =
+            io::BufWriter::new(fs::File::create(&index_path).map_err(err("create", &index_path))?);
+        let mut text = String::with_capacity(HEADER.len() + 1 + kept.len() * 80);
+        text.push_str(HEADER);
+        text.push('\n');
+        let mut bytes = 0;
+        for (digest, size, executable) in &kept {
+            text.push_str(&format!(
+                "{} {size} {}\n",
+                digest.hex(),
+                u8::from(*executable)
+            ));
+            bytes += size * if *executable { 2 } else { 1 };
+        }
+        index
+            .write_all(text.as_bytes())
+            .and_then(|()| index.flush())
+            .map_err(err("write", &index_path))?;
+        for (from, sub) in [
+            (&self.content_path, SUBDIRS[0]),
+            (&self.executable_path, SUBDIRS[1]),
+        ] {
+            let dest = staging.join(sub);
+            fs::rename(from, &dest).map_err(err("rename", &dest))?;
+        }
+        // The files went with their directories: the index must agree.
+        state.index = Index::default();
+        state.gone.clear();
+        state.generation += 1;
+        drop(state);
+        publish(&staging, to, &self.root.join("replaced")).map_err(err("rename", to))?;
+        Ok(HandedOn {
+            entries: kept.len(),
+            bytes,
+        })
+    }
+
+    /// [`ContentStore::open`], then the content a store handed on to
+    /// `from`, if there is any: taken from there (the next store finds
+    /// nothing), checked entry by entry, least recently used first as it
+    /// was, and bounded by `max_bytes`. A hand-off that cannot be read is
+    /// removed and the store opens empty; the second value says why.
+    pub fn open_adopting(
+        dir: &Path,
+        max_bytes: u64,
+        from: &Path,
+    ) -> Result<(ContentStore, Result<Option<Adopted>, StoreError>), StoreError> {
+        let store = ContentStore::open(dir, max_bytes)?;
+        let taken = store.root.join("adopting");
+        let adopted = match fs::rename(from, &taken) {
+            Ok(()) => {
+                let adopted = store.adopt(&taken);
+                let removed = remove_any(&taken)
+                    .map_err(|e| StoreError::io(Op::Open, None, "remove", &taken)(e));
+                adopted.and_then(|adopted| removed.map(|()| Some(adopted)))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::io(Op::Open, None, "rename", from)(e)),
+        };
+        Ok((store, adopted))
+    }
+
+    /// Moves in the checked entries of hand-off directory `taken`.
+    fn adopt(&self, taken: &Path) -> Result<Adopted, StoreError> {
+        let err = |call, path: &Path| StoreError::io(Op::Open, None, call, path);
+        let index_path = taken.join("index");
+        let text = fs::read_to_string(&index_path).map_err(err("read", &index_path))?;
+        let mut lines = text.lines();
+        if lines.next() != Some(HEADER) {
+            return Err(err("read", &index_path)(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("not an index of this version (first line is not {HEADER:?})"),
+            )));
+        }
+        let uid = nix::unistd::geteuid().as_raw();
+        let holds = |path: &Path, size: u64, mode: u32| {
+            fs::symlink_metadata(path).is_ok_and(|meta| {
+                meta.file_type().is_file()
+                    && meta.len() == size
+                    && meta.mode() & 0o7777 == mode
+                    && meta.uid() == uid
+            })
+        };
+        let (c, x) = (taken.join(SUBDIRS[0]), taken.join(SUBDIRS[1]));
+        let mut state = self.state.lock();
+        let mut adopted = Adopted {
+            entries: 0,
+            bytes: 0,
+            dropped: 0,
+        };
+        let mut seen = HashSet::new();
+        for line in lines {
+            let Some((digest, size, executable)) = parse_line(line) else {
+                adopted.dropped += 1;
+                continue;
+            };
+            let hex = digest.hex();
+            if !seen.insert(digest) || !holds(&c.join(&hex), size, CONTENT_MODE) {
+                adopted.dropped += 1;
+                continue;
+            }
+            if size > self.max_bytes || !move_in(&c, &self.content_path, &hex) {
+                adopted.dropped += 1;
+                continue;
+            }
+            let slot = state.index.insert(digest, Kind::Content, size, false);
+            adopted.entries += 1;
+            adopted.bytes += size;
+            if !executable {
+                continue;
+            }
+            if holds(&x.join(&hex), size, EXECUTABLE_MODE)
+                && move_in(&x, &self.executable_path, &hex)
+            {
+                state.index.set_executable(slot);
+                adopted.bytes += size;
+            } else {
+                adopted.dropped += 1; // made again when wanted
+            }
+        }
+        // What is left in `taken` was not adopted: removed with it.
+        adopted.dropped += [&c, &x]
+            .iter()
+            .filter_map(|dir| fs::read_dir(dir).ok())
+            .flat_map(|entries| entries.flatten())
+            .filter(|entry| {
+                let name = entry.file_name();
+                let listed = name
+                    .to_str()
+                    .and_then(Digest::parse)
+                    .is_some_and(|digest| seen.contains(&digest));
+                !listed
+            })
+            .count();
+        if adopted.entries > 0 {
+            state.generation += 1;
+        }
+        self.evict(&mut state, None);
+        Ok(adopted)
+    }
+}
+
+/// Renames file `hex` of `from_dir` into `to_dir`.
+fn move_in(from_dir: &Path, to_dir: &Path, hex: &str) -> bool {
+    fs::rename(from_dir.join(hex), to_dir.join(hex)).is_ok()
+}
+
+/// One index line: `<hex> <size> <0|1>`.
+fn parse_line(line: &str) -> Option<(Digest, u64, bool)> {
+    let mut fields = line.split(' ');
+    let digest = Digest::parse(fields.next()?)?;
+    let size = fields.next()?.parse().ok()?;
+    let executable = match fields.next()? {
+        "0" => false,
+        "1" => true,
+        _ => return None,
+    };
+    fields
+        .next()
+        .is_none()
+        .then_some((digest, size, executable))
+}
+
+/// Renames `staging` to `to`, moving what is there aside to `aside` (and
+/// removing it) first; tried twice, in case another store published in
+/// between.
+fn publish(staging: &Path, to: &Path, aside: &Path) -> io::Result<()> {
+    let mut last = None;
+    for _ in 0..2 {
+        match fs::rename(to, aside) {
+            Ok(()) => remove_any(aside)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        match fs::rename(staging, to) {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    remove_any(staging)?;
+    Err(last.expect("two attempts"))
+}
