@@ -296,7 +296,12 @@ impl Service {
             if kept.content.iter().any(Option::is_none) {
                 self.check_default_places_readable(exec_root)?;
             }
-            if self.store.acquire_again(id, &kept.acquired) {
+            let wanted = walked
+                .files()
+                .zip(kept.content.iter())
+                .filter(|(_, stored)| stored.is_some())
+                .map(|((_, file), _)| (file.digest, file.executable));
+            if self.store.acquire_again(id, &kept.acquired, wanted) {
                 return Ok(kept.content.clone());
             }
         }

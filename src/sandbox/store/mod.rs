@@ -32,7 +32,6 @@ mod index;
 mod tests;
 mod warm;
 
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::{self, File, Permissions};
 use std::io::{self, Read, Write};
@@ -95,9 +94,10 @@ pub struct Acquired {
     generation: u64,
     /// Their slots, sorted, each once.
     slots: Vec<u32>,
-    /// Per slot, the digest it held and whether its executable variant
-    /// was wanted: a slot of another generation must still hold both.
-    held: Vec<(Digest, bool)>,
+    /// Each wanted entry's slot, in the order wanted: checked against the
+    /// same wanted list when the generation changed (4 bytes an entry; the
+    /// digests are the caller's, who keeps them anyway).
+    of_wanted: Vec<u32>,
 }
 
 /// File mode of content files and of executable variants.
@@ -533,38 +533,40 @@ impl ContentStore {
                 dir.join(hash)
             })
             .collect();
-        let mut wanted_in_slot: HashMap<u32, (Digest, bool)> = HashMap::with_capacity(pinned.len());
-        for (i, &(_, executable)) in wanted.iter().enumerate() {
-            let held = wanted_in_slot
-                .entry(slots_of_wanted[i])
-                .or_insert((digests[i], false));
-            held.1 |= executable;
-        }
-        let held = pinned.iter().map(|slot| wanted_in_slot[slot]).collect();
         let acquired = Acquired {
             generation,
             slots: pinned,
-            held,
+            of_wanted: slots_of_wanted,
         };
         Ok((acquired, paths))
     }
 
-    /// Pins for `sandbox` what `acquired` pinned for another sandbox, if
-    /// each entry (and executable variant) is still held: at once if no
-    /// content came or went since, else checked slot by slot (other
-    /// content comes and goes with every action's single-use inputs);
-    /// false, pinning nothing, if one went. Costs no lookup and no path
-    /// per entry.
-    pub fn acquire_again(&self, sandbox: &str, acquired: &Acquired) -> bool {
+    /// Pins for `sandbox` what `acquired` pinned for another sandbox of
+    /// the same `wanted` entries (digest, executable), if each is still
+    /// held: at once if no content came or went since, else checked slot
+    /// by slot (other content comes and goes with every action's
+    /// single-use inputs); false, pinning nothing, if one went. Costs no
+    /// hash lookup and no path per entry.
+    pub fn acquire_again(
+        &self,
+        sandbox: &str,
+        acquired: &Acquired,
+        wanted: impl Iterator<Item = (Digest, bool)>,
+    ) -> bool {
         let mut state = self.state.lock();
         if state.generation != acquired.generation {
             let index = &state.index;
-            let intact = acquired
-                .slots
-                .iter()
-                .zip(&acquired.held)
-                .all(|(&slot, (digest, executable))| index.holds(slot, digest, *executable));
-            if !intact {
+            let mut count = 0;
+            let intact =
+                acquired
+                    .of_wanted
+                    .iter()
+                    .zip(wanted)
+                    .all(|(&slot, (digest, executable))| {
+                        count += 1;
+                        index.holds(slot, &digest, executable)
+                    });
+            if !intact || count != acquired.of_wanted.len() {
                 return false;
             }
         }

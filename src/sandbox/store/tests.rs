@@ -680,38 +680,49 @@ fn acquired_content_is_pinned_again_while_each_entry_is_still_held() {
     );
     store.put_bytes(&a, b"a", Retention::Keep).unwrap();
     store.put_bytes(&b, b"b", Retention::Keep).unwrap();
-    let (acquired, paths) = store
-        .acquire_tree("s1", &[(&a, false), (&b, true), (&a, false)])
-        .unwrap();
+    let tree: [(&str, bool); 3] = [(&a, false), (&b, true), (&a, false)];
+    let (acquired, paths) = store.acquire_tree("s1", &tree).unwrap();
+    let again = |wanted: &[(&str, bool)]| {
+        wanted
+            .iter()
+            .map(|&(h, x)| (Digest::parse(h).unwrap(), x))
+            .collect::<Vec<_>>()
+            .into_iter()
+    };
     assert_eq!(paths.len(), 3);
     assert_eq!(store.usage().pinned, 2);
     store.release("s1");
     assert_eq!(store.usage().pinned, 0);
-    assert!(store.acquire_again("s2", &acquired));
+    assert!(store.acquire_again("s2", &acquired, again(&tree)));
     assert_eq!(store.usage().pinned, 2);
     store.release("s2");
     // Other content came: every entry is still there.
     store.put_bytes(&c, b"c", Retention::Keep).unwrap();
-    assert!(store.acquire_again("s3", &acquired));
+    assert!(store.acquire_again("s3", &acquired, again(&tree)));
     assert_eq!(store.usage().pinned, 2);
     store.release("s3");
 
     store
         .put_bytes(&once, b"once", Retention::SingleUse)
         .unwrap();
-    let (with_once, _) = store
-        .acquire_tree("s4", &[(&once, false), (&a, false)])
-        .unwrap();
+    let other: [(&str, bool); 2] = [(&once, false), (&a, false)];
+    let (with_once, _) = store.acquire_tree("s4", &other).unwrap();
     store.release("s4"); // spent: `once` goes
-    assert!(!store.acquire_again("s5", &with_once));
+    assert!(!store.acquire_again("s5", &with_once, again(&other)));
     assert_eq!(store.usage().pinned, 0);
     store.put_bytes(&d, b"d", Retention::Keep).unwrap(); // in once's slot
-    assert!(!store.acquire_again("s6", &with_once));
+    assert!(!store.acquire_again("s6", &with_once, again(&other)));
     assert_eq!(store.usage().pinned, 0);
     assert!(
-        store.acquire_again("s7", &acquired),
+        store.acquire_again("s7", &acquired, again(&tree)),
         "the first tree is untouched"
     );
+    store.release("s7");
+    // Checked against the entries wanted: another list is refused.
+    assert!(!store.acquire_again("s8", &acquired, again(&[(&a, false), (&b, false)])));
+    let reordered: [(&str, bool); 3] = [(&b, false), (&b, true), (&a, false)];
+    assert!(!store.acquire_again("s9", &acquired, again(&reordered)));
+    assert_eq!(store.usage().pinned, 0);
 }
 
 // ---- warm state: hand-off and adoption ----
