@@ -1755,6 +1755,63 @@ fn default_places_are_captured_once_by_digest_and_checked_by_their_bytes() {
     }
 }
 
+/// A Create that meets more digests to capture than it captures itself
+/// (64) serves them from their default places and leaves their capture to
+/// the background; the next Create of the tree is served from the store,
+/// default places gone or not.
+#[test]
+fn many_digests_to_capture_are_captured_in_the_background() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let b = Backend::start(&["--native_below=1000000000"]);
+    let mut tb = TreeBuilder::new();
+    for n in 0..100 {
+        let rel = format!("many/f{n}");
+        let digest = b.write_input(&rel, format!("input {n}\n").as_bytes());
+        tb.add_file(&format!("ws/{rel}"), digest, false).unwrap();
+    }
+    let tree = tb.build();
+    b.push_tree(&tree);
+    let root = b.create_ok("1", b.manifest(&tree, &[]));
+    assert_built_as(&b, "native", &root);
+    let first = fs::read_link(root.join("ws/many/f7")).unwrap();
+    assert_eq!(
+        first,
+        b.exec_root().join("ws/many/f7"),
+        "served where it is"
+    );
+    b.destroy_ok("1");
+    let stored = || {
+        fs::read_dir(&b.base)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("actionfs-serve-")
+            })
+            .filter_map(|e| fs::read_dir(e.path().join("store/c")).ok())
+            .map(|c| c.count())
+            .sum::<usize>()
+    };
+    assert!(
+        wait_for(Duration::from_secs(20), || stored() >= 100),
+        "captured: {}\n{}",
+        stored(),
+        b.log()
+    );
+    fs::remove_dir_all(b.exec_root().join("ws/many")).unwrap();
+    let root = b.create_ok("2", b.manifest(&tree, &[]));
+    for n in [0, 7, 99] {
+        let shown = root.join(format!("ws/many/f{n}"));
+        assert!(fs::read_link(&shown).unwrap().starts_with(&b.base));
+        assert_eq!(fs::read_to_string(&shown).unwrap(), format!("input {n}\n"));
+    }
+    b.destroy_ok("2");
+    b.close();
+}
+
 /// Files of --capture_below bytes or more stay at their default place
 /// (a native input links there), smaller ones are served from the store.
 #[test]

@@ -36,6 +36,9 @@ pub struct TreeContent {
     /// Per file, in `walked.files()` order: its path in the store, or
     /// `None` for its default place.
     pub content: Arc<[Option<PathBuf>]>,
+    /// Some default place was left to be captured later: the store may
+    /// hold it now, so the tree's next Create looks again.
+    pub awaits_capture: bool,
 }
 
 /// What is kept of one tree. A digest's tree never changes, so its walk

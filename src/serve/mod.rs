@@ -16,6 +16,7 @@
 //! the next), [`outputs`] (declared outputs and Collect).
 
 mod base;
+mod capture;
 pub mod confine;
 mod jail;
 mod kept;

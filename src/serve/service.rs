@@ -24,6 +24,7 @@ use actionfs_protocol::backend::sandbox::{
 use actionfs_protocol::validate_sandbox_id;
 use parking_lot::Mutex;
 
+use super::capture::{self, Capturer};
 use super::confine::Jail;
 use super::kept::{Found, Kept, KeptTrees, TreeContent};
 use super::outputs::{self, Output};
@@ -109,6 +110,8 @@ pub struct Service {
     /// Default places of files smaller than this are captured into the
     /// store (`--capture_below`; 0: never).
     capture_below: u64,
+    /// Captures a Create left to the background.
+    capturer: Capturer,
 }
 
 impl Service {
@@ -123,6 +126,7 @@ impl Service {
         jail: Jail,
         capture_below: u64,
     ) -> Service {
+        let store_for_captures = store.clone();
         Service {
             trees: Trees::new(store.clone()),
             links: SymlinkTargets::new(dirs.links.clone()),
@@ -136,6 +140,7 @@ impl Service {
             locations_root,
             jail,
             capture_below,
+            capturer: Capturer::start(store_for_captures),
         }
     }
 
@@ -292,7 +297,7 @@ impl Service {
         kept: Kept,
         exec_root: &Path,
     ) -> Result<Arc<[Option<PathBuf>]>, Refused> {
-        if let Some(kept) = kept.content {
+        if let Some(kept) = kept.content.filter(|kept| !kept.awaits_capture) {
             if kept.content.iter().any(Option::is_none) {
                 self.check_default_places_readable(exec_root)?;
             }
@@ -358,7 +363,7 @@ impl Service {
         if self.capture_below == 0 || !(found.any_absent || found.any_gone) {
             return Ok(found);
         }
-        let wanted = |(_, file): &(&str, &FileEntry)| (file.size as u64) < self.capture_below;
+        let wanted = |(_, file): &(&str, &FileEntry)| self.captures(file);
         if !walked
             .files()
             .zip(found.each.iter())
@@ -369,17 +374,27 @@ impl Service {
         self.check_default_places_readable(exec_root)?;
         let refused = self.refused.lock().clone();
         let mut tried = HashSet::new();
+        let to_capture: Vec<_> = walked
+            .files()
+            .zip(found.each.iter())
+            .filter(|&(file, found)| {
+                *found != Lookup::Present
+                    && wanted(&file)
+                    && !refused.contains_key(&*file.1.hash)
+                    && tried.insert(&*file.1.hash)
+            })
+            .collect();
+        // Many: to the background, served from their default places
+        // meanwhile; but a digest held once and gone is captured now,
+        // else it would be asked of Bazel, which holds no bytes for it.
+        let later = to_capture.len() > capture::ON_CREATE;
         let mut captured = false;
-        for (file, found) in walked.files().zip(found.each.iter()) {
-            let (dir, entry) = file;
-            if *found == Lookup::Present
-                || !wanted(&file)
-                || refused.contains_key(&*entry.hash)
-                || !tried.insert(&*entry.hash)
+        for ((dir, entry), found) in to_capture {
+            let place = exec_root.join(dir).join(&*entry.name);
+            if later && *found == Lookup::Absent && self.capturer.queue(&entry.hash, place.clone())
             {
                 continue;
             }
-            let place = exec_root.join(dir).join(&*entry.name);
             match self
                 .store
                 .capture(&entry.hash, &place, store::Retention::Keep)
@@ -400,6 +415,11 @@ impl Service {
             true => self.lookups(root, walked, None),
             false => found,
         })
+    }
+
+    /// Whether `file`'s default place is captured (`--capture_below`).
+    fn captures(&self, file: &FileEntry) -> bool {
+        (file.size as u64) < self.capture_below
     }
 
     /// Default places are read below `exec_root`, which must be absolute
@@ -454,6 +474,10 @@ impl Service {
             root,
             Arc::new(TreeContent {
                 acquired,
+                awaits_capture: walked
+                    .files()
+                    .zip(content.iter())
+                    .any(|((_, file), stored)| stored.is_none() && self.captures(file)),
                 content: content.clone(),
             }),
         );
@@ -772,6 +796,7 @@ impl Service {
                 log::warn!("{why}");
             }
         }
+        self.capturer.stop();
         self.trash.wait_idle();
     }
 }
