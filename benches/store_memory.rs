@@ -2,7 +2,8 @@
 //! digests: puts 1,000,000 small contents (16 bytes each, on tmpfs where
 //! /dev/shm exists) and reads the process's RSS from /proc/self/statm
 //! before and after, with the time per put; then pins every entry from
-//! 1,000 sandboxes of 1,000 digests each and reads it again. The daemon
+//! 1,000 sandboxes of 1,000 digests each and reads it again; then hands
+//! the store on and times a new store's adoption of it. The daemon
 //! must hold a million digests in at most 200 MiB. Not a criterion
 //! benchmark: it measures bytes. Run: `cargo bench --bench store_memory`
 //! (ACTIONFS_BENCH_DIGESTS=N for another count).
@@ -93,8 +94,33 @@ fn main() {
     for s in 0..sandboxes {
         store.release(&format!("sandbox-{s}"));
     }
+
+    // Warm state: handed on, then adopted by a new store (--keep_state).
+    let warm = dir.path().join("warm");
     let start = Instant::now();
+    let handed = store.hand_on(&warm).expect("hand on");
+    println!(
+        "handed on {} entries in {:.2} s",
+        handed.entries,
+        start.elapsed().as_secs_f64()
+    );
     store.close().expect("close the store");
+    let before = rss_bytes();
+    let start = Instant::now();
+    let (next, adopted) = ContentStore::open_adopting(&dir.path().join("next"), u64::MAX, &warm)
+        .expect("open the next store");
+    let adopted = adopted.expect("adopt").expect("a hand-off");
+    println!(
+        "adopted {} entries ({} dropped) in {:.2} s: RSS {:.1} MiB ({:.1} MiB more)",
+        adopted.entries,
+        adopted.dropped,
+        start.elapsed().as_secs_f64(),
+        mib(rss_bytes()),
+        mib(rss_bytes().saturating_sub(before))
+    );
+    assert_eq!(adopted.entries, n);
+    let start = Instant::now();
+    next.close().expect("close the store");
     println!(
         "closed (every file removed) in {:.1} s",
         start.elapsed().as_secs_f64()

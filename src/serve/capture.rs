@@ -43,6 +43,7 @@ impl Capturer {
         let thread = std::thread::Builder::new()
             .name("capture".into())
             .spawn(move || {
+                lowest_priority();
                 for (hash, place) in jobs {
                     if stopped.load(Ordering::Relaxed) {
                         break;
@@ -92,5 +93,18 @@ impl Capturer {
 impl Drop for Capturer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// This thread yields the CPU to everything else: captures are work done
+/// once per digest for later Creates, while the actions of this build run
+/// beside them (measured on mixed, 2 CPUs: at normal priority the cold
+/// replay's run step was 1.42x unsandboxed).
+fn lowest_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority on this thread's own id has no memory effects.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
     }
 }

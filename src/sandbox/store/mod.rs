@@ -211,6 +211,17 @@ impl ContentStore {
     /// `max_bytes`. What a previous run left in its subdirectories is
     /// removed; anything else in `dir` is left alone.
     pub fn open(dir: &Path, max_bytes: u64) -> Result<ContentStore, StoreError> {
+        ContentStore::open_taking(dir, max_bytes, |_| Ok(()))
+    }
+
+    /// [`ContentStore::open`], with `take` called on the store's directory
+    /// once what a previous run left is removed and before the
+    /// subdirectories are made (those it puts there are kept).
+    fn open_taking(
+        dir: &Path,
+        max_bytes: u64,
+        take: impl FnOnce(&Path) -> Result<(), StoreError>,
+    ) -> Result<ContentStore, StoreError> {
         let err = |call, path: &Path| StoreError::io(Op::Open, None, call, path);
         fs::DirBuilder::new()
             .recursive(true)
@@ -219,14 +230,18 @@ impl ContentStore {
             .map_err(err("mkdir", dir))?;
         let root = dir.canonicalize().map_err(err("realpath", dir))?;
         fs::set_permissions(&root, Permissions::from_mode(0o700)).map_err(err("chmod", &root))?;
-        let mut fds = Vec::with_capacity(SUBDIRS.len());
         for sub in SUBDIRS {
             let path = root.join(sub);
             remove_any(&path).map_err(err("remove", &path))?;
-            fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&path)
-                .map_err(err("mkdir", &path))?;
+        }
+        take(&root)?;
+        let mut fds = Vec::with_capacity(SUBDIRS.len());
+        for sub in SUBDIRS {
+            let path = root.join(sub);
+            match fs::DirBuilder::new().mode(0o700).create(&path) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                made => made.map_err(err("mkdir", &path))?,
+            }
             // The mode regardless of the umask.
             fs::set_permissions(&path, Permissions::from_mode(0o700))
                 .map_err(err("chmod", &path))?;

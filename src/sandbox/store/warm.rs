@@ -100,41 +100,35 @@ impl ContentStore {
 
     /// [`ContentStore::open`], then the content a store handed on to
     /// `from`, if there is any: taken from there (the next store finds
-    /// nothing), checked entry by entry, least recently used first as it
-    /// was, and bounded by `max_bytes`. A hand-off that cannot be read is
-    /// removed and the store opens empty; the second value says why.
+    /// nothing) with one rename of each directory, then checked entry by
+    /// entry, least recently used first as it was, and bounded by
+    /// `max_bytes`. A hand-off that cannot be read is removed and the
+    /// store opens empty; the second value says why.
     pub fn open_adopting(
         dir: &Path,
         max_bytes: u64,
         from: &Path,
     ) -> Result<(ContentStore, Result<Option<Adopted>, StoreError>), StoreError> {
-        let store = ContentStore::open(dir, max_bytes)?;
-        let taken = store.root.join("adopting");
-        let adopted = match fs::rename(from, &taken) {
-            Ok(()) => {
-                let adopted = store.adopt(&taken);
-                let removed = remove_any(&taken)
-                    .map_err(|e| StoreError::io(Op::Open, None, "remove", &taken)(e));
-                adopted.and_then(|adopted| removed.map(|()| Some(adopted)))
+        let mut index = Ok(None);
+        let store = ContentStore::open_taking(dir, max_bytes, |root| {
+            index = take(from, root);
+            Ok(())
+        })?;
+        let adopted = match index {
+            Ok(Some(text)) => store.adopt(&text).map(Some),
+            Ok(None) => Ok(None),
+            Err(err) => {
+                // Nothing of it may stay: its files are not in the index.
+                store.empty_content();
+                Err(err)
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::io(Op::Open, None, "rename", from)(e)),
         };
         Ok((store, adopted))
     }
 
-    /// Moves in the checked entries of hand-off directory `taken`.
-    fn adopt(&self, taken: &Path) -> Result<Adopted, StoreError> {
-        let err = |call, path: &Path| StoreError::io(Op::Open, None, call, path);
-        let index_path = taken.join("index");
-        let text = fs::read_to_string(&index_path).map_err(err("read", &index_path))?;
-        let mut lines = text.lines();
-        if lines.next() != Some(HEADER) {
-            return Err(err("read", &index_path)(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("not an index of this version (first line is not {HEADER:?})"),
-            )));
-        }
+    /// Keeps each entry of `index` whose file passes the checks, in the
+    /// index's order; removes every other file of `c/` and `x/`.
+    fn adopt(&self, index: &str) -> Result<Adopted, StoreError> {
         let uid = nix::unistd::geteuid().as_raw();
         let holds = |path: &Path, size: u64, mode: u32| {
             fs::symlink_metadata(path).is_ok_and(|meta| {
@@ -144,68 +138,111 @@ impl ContentStore {
                     && meta.uid() == uid
             })
         };
-        let (c, x) = (taken.join(SUBDIRS[0]), taken.join(SUBDIRS[1]));
         let mut state = self.state.lock();
         let mut adopted = Adopted {
             entries: 0,
             bytes: 0,
             dropped: 0,
         };
-        let mut seen = HashSet::new();
-        for line in lines {
-            let Some((digest, size, executable)) = parse_line(line) else {
+        let (mut named, mut kept, mut executable) =
+            (HashSet::new(), HashSet::new(), HashSet::new());
+        for line in index.lines().skip(1) {
+            let Some((digest, size, wants_executable)) = parse_line(line) else {
                 adopted.dropped += 1;
                 continue;
             };
+            named.insert(digest);
             let hex = digest.hex();
-            if !seen.insert(digest) || !holds(&c.join(&hex), size, CONTENT_MODE) {
+            let file = self.content_path.join(&hex);
+            if kept.contains(&digest) || size > self.max_bytes || !holds(&file, size, CONTENT_MODE)
+            {
                 adopted.dropped += 1;
                 continue;
             }
-            if size > self.max_bytes || !move_in(&c, &self.content_path, &hex) {
-                adopted.dropped += 1;
-                continue;
-            }
+            kept.insert(digest);
             let slot = state.index.insert(digest, Kind::Content, size, false);
             adopted.entries += 1;
             adopted.bytes += size;
-            if !executable {
+            if !wants_executable {
                 continue;
             }
-            if holds(&x.join(&hex), size, EXECUTABLE_MODE)
-                && move_in(&x, &self.executable_path, &hex)
-            {
+            if holds(&self.executable_path.join(&hex), size, EXECUTABLE_MODE) {
+                executable.insert(digest);
                 state.index.set_executable(slot);
                 adopted.bytes += size;
             } else {
                 adopted.dropped += 1; // made again when wanted
             }
         }
-        // What is left in `taken` was not adopted: removed with it.
-        adopted.dropped += [&c, &x]
-            .iter()
-            .filter_map(|dir| fs::read_dir(dir).ok())
-            .flat_map(|entries| entries.flatten())
-            .filter(|entry| {
-                let name = entry.file_name();
-                let listed = name
-                    .to_str()
-                    .and_then(Digest::parse)
-                    .is_some_and(|digest| seen.contains(&digest));
-                !listed
-            })
-            .count();
+        // Files of entries refused, or named by no line: removed (the
+        // latter counted here, the former were).
+        for (dir, keep) in [(&self.content_path, &kept), (&self.executable_path, &executable)] {
+            let names = fs::read_dir(dir)
+                .map_err(|e| StoreError::io(Op::Open, None, "opendir", dir)(e))?;
+            for entry in names.flatten() {
+                let digest = entry.file_name().to_str().and_then(Digest::parse);
+                if digest.is_some_and(|digest| keep.contains(&digest)) {
+                    continue;
+                }
+                let _ = remove_any(&entry.path());
+                if *dir == self.content_path && !digest.is_some_and(|d| named.contains(&d)) {
+                    adopted.dropped += 1;
+                }
+            }
+        }
         if adopted.entries > 0 {
             state.generation += 1;
         }
         self.evict(&mut state, None);
         Ok(adopted)
     }
+
+    /// Removes every content file: a hand-off whose index was refused.
+    fn empty_content(&self) {
+        for dir in [&self.content_path, &self.executable_path] {
+            if let Ok(names) = fs::read_dir(dir) {
+                for entry in names.flatten() {
+                    let _ = remove_any(&entry.path());
+                }
+            }
+        }
+    }
 }
 
-/// Renames file `hex` of `from_dir` into `to_dir`.
-fn move_in(from_dir: &Path, to_dir: &Path, hex: &str) -> bool {
-    fs::rename(from_dir.join(hex), to_dir.join(hex)).is_ok()
+/// Takes the hand-off at `from` into store directory `root`: its `c/` and
+/// `x/` become the store's, its index is returned (`None`: nothing there).
+fn take(from: &Path, root: &Path) -> Result<Option<String>, StoreError> {
+    let err = |call, path: &Path| StoreError::io(Op::Open, None, call, path);
+    let taken = root.join("adopting");
+    remove_any(&taken).map_err(err("remove", &taken))?;
+    match fs::rename(from, &taken) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(err("rename", from)(e)),
+    }
+    let index_path = taken.join("index");
+    let read = fs::read_to_string(&index_path).map_err(err("read", &index_path));
+    let checked = read.and_then(|text| match text.lines().next() {
+        Some(HEADER) => Ok(text),
+        _ => Err(err("read", &index_path)(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not an index of this version (first line is not {HEADER:?})"),
+        ))),
+    });
+    if checked.is_ok() {
+        for sub in &SUBDIRS[..2] {
+            let (from, to) = (taken.join(sub), root.join(sub));
+            match fs::rename(&from, &to) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    let _ = remove_any(&taken);
+                    return Err(err("rename", &from)(e));
+                }
+                _ => {}
+            }
+        }
+    }
+    remove_any(&taken).map_err(err("remove", &taken))?;
+    checked.map(Some)
 }
 
 /// One index line: `<hex> <size> <0|1>`.
