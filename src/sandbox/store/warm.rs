@@ -176,9 +176,12 @@ impl ContentStore {
         }
         // Files of entries refused, or named by no line: removed (the
         // latter counted here, the former were).
-        for (dir, keep) in [(&self.content_path, &kept), (&self.executable_path, &executable)] {
-            let names = fs::read_dir(dir)
-                .map_err(|e| StoreError::io(Op::Open, None, "opendir", dir)(e))?;
+        for (dir, keep) in [
+            (&self.content_path, &kept),
+            (&self.executable_path, &executable),
+        ] {
+            let names =
+                fs::read_dir(dir).map_err(|e| StoreError::io(Op::Open, None, "opendir", dir)(e))?;
             for entry in names.flatten() {
                 let digest = entry.file_name().to_str().and_then(Digest::parse);
                 if digest.is_some_and(|digest| keep.contains(&digest)) {
