@@ -187,9 +187,9 @@ impl Drop for Backend {
 }
 
 /// Nothing left below `base` but the store handed on to the next
-/// backend (`actionfs-warm`: its index and content directories).
+/// backend (`actionfs-warm-UID`: its index and content directories).
 fn assert_nothing_left(base: &Path, log: &str) {
-    let warm = base.join("actionfs-warm");
+    let warm = base.join(format!("actionfs-warm-{}", nix::unistd::geteuid()));
     let left: Vec<_> = fs::read_dir(base)
         .unwrap()
         .map(|e| e.unwrap().path())

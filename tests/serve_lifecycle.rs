@@ -22,8 +22,11 @@ use actionfs_testkit::{bin, signal_of, transport, wait_for};
 
 const WS: &str = "ws";
 
-/// Where a backend hands its store on to the next (`--keep_state=on`).
-const WARM: &str = "actionfs-warm";
+/// Where a backend hands its store on to the next of its user
+/// (`--keep_state=on`).
+fn warm_name() -> String {
+    format!("actionfs-warm-{}", nix::unistd::geteuid())
+}
 
 /// Below this many mappings a sandbox is built natively: the small tree
 /// (2 inputs) is native, the large one (40) is in the FUSE view.
@@ -87,12 +90,12 @@ impl Place {
     }
 
     /// What is on the base but the store a backend handed on to the next
-    /// (`actionfs-warm`, the subject of its own test).
+    /// (`actionfs-warm-UID`, the subject of its own test).
     fn backends_on_base(&self) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(self.base())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|name| name != WARM)
+            .filter(|name| *name != warm_name())
             .collect();
         names.sort();
         names
@@ -431,7 +434,7 @@ fn closing_stdin_hands_the_store_on_and_the_next_backend_adopts_it() {
         return;
     }
     let place = Place::new();
-    let warm = place.base().join(WARM);
+    let warm = place.base().join(warm_name());
     let tree = place.tree(3);
     let serve_the_tree = |b: &Backend, id: &str| {
         b.push_tree(&tree);

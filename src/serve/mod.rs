@@ -115,7 +115,7 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
     };
     let jail = Jail::choose(options.jail);
     keep_inputs_read_only(&mut options, base.path(), &jail);
-    let warm = options.keep_state.then(|| parent.join(WARM_STATE));
+    let warm = options.keep_state.then(|| warm_state_dir(&parent));
     let served = serve_in(
         base.path(),
         warm.as_deref(),
@@ -340,9 +340,13 @@ fn default_sandbox_base() -> PathBuf {
     std::env::temp_dir()
 }
 
-/// Where a backend hands its store's content on to the next one on the
-/// same base (`--keep_state`).
-const WARM_STATE: &str = "actionfs-warm";
+/// Where a backend hands its store's content on to the next one of the
+/// same user on the same base (`--keep_state`): per user, since the
+/// default base, /dev/shm, is shared and sticky (another user's hand-off
+/// could be neither taken nor replaced).
+pub fn warm_state_dir(base: &Path) -> PathBuf {
+    base.join(format!("actionfs-warm-{}", nix::unistd::geteuid()))
+}
 
 /// The store, with what a predecessor handed on to `warm` if given; one
 /// line on stderr says what was adopted, or why nothing could be.

@@ -56,7 +56,7 @@ struct BackendFlags {
     #[arg(long = "capture_below", value_name = "BYTES", default_value_t = 1 << 20)]
     capture_below: u64,
     /// on: when stdin closes, hand the store's content on to the next
-    /// backend on this base (`BASE/actionfs-warm`), and adopt what a
+    /// backend on this base (`BASE/actionfs-warm-UID`), and adopt what a
     /// predecessor handed on at start; off: neither, nothing left behind
     #[arg(long = "keep_state", value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
     keep_state: String,

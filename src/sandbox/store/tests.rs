@@ -839,3 +839,23 @@ fn an_adopted_entry_that_fails_a_check_is_dropped_and_unlisted_files_go() {
     assert_eq!(store.usage().entries, 0);
     assert_eq!(names(store.path()), ["c", "tmp", "x"]);
 }
+
+/// A handed-on file another user owns is not adopted (root only: it
+/// takes a chown to make one).
+#[test]
+fn an_adopted_file_another_user_owns_is_dropped() {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (warm, a, b) = handed_on(dir.path());
+    let nobody = Some(nix::unistd::Uid::from_raw(65534));
+    nix::unistd::chown(&warm.join("c").join(&a), nobody, None).unwrap();
+    let (store, adopted) =
+        ContentStore::open_adopting(&dir.path().join("next"), 1 << 20, &warm).unwrap();
+    let adopted = adopted.unwrap().unwrap();
+    assert_eq!(adopted.entries, 1, "{adopted:?}");
+    assert_eq!(store.lookup(&a), Lookup::Absent);
+    assert_eq!(store.lookup(&b), Lookup::Present);
+    assert_holds(&store, &[&b]);
+}
