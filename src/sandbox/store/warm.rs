@@ -15,14 +15,19 @@
 //! change a running store's files as well.
 
 use std::collections::HashSet;
+use std::ffi::CStr;
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
 use super::digest::Digest;
 use super::index::{Index, Kind};
-use super::{remove_any, ContentStore, Op, StoreError, CONTENT_MODE, EXECUTABLE_MODE, SUBDIRS};
+use super::{
+    file_name, remove_any, ContentStore, Op, StoreError, CONTENT_MODE, EXECUTABLE_MODE, SUBDIRS,
+};
+use crate::sandbox::dirfd::{kind_of, DirFd};
+use crate::sandbox::file_kind::FileKind;
 
 /// The first line of an index, naming its format.
 const HEADER: &str = "actionfs-warm-store 1";
@@ -130,12 +135,15 @@ impl ContentStore {
     /// index's order; removes every other file of `c/` and `x/`.
     fn adopt(&self, index: &str) -> Result<Adopted, StoreError> {
         let uid = nix::unistd::geteuid().as_raw();
-        let holds = |path: &Path, size: u64, mode: u32| {
-            fs::symlink_metadata(path).is_ok_and(|meta| {
-                meta.file_type().is_file()
-                    && meta.len() == size
-                    && meta.mode() & 0o7777 == mode
-                    && meta.uid() == uid
+        // Checked through the store's open directories: no path built.
+        // (st_mode is u16 on macOS.)
+        #[allow(clippy::unnecessary_cast)]
+        let holds = |dir: &DirFd, name: &CStr, size: u64, mode: u32| {
+            dir.stat_at(name).is_ok_and(|st| {
+                kind_of(&st) == FileKind::RegularFile
+                    && st.st_size as u64 == size
+                    && st.st_mode as u32 & 0o7777 == mode
+                    && st.st_uid == uid
             })
         };
         let mut state = self.state.lock();
@@ -152,9 +160,10 @@ impl ContentStore {
                 continue;
             };
             named.insert(digest);
-            let hex = digest.hex();
-            let file = self.content_path.join(&hex);
-            if kept.contains(&digest) || size > self.max_bytes || !holds(&file, size, CONTENT_MODE)
+            let name = file_name(&digest.hex());
+            if kept.contains(&digest)
+                || size > self.max_bytes
+                || !holds(&self.content, &name, size, CONTENT_MODE)
             {
                 adopted.dropped += 1;
                 continue;
@@ -166,7 +175,7 @@ impl ContentStore {
             if !wants_executable {
                 continue;
             }
-            if holds(&self.executable_path.join(&hex), size, EXECUTABLE_MODE) {
+            if holds(&self.executable, &name, size, EXECUTABLE_MODE) {
                 executable.insert(digest);
                 state.index.set_executable(slot);
                 adopted.bytes += size;
