@@ -1,11 +1,13 @@
-//! Captures of default places off the Create's path: a Create that meets
-//! many digests the store lacks (a first build's large action: 5,000
-//! sources, half a second of copying) serves them from their default
-//! places, checked by size as before, and queues them here; one thread
-//! captures them, each once, and later Creates find them in the store.
+//! Default places captured into the store: which files (below
+//! `--capture_below`), when (in the Create, or off its path), and what a
+//! failure means. A Create that meets many digests the store lacks (a
+//! first build's large action: 5,000 sources, half a second of copying)
+//! serves them from their default places, checked by size as before, and
+//! queues them to one thread, which captures each once; later Creates
+//! find them in the store.
 
-use std::collections::HashSet;
-use std::path::PathBuf;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
@@ -14,17 +16,112 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 
 use crate::sandbox::default_place;
-use crate::sandbox::store::{ContentStore, Retention};
+use crate::sandbox::merkle::{FileEntry, Walked};
+use crate::sandbox::store::{ContentStore, Lookup, Retention};
+use crate::serve::kept::Found;
 
 /// A Create that finds at most this many digests to capture captures them
 /// itself (about 50 us each on tmpfs from a warm page cache), so that a
 /// small action's inputs are checked by their bytes from its first use.
-pub const ON_CREATE: usize = 64;
+const ON_CREATE: usize = 64;
+
+/// The capture of default places for one backend.
+pub struct DefaultPlaces {
+    /// Files smaller than this are captured (0: none).
+    below: u64,
+    store: Arc<ContentStore>,
+    background: Capturer,
+}
+
+impl DefaultPlaces {
+    pub fn new(store: Arc<ContentStore>, below: u64) -> DefaultPlaces {
+        DefaultPlaces {
+            below,
+            background: Capturer::start(store.clone()),
+            store,
+        }
+    }
+
+    /// Whether `file`'s default place is captured (`--capture_below`).
+    pub fn captures(&self, file: &FileEntry) -> bool {
+        (file.size as u64) < self.below
+    }
+
+    /// Whether some file of `walked` the store lacks (`found`) is captured.
+    pub fn any_to_capture(&self, walked: &Walked, found: &Found) -> bool {
+        self.below > 0
+            && (found.any_absent || found.any_gone)
+            && walked
+                .files()
+                .zip(found.each.iter())
+                .any(|((_, file), found)| *found != Lookup::Present && self.captures(file))
+    }
+
+    /// Captures into the store each file of `walked` it lacks (`found`)
+    /// and that [`DefaultPlaces::captures`], from its default place
+    /// `exec_root/<tree path>`, once per digest: hashed as it is copied,
+    /// so a default place that changed since Bazel hashed it is refused
+    /// here, and a later Create of the digest touches no file of the
+    /// build. A digest that was held and is gone is taken from its
+    /// default place if that holds it, else left gone (for Bazel to
+    /// push); a pushed digest that was `refused` is left absent. Returns
+    /// whether anything was captured (the caller's lookups are stale).
+    pub fn capture(
+        &self,
+        walked: &Walked,
+        found: &Found,
+        exec_root: &Path,
+        refused: &HashMap<String, String>,
+    ) -> Result<bool, String> {
+        let mut tried = HashSet::new();
+        let to_capture: Vec<_> = walked
+            .files()
+            .zip(found.each.iter())
+            .filter(|&((_, file), found)| {
+                *found != Lookup::Present
+                    && self.captures(file)
+                    && !refused.contains_key(&*file.hash)
+                    && tried.insert(&*file.hash)
+            })
+            .collect();
+        // Many: to the background, served from their default places
+        // meanwhile; but a digest held once and gone is captured now,
+        // else it would be asked of Bazel, which holds no bytes for it.
+        let later = to_capture.len() > ON_CREATE;
+        let mut captured = false;
+        for ((dir, entry), found) in to_capture {
+            let place = exec_root.join(dir).join(&*entry.name);
+            if later
+                && *found == Lookup::Absent
+                && self.background.queue(&entry.hash, place.clone())
+            {
+                continue;
+            }
+            match self.store.capture(&entry.hash, &place, Retention::Keep) {
+                Ok(()) => captured = true,
+                Err(_) if *found == Lookup::Gone => {}
+                Err(err) => {
+                    return Err(format!(
+                        "input {dir}/{}: {}",
+                        entry.name,
+                        default_place::capture_refusal(&err)
+                    ))
+                }
+            }
+        }
+        Ok(captured)
+    }
+
+    /// Stops the background captures (see [`Capturer::stop`]).
+    pub fn stop(&self) {
+        self.background.stop();
+    }
+}
 
 /// A digest and the default place to capture it from.
 type Job = (Box<str>, PathBuf);
 
-pub struct Capturer {
+struct Capturer {
     queue: Mutex<Option<Sender<Job>>>,
     /// Digests queued and not captured yet: queued once.
     pending: Arc<Mutex<HashSet<Box<str>>>>,
@@ -34,7 +131,7 @@ pub struct Capturer {
 }
 
 impl Capturer {
-    pub fn start(store: Arc<ContentStore>) -> Capturer {
+    fn start(store: Arc<ContentStore>) -> Capturer {
         let (queue, jobs) = mpsc::channel::<Job>();
         let pending: Arc<Mutex<HashSet<Box<str>>>> = Arc::default();
         let done = pending.clone();
@@ -67,7 +164,7 @@ impl Capturer {
 
     /// Queues digest `hash`'s capture from `place`, unless it is queued.
     /// False if nothing captures any more (stopped, or no thread).
-    pub fn queue(&self, hash: &str, place: PathBuf) -> bool {
+    fn queue(&self, hash: &str, place: PathBuf) -> bool {
         let queue = self.queue.lock();
         let Some(queue) = queue.as_ref() else {
             return false;
@@ -81,7 +178,7 @@ impl Capturer {
 
     /// Stops after the capture under way (at most one file's copy): the
     /// backend is ending, and what is still queued is left uncaptured.
-    pub fn stop(&self) {
+    fn stop(&self) {
         self.stopping.store(true, Ordering::Relaxed);
         drop(self.queue.lock().take());
         if let Some(thread) = self.thread.lock().take() {

@@ -24,7 +24,7 @@ use actionfs_protocol::backend::sandbox::{
 use actionfs_protocol::validate_sandbox_id;
 use parking_lot::Mutex;
 
-use super::capture::{self, Capturer};
+use super::capture::DefaultPlaces;
 use super::confine::Jail;
 use super::kept::{Found, Kept, KeptTrees, TreeContent};
 use super::outputs::{self, Output};
@@ -107,11 +107,8 @@ pub struct Service {
     locations_root: PathBuf,
     /// Who confines actions, and so what Create answers about it.
     jail: Jail,
-    /// Default places of files smaller than this are captured into the
-    /// store (`--capture_below`; 0: never).
-    capture_below: u64,
-    /// Captures a Create left to the background.
-    capturer: Capturer,
+    /// Which default places are captured into the store, and how.
+    default_places: DefaultPlaces,
 }
 
 impl Service {
@@ -139,8 +136,7 @@ impl Service {
             trash,
             locations_root,
             jail,
-            capture_below,
-            capturer: Capturer::start(store_for_captures),
+            default_places: DefaultPlaces::new(store_for_captures, capture_below),
         }
     }
 
@@ -345,14 +341,7 @@ impl Service {
         self.acquire(id, root, walked, &found.each)
     }
 
-    /// Captures into the store each file of tree `root` it lacks (`found`)
-    /// and whose digest is below `--capture_below`, from its default place
-    /// `exec_root/<tree path>`, once per digest: hashed as it is copied, so
-    /// a default place that changed since Bazel hashed it is refused here,
-    /// and a later Create of the digest touches no file of the build.
-    /// Returns the lookups after. A digest that was held and is gone is
-    /// taken from its default place if that holds it, else left gone (for
-    /// Bazel to push); a pushed digest that was refused is left absent.
+    /// [`DefaultPlaces::capture`] for tree `root`, and the lookups after.
     fn capture_default_places(
         &self,
         root: &str,
@@ -360,66 +349,20 @@ impl Service {
         found: Arc<Found>,
         exec_root: &Path,
     ) -> Result<Arc<Found>, Refused> {
-        if self.capture_below == 0 || !(found.any_absent || found.any_gone) {
-            return Ok(found);
-        }
-        let wanted = |(_, file): &(&str, &FileEntry)| self.captures(file);
-        if !walked
-            .files()
-            .zip(found.each.iter())
-            .any(|(file, found)| *found != Lookup::Present && wanted(&file))
-        {
+        if !self.default_places.any_to_capture(walked, &found) {
             return Ok(found);
         }
         self.check_default_places_readable(exec_root)?;
         let refused = self.refused.lock().clone();
-        let mut tried = HashSet::new();
-        let to_capture: Vec<_> = walked
-            .files()
-            .zip(found.each.iter())
-            .filter(|&(file, found)| {
-                *found != Lookup::Present
-                    && wanted(&file)
-                    && !refused.contains_key(&*file.1.hash)
-                    && tried.insert(&*file.1.hash)
-            })
-            .collect();
-        // Many: to the background, served from their default places
-        // meanwhile; but a digest held once and gone is captured now,
-        // else it would be asked of Bazel, which holds no bytes for it.
-        let later = to_capture.len() > capture::ON_CREATE;
-        let mut captured = false;
-        for ((dir, entry), found) in to_capture {
-            let place = exec_root.join(dir).join(&*entry.name);
-            if later && *found == Lookup::Absent && self.capturer.queue(&entry.hash, place.clone())
-            {
-                continue;
-            }
+        Ok(
             match self
-                .store
-                .capture(&entry.hash, &place, store::Retention::Keep)
+                .default_places
+                .capture(walked, &found, exec_root, &refused)?
             {
-                Ok(()) => captured = true,
-                Err(_) if *found == Lookup::Gone => {}
-                Err(err) => {
-                    return Err(format!(
-                        "input {dir}/{}: {}",
-                        entry.name,
-                        default_place::capture_refusal(&err)
-                    )
-                    .into())
-                }
-            }
-        }
-        Ok(match captured {
-            true => self.lookups(root, walked, None),
-            false => found,
-        })
-    }
-
-    /// Whether `file`'s default place is captured (`--capture_below`).
-    fn captures(&self, file: &FileEntry) -> bool {
-        (file.size as u64) < self.capture_below
+                true => self.lookups(root, walked, None),
+                false => found,
+            },
+        )
     }
 
     /// Default places are read below `exec_root`, which must be absolute
@@ -477,7 +420,9 @@ impl Service {
                 awaits_capture: walked
                     .files()
                     .zip(content.iter())
-                    .any(|((_, file), stored)| stored.is_none() && self.captures(file)),
+                    .any(|((_, file), stored)| {
+                        stored.is_none() && self.default_places.captures(file)
+                    }),
                 content: content.clone(),
             }),
         );
@@ -796,7 +741,7 @@ impl Service {
                 log::warn!("{why}");
             }
         }
-        self.capturer.stop();
+        self.default_places.stop();
         self.trash.wait_idle();
     }
 }
