@@ -211,17 +211,18 @@ impl ContentStore {
     /// `max_bytes`. What a previous run left in its subdirectories is
     /// removed; anything else in `dir` is left alone.
     pub fn open(dir: &Path, max_bytes: u64) -> Result<ContentStore, StoreError> {
-        ContentStore::open_taking(dir, max_bytes, |_| Ok(()))
+        ContentStore::open_taking(dir, max_bytes, |_| ()).map(|(store, ())| store)
     }
 
     /// [`ContentStore::open`], with `take` called on the store's directory
     /// once what a previous run left is removed and before the
-    /// subdirectories are made (those it puts there are kept).
-    fn open_taking(
+    /// subdirectories are made (those it puts there are kept); returns
+    /// what `take` did too.
+    fn open_taking<T>(
         dir: &Path,
         max_bytes: u64,
-        take: impl FnOnce(&Path) -> Result<(), StoreError>,
-    ) -> Result<ContentStore, StoreError> {
+        take: impl FnOnce(&Path) -> T,
+    ) -> Result<(ContentStore, T), StoreError> {
         let err = |call, path: &Path| StoreError::io(Op::Open, None, call, path);
         fs::DirBuilder::new()
             .recursive(true)
@@ -234,7 +235,7 @@ impl ContentStore {
             let path = root.join(sub);
             remove_any(&path).map_err(err("remove", &path))?;
         }
-        take(&root)?;
+        let taken = take(&root);
         let mut fds = Vec::with_capacity(SUBDIRS.len());
         for sub in SUBDIRS {
             let path = root.join(sub);
@@ -248,7 +249,7 @@ impl ContentStore {
             fds.push(DirFd::open(&path).map_err(err("open", &path))?);
         }
         let [content, executable, temp] = <[DirFd; 3]>::try_from(fds).expect("three");
-        Ok(ContentStore {
+        let store = ContentStore {
             content_path: root.join(SUBDIRS[0]),
             executable_path: root.join(SUBDIRS[1]),
             temp_path: root.join(SUBDIRS[2]),
@@ -266,7 +267,8 @@ impl ContentStore {
             next_temp: AtomicU64::new(0),
             no_reflink: Mutex::new(Vec::new()),
             closed: false,
-        })
+        };
+        Ok((store, taken))
     }
 
     /// The store's directory (canonical).

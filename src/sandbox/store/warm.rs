@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
@@ -66,8 +66,6 @@ impl ContentStore {
             .create(&staging)
             .map_err(err("mkdir", &staging))?;
         let index_path = staging.join("index");
-        let mut index =
-            io::BufWriter::new(fs::File::create(&index_path).map_err(err("create", &index_path))?);
         let mut text = String::with_capacity(HEADER.len() + 1 + kept.len() * 80);
         text.push_str(HEADER);
         text.push('\n');
@@ -80,10 +78,7 @@ impl ContentStore {
             ));
             bytes += size * if *executable { 2 } else { 1 };
         }
-        index
-            .write_all(text.as_bytes())
-            .and_then(|()| index.flush())
-            .map_err(err("write", &index_path))?;
+        fs::write(&index_path, text).map_err(err("write", &index_path))?;
         for (from, sub) in [
             (&self.content_path, SUBDIRS[0]),
             (&self.executable_path, SUBDIRS[1]),
@@ -114,17 +109,15 @@ impl ContentStore {
         max_bytes: u64,
         from: &Path,
     ) -> Result<(ContentStore, Result<Option<Adopted>, StoreError>), StoreError> {
-        let mut index = Ok(None);
-        let store = ContentStore::open_taking(dir, max_bytes, |root| {
-            index = take(from, root);
-            Ok(())
-        })?;
+        let (store, index) = ContentStore::open_taking(dir, max_bytes, |root| take(from, root))?;
         let adopted = match index {
             Ok(Some(text)) => store.adopt(&text).map(Some),
             Ok(None) => Ok(None),
             Err(err) => {
-                // Nothing of it may stay: its files are not in the index.
-                store.empty_content();
+                // Nothing of it may stay: the store's index holds none of it.
+                let state = store.state.lock();
+                let _ = store.remove_unheld(&state.index, &HashSet::new());
+                drop(state);
                 Err(err)
             }
         };
@@ -152,8 +145,7 @@ impl ContentStore {
             bytes: 0,
             dropped: 0,
         };
-        let (mut named, mut kept, mut executable) =
-            (HashSet::new(), HashSet::new(), HashSet::new());
+        let mut named = HashSet::new();
         for line in index.lines().skip(1) {
             let Some((digest, size, wants_executable)) = parse_line(line) else {
                 adopted.dropped += 1;
@@ -161,14 +153,13 @@ impl ContentStore {
             };
             named.insert(digest);
             let name = file_name(&digest.hex());
-            if kept.contains(&digest)
+            if state.index.find(&digest, Kind::Content).is_some()
                 || size > self.max_bytes
                 || !holds(&self.content, &name, size, CONTENT_MODE)
             {
                 adopted.dropped += 1;
                 continue;
             }
-            kept.insert(digest);
             let slot = state.index.insert(digest, Kind::Content, size, false);
             adopted.entries += 1;
             adopted.bytes += size;
@@ -176,32 +167,13 @@ impl ContentStore {
                 continue;
             }
             if holds(&self.executable, &name, size, EXECUTABLE_MODE) {
-                executable.insert(digest);
                 state.index.set_executable(slot);
                 adopted.bytes += size;
             } else {
                 adopted.dropped += 1; // made again when wanted
             }
         }
-        // Files of entries refused, or named by no line: removed (the
-        // latter counted here, the former were).
-        for (dir, keep) in [
-            (&self.content_path, &kept),
-            (&self.executable_path, &executable),
-        ] {
-            let names =
-                fs::read_dir(dir).map_err(|e| StoreError::io(Op::Open, None, "opendir", dir)(e))?;
-            for entry in names.flatten() {
-                let digest = entry.file_name().to_str().and_then(Digest::parse);
-                if digest.is_some_and(|digest| keep.contains(&digest)) {
-                    continue;
-                }
-                let _ = remove_any(&entry.path());
-                if *dir == self.content_path && !digest.is_some_and(|d| named.contains(&d)) {
-                    adopted.dropped += 1;
-                }
-            }
-        }
+        adopted.dropped += self.remove_unheld(&state.index, &named)?;
         if adopted.entries > 0 {
             state.generation += 1;
         }
@@ -209,15 +181,27 @@ impl ContentStore {
         Ok(adopted)
     }
 
-    /// Removes every content file: a hand-off whose index was refused.
-    fn empty_content(&self) {
-        for dir in [&self.content_path, &self.executable_path] {
-            if let Ok(names) = fs::read_dir(dir) {
-                for entry in names.flatten() {
-                    let _ = remove_any(&entry.path());
+    /// Removes each file of `c/` and `x/` that `index` does not hold (as
+    /// content, or as its executable variant); returns how many removed
+    /// files of `c/` no line of the hand-off `named`.
+    fn remove_unheld(&self, index: &Index, named: &HashSet<Digest>) -> Result<usize, StoreError> {
+        let mut unnamed = 0;
+        for (dir, executable) in [(&self.content_path, false), (&self.executable_path, true)] {
+            let names =
+                fs::read_dir(dir).map_err(|e| StoreError::io(Op::Open, None, "opendir", dir)(e))?;
+            for entry in names.flatten() {
+                let digest = entry.file_name().to_str().and_then(Digest::parse);
+                let slot = digest.and_then(|digest| index.find(&digest, Kind::Content));
+                if slot.is_some_and(|slot| !executable || index.is_executable(slot)) {
+                    continue;
+                }
+                let _ = remove_any(&entry.path());
+                if !executable && !digest.is_some_and(|d| named.contains(&d)) {
+                    unnamed += 1;
                 }
             }
         }
+        Ok(unnamed)
     }
 }
 
