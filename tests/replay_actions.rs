@@ -794,19 +794,7 @@ fn jail_runs_actions_in_linux_sandbox() {
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(text.contains("jail: linux-sandbox ("), "{text}");
-    for mode in ["serve", "symlinks"] {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&format!("FAILED {mode} run 1: #1")))
-            .unwrap_or_else(|| panic!("{mode} was not jailed: {text}"));
-        assert!(line.contains("failed"), "{line}");
-        assert!(
-            text.contains(&format!("{}/written", outside.display()))
-                && text.contains("Read-only file system"),
-            "{text}"
-        );
-    }
-    assert!(!outside.join("written").exists());
+    assert_each_mode_failed_to_escape(&text, &outside, "Read-only file system");
     // Unsandboxed stays bare, in the jail's run too.
     let out = build.replay(&["--modes=unsandboxed", &jail]);
     assert!(out.status.success(), "{out:?}");
@@ -821,6 +809,23 @@ fn jail_runs_actions_in_linux_sandbox() {
     assert!(outside.join("written").exists());
 }
 
+/// The escaping action (#1) failed in serve's and the forest's jail alike,
+/// refused with `error` writing to `outside`, which holds nothing.
+fn assert_each_mode_failed_to_escape(text: &str, outside: &Path, error: &str) {
+    for mode in ["serve", "symlinks"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("FAILED {mode} run 1: #1")))
+            .unwrap_or_else(|| panic!("{mode} was not jailed: {text}"));
+        assert!(line.contains("failed"), "{line}");
+    }
+    assert!(
+        text.contains(&format!("{}/written", outside.display())) && text.contains(error),
+        "{text}"
+    );
+    assert!(!outside.join("written").exists());
+}
+
 #[test]
 fn jail_landlock_runs_actions_in_actionfs_jail() {
     if !require(&[Need::Mount, Need::Landlock]) {
@@ -833,19 +838,7 @@ fn jail_landlock_runs_actions_in_actionfs_jail() {
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(text.contains("jail: landlock ("), "{text}");
-    for mode in ["serve", "symlinks"] {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&format!("FAILED {mode} run 1: #1")))
-            .unwrap_or_else(|| panic!("{mode} was not jailed: {text}"));
-        assert!(line.contains("failed"), "{line}");
-    }
-    assert!(
-        text.contains(&format!("{}/written", outside.display()))
-            && text.contains("Permission denied"),
-        "{text}"
-    );
-    assert!(!outside.join("written").exists());
+    assert_each_mode_failed_to_escape(&text, &outside, "Permission denied");
 
     // The action that writes only its output passes in both modes.
     build.spawns[0]["commandArgs"] = json!([
