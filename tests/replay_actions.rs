@@ -756,11 +756,13 @@ fn pushes_content_as_bazel_7_does_and_never_the_empty_directory() {
 }
 
 /// A build of one action that writes outside every writable path of a
-/// jail (the returned directory, not below /tmp), then its output; and
-/// the `--backend-opt` naming a sandbox base of the build's own.
+/// jail (the returned directory, in /var/tmp: not below /tmp, which both
+/// jails leave writable, as the target directory is for a checkout in
+/// /tmp), then its output; and the `--backend-opt` naming a sandbox base
+/// of the build's own.
 fn escaping_build() -> (Build, tempfile::TempDir, String) {
     let mut build = Build::new();
-    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
     let script = format!(
         "touch {}/written && cat src/a.txt src/b.txt > bazel-out/bin/ab.txt",
         outside.path().display()
