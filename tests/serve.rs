@@ -344,8 +344,21 @@ fn a_tree_becomes_a_sandbox_whose_outputs_are_collected() {
         );
         b.destroy_ok("1");
         assert!(!root.exists(), "{mode}: the sandbox outlived its destroy");
-        // Its scratch directory is gone from its place at once (deleted
-        // from the trash after the answer).
+        // Its scratch directory leaves after the answer (stashing and
+        // deleting are off the Destroy's path), but the id is free at
+        // once: a new sandbox of that id holds none of the old outputs.
+        let again = b.create_ok("1", b.manifest(&tree, &[("/ws/out/result", "file")]));
+        assert_eq!(again, root);
+        assert_eq!(
+            fs::read(again.join(WS).join("src/b.txt")).unwrap(),
+            pushed,
+            "{mode}"
+        );
+        assert!(
+            !again.join(WS).join("out/result").exists(),
+            "{mode}: the first sandbox's output is in the second"
+        );
+        b.destroy_ok("1");
         let scratch_dirs: Vec<PathBuf> = fs::read_dir(&b.base)
             .unwrap()
             .map(|serving| serving.unwrap().path().join("scratch"))
@@ -356,7 +369,7 @@ fn a_tree_becomes_a_sandbox_whose_outputs_are_collected() {
         );
         for dir in &scratch_dirs {
             assert!(
-                !dir.join("1").exists(),
+                wait_for(Duration::from_secs(10), || !dir.join("1").exists()),
                 "{mode}: {dir:?}/1 outlived its destroy"
             );
         }
@@ -1033,6 +1046,54 @@ fn hundreds_of_requests_in_flight_are_answered_in_any_order() {
                 outcome: Some(destroy::result::Outcome::Ok(_))
             }))
         ));
+    }
+    b.close();
+}
+
+/// A Destroy is applied on the request reader when nothing of its
+/// sandbox is queued; one sent while its sandbox's Create is still being
+/// applied must wait for it, not answer "no such sandbox".
+#[test]
+fn a_destroy_sent_before_its_create_is_answered_applies_after_it() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let b = Backend::start(&[]);
+    let mut held = Held::new(&b);
+    let create = held.send(&b, "held");
+    let destroy = b
+        .client()
+        .send("held", sandbox::request::Op::Destroy(sandbox::Destroy {}))
+        .unwrap();
+    // A second Negotiate, which the reader answers itself, in order: the
+    // Destroy before it was read, and not answered on the way.
+    let again = b
+        .client()
+        .send(
+            "",
+            sandbox::request::Op::Negotiate(sandbox::Negotiate {
+                options: Vec::new(),
+                versions: vec![sandbox::Version::Version1 as i32],
+            }),
+        )
+        .unwrap();
+    assert!(
+        matches!(
+            again.recv().unwrap().unwrap().result,
+            Some(sandbox::response::Result::Negotiate(_))
+        ),
+        "{}",
+        b.log()
+    );
+    assert!(still_due(&create), "the held Create was answered");
+    assert!(still_due(&destroy), "the Destroy overtook its Create");
+    held.release();
+    created("held", create.recv().unwrap());
+    match destroy.recv().unwrap().unwrap().result {
+        Some(sandbox::response::Result::Destroy(destroy::Result {
+            outcome: Some(destroy::result::Outcome::Ok(_)),
+        })) => {}
+        other => panic!("the Destroy after its Create: {other:?}\n{}", b.log()),
     }
     b.close();
 }

@@ -18,6 +18,7 @@
 mod base;
 mod capture;
 pub mod confine;
+mod departures;
 mod jail;
 mod kept;
 pub mod options;
@@ -68,12 +69,26 @@ pub enum Served {
 /// for.
 const HALT_WAIT: Duration = Duration::from_secs(5);
 
+/// Standard output as a plain file, so that an answer is one write(2):
+/// Rust's `Stdout` is line-buffered and split every frame at its last
+/// 0x0A byte (frequent in protobuf), waking the client twice per answer.
+fn unbuffered_stdout() -> Box<dyn io::Write + Send> {
+    use std::os::fd::AsFd;
+    match io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => Box::new(std::fs::File::from(fd)),
+        Err(err) => {
+            log::warn!("cannot duplicate stdout ({err}); answers go through its line buffer");
+            Box::new(io::stdout())
+        }
+    }
+}
+
 /// Serves one client on stdin and stdout until it closes the stream. An
 /// error (a frame that cannot be read, options refused, a mount that
 /// cannot be made) has been logged in one line; exit 1.
 pub fn run(args: &ServeArgs) -> Result<Served, String> {
     let mut input = BufReader::with_capacity(1 << 20, io::stdin());
-    let answers = Arc::new(Answers::new(Box::new(io::stdout())));
+    let answers = Arc::new(Answers::new(unbuffered_stdout()));
     let first: Request = match read_frame(&mut input, MAX_FRAME) {
         Ok(Some(request)) => request,
         Ok(None) => return Ok(Served::Closed),

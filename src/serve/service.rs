@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 
 use super::capture::DefaultPlaces;
 use super::confine::Jail;
+use super::departures::Departures;
 use super::kept::{Found, Kept, KeptTrees, TreeContent};
 use super::outputs::{self, Output};
 use crate::daemon::reconfig::Backend;
@@ -101,7 +102,9 @@ pub struct Service {
     kept: KeptTrees,
     /// Where a destroyed sandbox's scratch directory goes, to be deleted
     /// off the Destroy's path.
-    trash: Trash,
+    trash: Arc<Trash>,
+    /// What is left of destroyed sandboxes, finished after the answer.
+    departures: Departures,
     /// What relative content locations are relative to: the parent of
     /// `--workspace` (an absolute location is taken as it is).
     locations_root: PathBuf,
@@ -133,7 +136,8 @@ impl Service {
             live: Mutex::default(),
             refused: Mutex::default(),
             kept: KeptTrees::default(),
-            trash,
+            trash: Arc::new(trash),
+            departures: Departures::start(),
             locations_root,
             jail,
             default_places: DefaultPlaces::new(store_for_captures, capture_below),
@@ -219,6 +223,8 @@ impl Service {
 
     fn try_create(&self, id: &str, manifest: &Manifest) -> Result<PathBuf, Refused> {
         validate_sandbox_id(id).map_err(|err| err.to_string())?;
+        // Its scratch directory and tree are in the way until then.
+        self.departures.wait_for(id);
         if self.live.lock().contains_key(id) {
             return Err("it already exists (destroy it first)".to_owned().into());
         }
@@ -721,15 +727,31 @@ impl Service {
         }
     }
 
+    /// Takes sandbox `id` out of view and unpins its content now (what
+    /// only it used may be evicted, its single-use content is spent);
+    /// stashes its inputs and discards its scratch directory on the
+    /// departures thread (failures there are logged: the client was
+    /// answered).
     fn tear_down(&self, id: &str, live: Live) -> Result<(), String> {
-        let core = self.core.destroy(id).map_err(|err| err.to_string());
-        let scratch = self
-            .trash
-            .discard(&live.scratch)
-            .map_err(|err| err.to_string());
+        let (withdrawn, departure) = match self.core.withdraw(id) {
+            Ok(departure) => (Ok(()), departure),
+            Err(err) => (Err(err.to_string()), None),
+        };
         self.store.release(id);
-        core.and(scratch)
-            .map_err(|why| format!("sandbox {id:?}: destroy: {why}"))
+        let (trash, owner) = (self.trash.clone(), id.to_owned());
+        self.departures.send(
+            id,
+            Box::new(move || {
+                let id = owner;
+                if let Some(Err(err)) = departure.map(|d| d.finish()) {
+                    log::warn!("sandbox {id:?}: destroy: {err}");
+                }
+                if let Err(err) = trash.discard(&live.scratch) {
+                    log::warn!("sandbox {id:?}: destroy: {err}");
+                }
+            }),
+        );
+        withdrawn.map_err(|why| format!("sandbox {id:?}: destroy: {why}"))
     }
 
     /// Destroys every sandbox still there (the client went away), and
@@ -741,6 +763,7 @@ impl Service {
                 log::warn!("{why}");
             }
         }
+        self.departures.wait_idle();
         self.default_places.stop();
         self.trash.wait_idle();
     }

@@ -7,6 +7,7 @@
 
 use std::io::{self, BufRead, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -179,6 +180,16 @@ pub fn serve(
                     id: request.sandbox_id,
                     op,
                 };
+                // A Destroy answers after a rename or two: applied here, it
+                // saves the hand-over to a worker (a thread wake), unless
+                // an earlier request of its sandbox may still be queued
+                // there (requests of one sandbox apply in order).
+                if matches!(job.op, SandboxOp::Destroy) && queues[worker].is_idle() {
+                    if let Some(answer) = halt.run(|| apply(&service, job)) {
+                        answers.send(rid, answer);
+                    }
+                    continue;
+                }
                 if queues[worker].send(job).is_err() {
                     break Err("a request worker ended".to_owned());
                 }
@@ -195,18 +206,39 @@ pub fn serve(
     ended
 }
 
-#[allow(clippy::type_complexity)]
+/// A worker's queue, and how many of its jobs are not yet applied.
+struct Queue {
+    jobs: Sender<Job>,
+    unapplied: Arc<AtomicUsize>,
+}
+
+impl Queue {
+    fn send(&self, job: Job) -> Result<(), ()> {
+        self.unapplied.fetch_add(1, Ordering::SeqCst);
+        self.jobs.send(job).map_err(|_| {
+            self.unapplied.fetch_sub(1, Ordering::SeqCst);
+        })
+    }
+
+    /// Whether every job sent has been applied.
+    fn is_idle(&self) -> bool {
+        self.unapplied.load(Ordering::SeqCst) == 0
+    }
+}
+
 fn start_workers(
     count: usize,
     service: &Arc<Service>,
     answers: &Arc<Answers>,
     halt: &Arc<Halt>,
-) -> io::Result<(Vec<Sender<Job>>, Vec<std::thread::JoinHandle<()>>)> {
+) -> io::Result<(Vec<Queue>, Vec<std::thread::JoinHandle<()>>)> {
     let mut queues = Vec::with_capacity(count);
     let mut handles = Vec::with_capacity(count);
     for n in 0..count {
         let (queue, jobs) = channel::<Job>();
+        let unapplied = Arc::new(AtomicUsize::new(0));
         let (service, answers, halt) = (service.clone(), answers.clone(), halt.clone());
+        let left = unapplied.clone();
         handles.push(
             std::thread::Builder::new()
                 .name(format!("serve-{n}"))
@@ -214,13 +246,20 @@ fn start_workers(
                     for job in jobs {
                         let rid = job.rid;
                         // Once halted, what is queued is dropped.
-                        if let Some(answer) = halt.run(|| apply(&service, job)) {
+                        let answer = halt.run(|| apply(&service, job));
+                        // Applied: a later request of the sandbox may apply
+                        // on the reader now (answers may come in any order).
+                        left.fetch_sub(1, Ordering::SeqCst);
+                        if let Some(answer) = answer {
                             answers.send(rid, answer);
                         }
                     }
                 })?,
         );
-        queues.push(queue);
+        queues.push(Queue {
+            jobs: queue,
+            unapplied,
+        });
     }
     Ok((queues, handles))
 }

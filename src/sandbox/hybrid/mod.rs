@@ -290,6 +290,19 @@ impl Backend for Sandboxes {
     }
 
     fn destroy(&self, id: &str) -> Result<(), Refusal> {
+        if let Some(departure) = self.withdraw(id)? {
+            departure.finish()?;
+        }
+        Ok(())
+    }
+}
+
+impl Sandboxes {
+    /// The part of a destroy after which sandbox `id` is gone from view
+    /// and its id free; a native sandbox's stashing and deleting are
+    /// left in the [`Departure`], for the caller to finish off its
+    /// answer's path.
+    pub fn withdraw(&self, id: &str) -> Result<Option<Departure>, Refusal> {
         validate_sandbox_id(id).map_err(SandboxError::InvalidId)?;
         let _claimed = self.claim(id)?;
         if let Some(log) = &self.access_log {
@@ -299,10 +312,10 @@ impl Backend for Sandboxes {
             }
         }
         self.fs.destroy_sandbox(id)?;
-        if let Some(native) = &self.native {
-            native.destroy(id)?;
+        match &self.native {
+            Some(native) => Ok(native.withdraw(id)?),
+            None => Ok(None),
         }
-        Ok(())
     }
 }
 
@@ -332,6 +345,39 @@ struct Live {
     reusable: Option<Reusable>,
 }
 
+/// A native sandbox taken out of view, its inputs and tree still where
+/// the action left them.
+pub struct Departure {
+    id: String,
+    live: Live,
+    /// Set when its inputs are to be stashed (builds wait for them).
+    arriving: Option<stash::Arriving>,
+    trash: Arc<Trash>,
+}
+
+impl Departure {
+    /// Stashes the inputs (when worth keeping), and sends the rest of the
+    /// tree to the trash.
+    pub fn finish(self) -> Result<(), materialize::Error> {
+        let Departure {
+            id,
+            live,
+            arriving,
+            trash,
+        } = self;
+        let keep = arriving.is_some();
+        let stashed = live.reusable.map(|reusable| {
+            stash(reusable, keep).map_err(|err| log::info!("sandbox {id:?}: not stashed: {err}"))
+        });
+        drop(arriving);
+        match stashed {
+            // What is left in the writable directory is the action's.
+            Some(Ok(())) => trash.discard(&live.built.root),
+            _ => materialize::teardown(&live.built, Some(&trash)),
+        }
+    }
+}
+
 /// The inputs a native build placed in its writable directory, for a
 /// stash.
 struct Reusable {
@@ -354,7 +400,7 @@ struct ReuseTarget {
 struct NativeDir {
     /// `links/ID` is the symlink the view shows as `MOUNT/ID`.
     links: Arc<Anchor>,
-    trash: Trash,
+    trash: Arc<Trash>,
 }
 
 impl NativeDir {
@@ -387,7 +433,7 @@ impl NativeDir {
             Anchor::open(&links, None).map_err(|e| materialize::Error::new("open", &links, e))?;
         Ok(NativeDir {
             links: Arc::new(links),
-            trash,
+            trash: Arc::new(trash),
         })
     }
 }
@@ -585,7 +631,7 @@ impl NativeSandboxes {
     }
 
     fn opened_trash(&self) -> Option<&Trash> {
-        self.opened.get()?.as_ref().map(|dir| &dir.trash)
+        self.opened.get()?.as_ref().map(|dir| &*dir.trash)
     }
 
     /// Removes native sandbox `id` (already gone from the view): its
@@ -593,25 +639,43 @@ impl NativeSandboxes {
     /// writable directories at once; its tree through the trash. Returns
     /// false if `id` is not native.
     pub fn destroy(&self, id: &str) -> Result<bool, materialize::Error> {
+        match self.withdraw(id)? {
+            Some(departure) => departure.finish().map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// The part of [`NativeSandboxes::destroy`] that takes `id` away:
+    /// its link goes, and the id is free. What is left to do (stashing,
+    /// deleting) is the [`Departure`], for the caller to finish now or
+    /// off the answer's path. `None` if `id` is not native.
+    pub fn withdraw(&self, id: &str) -> Result<Option<Departure>, materialize::Error> {
         let Some(live) = self.live.lock().remove(id) else {
-            return Ok(false);
+            return Ok(None);
         };
         let dir = self.native_dir()?;
+        let departure = Departure {
+            id: id.to_owned(),
+            // Inputs not worth keeping still leave by a stash, deleted in
+            // the background, so that the departure does not walk them.
+            arriving: live
+                .reusable
+                .as_ref()
+                .filter(|reusable| reusable.pool.wants_more())
+                .map(|reusable| reusable.pool.expect()),
+            live,
+            trash: dir.trash.clone(),
+        };
         let link = dir.links.path().join(id);
-        let unlinked =
-            std::fs::remove_file(&link).map_err(|e| materialize::Error::new("unlink", &link, e));
-        // Inputs not worth keeping still leave by a stash, deleted in the
-        // background, so that the answer does not wait for them.
-        let stashed = live.reusable.map(|reusable| {
-            let keep = reusable.pool.wants_more();
-            stash(reusable, keep).map_err(|err| log::info!("sandbox {id:?}: not stashed: {err}"))
-        });
-        match stashed {
-            // What is left in the writable directory is the action's.
-            Some(Ok(())) => dir.trash.discard(&live.built.root)?,
-            _ => materialize::teardown(&live.built, Some(&dir.trash))?,
+        match std::fs::remove_file(&link) {
+            Ok(()) => Ok(Some(departure)),
+            Err(err) => {
+                if let Err(left) = departure.finish() {
+                    log::warn!("sandbox {id:?}: {left}");
+                }
+                Err(materialize::Error::new("unlink", &link, err))
+            }
         }
-        unlinked.map(|()| true)
     }
 
     /// Removes every native sandbox still there (at shutdown) and waits

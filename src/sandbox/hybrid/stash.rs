@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::sandbox::dirfd::{Anchor, DirFd};
 use crate::sandbox::file_kind::FileKind;
@@ -58,6 +58,29 @@ pub struct Pool {
     misses: AtomicUsize,
     /// Destroys while probing.
     probes: AtomicUsize,
+    /// Stashes on their way in (destroys answered before their inputs
+    /// were moved), which a build waits for before it picks one.
+    arriving: Mutex<usize>,
+    arrived: Condvar,
+}
+
+/// How long a build waits for stashes on their way in: long enough for
+/// one destroy's moves, short enough that a stuck one costs a build no
+/// more than building afresh.
+const ARRIVAL_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A stash on its way into its pool, from [`Pool::expect`] until dropped
+/// (kept, discarded or failed alike).
+pub struct Arriving(Arc<Pool>);
+
+impl Drop for Arriving {
+    fn drop(&mut self) {
+        let mut arriving = self.0.arriving.lock();
+        *arriving -= 1;
+        if *arriving == 0 {
+            self.0.arrived.notify_all();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -214,6 +237,8 @@ impl Pool {
             kept: Mutex::default(),
             misses: AtomicUsize::new(0),
             probes: AtomicUsize::new(0),
+            arriving: Mutex::new(0),
+            arrived: Condvar::new(),
         })
     }
 
@@ -261,6 +286,15 @@ impl Pool {
     /// Takes the stash that shares the most symlinks with `want`, if
     /// reshaping it costs fewer changes than building `want` afresh.
     pub fn take(&self, want: &Dir) -> Option<Stash> {
+        {
+            let mut arriving = self.arriving.lock();
+            if *arriving > 0 {
+                // Timing out only means choosing among fewer stashes.
+                let _ = self
+                    .arrived
+                    .wait_while_for(&mut arriving, |n| *n > 0, ARRIVAL_WAIT);
+            }
+        }
         let taken = self.best(want);
         match taken {
             Some(_) => self.misses.store(0, Ordering::Relaxed),
@@ -269,6 +303,13 @@ impl Pool {
             }
         }
         taken
+    }
+
+    /// Announces a stash that a destroy will make after its answer, so
+    /// that builds meanwhile wait for it rather than miss it.
+    pub fn expect(self: &Arc<Pool>) -> Arriving {
+        *self.arriving.lock() += 1;
+        Arriving(self.clone())
     }
 
     /// Whether a destroyed sandbox should be stashed: always while

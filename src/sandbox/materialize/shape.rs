@@ -188,14 +188,26 @@ impl Dir {
         if self.digest == other.digest && self == other {
             return self.links;
         }
-        self.entries
-            .iter()
-            .map(|(name, mine)| match (mine, other.entries.get(name)) {
-                (Node::Link(a), Some(Node::Link(b))) if a == b => 1,
-                (Node::Dir(a), Some(Node::Dir(b))) => a.shared_links(b),
-                _ => 0,
-            })
-            .sum()
+        // Both maps are sorted by name: one merged pass, no lookups (a
+        // build compares its shape with every stash of its pool).
+        let (mut mine, mut theirs) = (self.entries.iter(), other.entries.iter());
+        let (mut a, mut b) = (mine.next(), theirs.next());
+        let mut shared = 0;
+        while let (Some((a_name, a_node)), Some((b_name, b_node))) = (a, b) {
+            match a_name.cmp(b_name) {
+                std::cmp::Ordering::Less => a = mine.next(),
+                std::cmp::Ordering::Greater => b = theirs.next(),
+                std::cmp::Ordering::Equal => {
+                    shared += match (a_node, b_node) {
+                        (Node::Link(x), Node::Link(y)) if x == y => 1,
+                        (Node::Dir(x), Node::Dir(y)) => x.shared_links(y),
+                        _ => 0,
+                    };
+                    (a, b) = (mine.next(), theirs.next());
+                }
+            }
+        }
+        shared
     }
 }
 
@@ -266,6 +278,45 @@ mod tests {
         assert_eq!(a.shared_links(&retargeted), 1);
         assert_eq!(a.shared_links(&flipped), 0);
         assert_eq!(flipped.links(), 0);
+    }
+
+    /// Shared links by looking each name up, the obvious way.
+    fn shared_by_lookup(a: &Dir, b: &Dir) -> usize {
+        a.entries()
+            .iter()
+            .map(|(name, mine)| match (mine, b.get(name)) {
+                (Node::Link(x), Some(Node::Link(y))) if x == y => 1,
+                (Node::Dir(x), Some(Node::Dir(y))) => shared_by_lookup(x, y),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    fn shape() -> impl proptest::strategy::Strategy<Value = Dir> {
+        use proptest::prelude::*;
+        // Few names and targets, so that two shapes share some.
+        let leaf = prop_oneof![
+            3 => (0..3u8).prop_map(|t| Node::Link(format!("/u/{t}").into())),
+            1 => Just(Node::Dir(Dir::default())),
+        ];
+        let node = leaf.prop_recursive(3, 40, 5, |inner| {
+            prop::collection::btree_map("[a-e]", inner, 0..5)
+                .prop_map(|entries| Node::Dir(dir_of(entries)))
+        });
+        prop::collection::btree_map("[a-e]", node, 0..6).prop_map(dir_of)
+    }
+
+    fn dir_of(entries: BTreeMap<String, Node>) -> Dir {
+        Dir::new(entries.into_iter().map(|(n, e)| (n.into(), e)).collect())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn shared_links_by_one_merged_pass_counts_as_lookups_do(a in shape(), b in shape()) {
+            proptest::prop_assert_eq!(a.shared_links(&b), shared_by_lookup(&a, &b));
+            proptest::prop_assert_eq!(b.shared_links(&a), shared_by_lookup(&a, &b));
+            proptest::prop_assert_eq!(a.shared_links(&a), a.links());
+        }
     }
 
     #[test]
