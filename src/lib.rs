@@ -41,7 +41,7 @@
 pub mod cli;
 pub mod daemon;
 pub mod fuse;
-pub mod jail;
+pub use actionfs_jail as jail;
 pub mod sandbox;
 pub mod serve;
 pub mod stage;

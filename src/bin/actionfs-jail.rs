@@ -2,18 +2,22 @@
 //! -- ACTION...`: confines itself (Landlock, seccomp) and execs ACTION.
 //! `actionfs serve` names it in the wrapper it answers Create with; a
 //! binary of its own because it runs before every action, and a small
-//! one execs faster than `actionfs __jail` (docs/BENCHMARKS.md).
+//! one execs faster than `actionfs __jail` (docs/BENCHMARKS.md). The
+//! package ships the same program built for musl from the `jail` crate
+//! (scripts/package), whose start-up costs less again.
 //!
 //! `no_main`: std's runtime setup before `main` (the main thread's stack
 //! guard reads /proc/self/maps) cost about as much as the rest of the
-//! jail; std still has the arguments (glibc hands them to `.init_array`).
+//! jail.
 
 // A test build keeps std's main for the harness (this file has no tests;
-// the library's jail module has them).
+// the jail crate has them).
 #![cfg_attr(not(test), no_main)]
 
+/// # Safety
+/// Called by the C runtime only, with `main`'s arguments.
 #[cfg(not(test))]
 #[no_mangle]
-pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
-    actionfs::jail::main(std::env::args_os().skip(1))
+pub unsafe extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
+    actionfs::jail::main(actionfs::jail::args_from_main(argc, argv))
 }

@@ -11,7 +11,7 @@ use landlock::{
     RulesetAttr, RulesetCreatedAttr, Scope, ABI,
 };
 
-use super::{Rules, MIN_ABI};
+use crate::{Rules, MIN_ABI};
 
 /// The ABI whose rights the jail handles, all of them required: newer
 /// kernels' rights are left out, so that a new kernel changes nothing.

@@ -129,6 +129,24 @@ pub fn landlock_abi() -> i32 {
     }
 }
 
+/// The arguments after the program name, from a C `main`'s `argc` and
+/// `argv`: a `no_main` program has no others on musl (glibc also hands
+/// them to std).
+///
+/// # Safety
+/// `argv` must hold `argc` valid NUL-terminated strings, as `main` gets.
+pub unsafe fn args_from_main(
+    argc: libc::c_int,
+    argv: *const *const libc::c_char,
+) -> impl Iterator<Item = OsString> {
+    use std::os::unix::ffi::OsStringExt;
+    (1..usize::try_from(argc).unwrap_or(0)).map(move |i| {
+        // SAFETY: i < argc, and the caller vouches for argv's strings.
+        let arg = unsafe { std::ffi::CStr::from_ptr(*argv.add(i)) };
+        OsString::from_vec(arg.to_bytes().to_vec())
+    })
+}
+
 /// The jail's entry point, for `actionfs-jail` and `actionfs __jail`:
 /// applies the rules in `args` and execs the action; returns only on
 /// failure, with the exit status to use (the error is on stderr).
