@@ -493,13 +493,9 @@ fn a_writable_dir_inside_an_input_directory_is_its_host_directory() {
     }
     for (mode, option) in modes() {
         let b = Backend::start(&[option]);
-        let mut tb = TreeBuilder::new();
         let input = b.write_input("lib/a.h", b"input\n");
-        tb.add_file("ws/lib/a.h", input, false).unwrap();
         let deep = b.write_input("lib/deeper/b.h", b"deeper\n");
-        tb.add_file("ws/lib/deeper/b.h", deep, false).unwrap();
-        let tree = tb.build();
-        b.push_tree(&tree);
+        let tree = b.push_files([("ws/lib/a.h", input), ("ws/lib/deeper/b.h", deep)]);
         let host = b.root.path().join("host-tmp");
         fs::create_dir(&host).unwrap();
         let mut manifest = b.manifest(&tree, &[("/ws/out/o", "file")]);
@@ -572,10 +568,7 @@ fn content_pushed_after_a_create_serves_the_next_create_of_the_same_tree() {
         let b = Backend::start(&[option]);
         let original = b"the bytes of the digest\n";
         let digest = b.write_input("lib/a.h", original);
-        let mut tb = TreeBuilder::new();
-        tb.add_file("ws/lib/a.h", digest, false).unwrap();
-        let tree = tb.build();
-        b.push_tree(&tree);
+        let tree = b.push_files([("ws/lib/a.h", digest)]);
         let manifest = || b.manifest(&tree, &[("/ws/out/o", "file")]);
         let first = b.create_ok("1", manifest());
         assert_built_as(&b, mode, &first);
@@ -646,11 +639,7 @@ fn a_digest_is_never_served_with_other_bytes() {
         for round in 0..3 {
             let text = format!("version {round}\n");
             let digest = b.write_input("a.txt", text.as_bytes());
-            let mut tb = TreeBuilder::new();
-            tb.add_file("ws/a.txt", digest, false).unwrap();
-            tb.add_file("ws/c.txt", captured.clone(), false).unwrap();
-            let tree = tb.build();
-            b.push_tree(&tree);
+            let tree = b.push_files([("ws/a.txt", digest), ("ws/c.txt", captured.clone())]);
             if round == 0 {
                 b.client()
                     .push(Push {
@@ -690,10 +679,7 @@ fn a_digest_is_never_served_with_other_bytes() {
                 content: [(lie.hash.clone(), located_content(&located))].into(),
             })
             .unwrap();
-        let mut tb = TreeBuilder::new();
-        tb.add_file("ws/lie.txt", lie, false).unwrap();
-        let tree = tb.build();
-        b.push_tree(&tree);
+        let tree = b.push_files([("ws/lie.txt", lie)]);
         let err = b.create_error("lie", b.manifest(&tree, &[]));
         assert!(err.contains("refused") && err.contains("lie.txt"), "{err}");
         b.close();
@@ -707,10 +693,7 @@ fn inputs_open_with_no_message_and_share_one_inode_per_digest() {
     }
     let b = Backend::start(&["--native_below=0"]);
     let bytes = b"int x;\n";
-    let mut tb = TreeBuilder::new();
-    tb.add_file("ws/h.h", digest_of(bytes), false).unwrap();
-    let tree = tb.build();
-    b.push_tree(&tree);
+    let tree = b.push_files([("ws/h.h", digest_of(bytes))]);
     b.push_inline(bytes);
     let one = b.create_ok("one", b.manifest(&tree, &[]));
     let two = b.create_ok("two", b.manifest(&tree, &[]));
@@ -854,11 +837,19 @@ fn bad_input_gets_an_error_and_the_backend_keeps_serving() {
         b.destroy_ok(id);
     }
     b.destroy_ok("1");
-    let scratch_left: Vec<_> = fs::read_dir(&b.base)
-        .unwrap()
-        .flat_map(|base| fs::read_dir(base.unwrap().path().join("scratch")).unwrap())
-        .collect();
-    assert!(scratch_left.is_empty(), "{scratch_left:?}");
+    // Scratch directories leave after the Destroy's answer (departures).
+    let scratch_left = || -> Vec<PathBuf> {
+        fs::read_dir(&b.base)
+            .unwrap()
+            .flat_map(|base| fs::read_dir(base.unwrap().path().join("scratch")).unwrap())
+            .map(|entry| entry.unwrap().path())
+            .collect()
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || scratch_left().is_empty()),
+        "{:?}",
+        scratch_left()
+    );
     b.close();
 }
 
@@ -904,10 +895,7 @@ impl Held {
         let file = fx.write("src/f", "held\n");
         let daemon = fx.start(&[]);
         daemon.create(sandbox("x", vec![ro("/ws/f", &file)]));
-        let mut tb = TreeBuilder::new();
-        tb.add_file("ws/f", digest_of(b"held\n"), false).unwrap();
-        let tree = tb.build();
-        b.push_tree(&tree);
+        let tree = b.push_files([("ws/f", digest_of(b"held\n"))]);
         let mut manifest = b.manifest(&tree, &[]);
         // Nothing has looked below x yet: the first lookup must be asked.
         manifest.exec_root = daemon.path("x").display().to_string();
@@ -1104,11 +1092,7 @@ fn closing_stdin_with_requests_in_flight_answers_them_and_removes_everything() {
         return;
     }
     let mut b = Backend::start(&[]);
-    let mut tb = TreeBuilder::new();
-    tb.add_file("ws/f", b.write_input("f", b"f"), false)
-        .unwrap();
-    let tree = tb.build();
-    b.push_tree(&tree);
+    let tree = b.push_files([("ws/f", b.write_input("f", b"f"))]);
     // In flight for sure when stdin closes: the held Create cannot finish
     // until released, after the close, nor can those queued behind it.
     let mut held = Held::new(&b);
@@ -1217,14 +1201,8 @@ fn evicted_and_spent_content_is_missing_content_until_pushed_again() {
     for name in ["f", "g"] {
         b.write_input(name, b"not the digest's bytes");
     }
-    let tree_of = |name: &str, bytes: &[u8]| {
-        let mut tb = TreeBuilder::new();
-        tb.add_file(&format!("ws/{name}"), digest_of(bytes), false)
-            .unwrap();
-        let tree = tb.build();
-        b.push_tree(&tree);
-        tree
-    };
+    let tree_of =
+        |name: &str, bytes: &[u8]| b.push_files([(format!("ws/{name}"), digest_of(bytes))]);
     let push = |bytes: &[u8], retention: Retention| {
         b.client()
             .push(Push {
@@ -1529,15 +1507,7 @@ fn relative_content_locations_are_read_below_the_workspaces_parent() {
                 .into(),
             })
             .unwrap();
-        let mut tb = TreeBuilder::new();
-        tb.add_file(
-            "ws/bin/tool.runfiles/ws/data/member.txt",
-            digest_of(bytes),
-            false,
-        )
-        .unwrap();
-        let tree = tb.build();
-        b.push_tree(&tree);
+        let tree = b.push_files([("ws/bin/tool.runfiles/ws/data/member.txt", digest_of(bytes))]);
         let member = "ws/bin/tool.runfiles/ws/data/member.txt";
         let root = b.create_ok("1", b.manifest(&tree, &[]));
         assert_eq!(fs::read(root.join(member)).unwrap(), bytes, "{mode}");
@@ -1645,13 +1615,11 @@ fn sources_reached_through_symlink_chains_are_served_with_their_bytes() {
         let b = Backend::start(&options);
         fs::create_dir_all(b.exec_root().join(WS)).unwrap();
         let _sources = symlinked_sources(&b);
-        let mut tb = TreeBuilder::new();
-        for (path, bytes) in inputs {
-            tb.add_file(&format!("ws/{path}"), digest_of(bytes), false)
-                .unwrap();
-        }
-        let tree = tb.build();
-        b.push_tree(&tree);
+        let tree = b.push_files(
+            inputs
+                .iter()
+                .map(|(path, bytes)| (format!("ws/{path}"), digest_of(bytes))),
+        );
         let root = b.create_ok("1", b.manifest(&tree, &[(output, "file")]));
         for (path, bytes) in inputs {
             assert_built_as(&b, mode, &root);
@@ -1717,10 +1685,7 @@ fn a_default_place_that_changed_since_bazel_hashed_it_is_refused() {
     for (mode, options, output, at_create) in cases {
         let b = Backend::start(&options);
         let hashed = b.write_input("src/a.txt", b"as hashed\n");
-        let mut tb = TreeBuilder::new();
-        tb.add_file("ws/src/a.txt", hashed, false).unwrap();
-        let tree = tb.build();
-        b.push_tree(&tree);
+        let tree = b.push_files([("ws/src/a.txt", hashed)]);
         // Changed, through a link too: the chain's end is what counts.
         b.write_input("src/real.txt", b"other, longer bytes\n");
         fs::remove_file(b.exec_root().join("ws/src/a.txt")).unwrap();
@@ -1761,14 +1726,11 @@ fn default_places_are_captured_once_by_digest_and_checked_by_their_bytes() {
     for (mode, option) in modes() {
         let b = Backend::start(&[option, "--store_max_bytes=1500"]);
         let tree_of = |files: &[(&str, reapi::Digest)]| {
-            let mut tb = TreeBuilder::new();
-            for (path, digest) in files {
-                tb.add_file(&format!("ws/{path}"), digest.clone(), false)
-                    .unwrap();
-            }
-            let tree = tb.build();
-            b.push_tree(&tree);
-            tree
+            b.push_files(
+                files
+                    .iter()
+                    .map(|(path, digest)| (format!("ws/{path}"), digest.clone())),
+            )
         };
 
         // Other bytes of the same size.
@@ -1826,14 +1788,11 @@ fn many_digests_to_capture_are_captured_in_the_background() {
         return;
     }
     let b = Backend::start(&["--native_below=1000000000"]);
-    let mut tb = TreeBuilder::new();
-    for n in 0..100 {
+    let tree = b.push_files((0..100).map(|n| {
         let rel = format!("many/f{n}");
         let digest = b.write_input(&rel, format!("input {n}\n").as_bytes());
-        tb.add_file(&format!("ws/{rel}"), digest, false).unwrap();
-    }
-    let tree = tb.build();
-    b.push_tree(&tree);
+        (format!("ws/{rel}"), digest)
+    }));
     let root = b.create_ok("1", b.manifest(&tree, &[]));
     assert_built_as(&b, "native", &root);
     let first = fs::read_link(root.join("ws/many/f7")).unwrap();
@@ -1883,11 +1842,7 @@ fn files_at_or_above_capture_below_are_served_at_their_default_place() {
     let b = Backend::start(&["--native_below=1000000000", "--capture_below=16"]);
     let small = b.write_input("small.txt", b"15 bytes, this\n");
     let large = b.write_input("large.txt", b"sixteen bytes!!\n");
-    let mut tb = TreeBuilder::new();
-    tb.add_file("ws/small.txt", small, false).unwrap();
-    tb.add_file("ws/large.txt", large, false).unwrap();
-    let tree = tb.build();
-    b.push_tree(&tree);
+    let tree = b.push_files([("ws/small.txt", small), ("ws/large.txt", large)]);
     let root = b.create_ok("1", b.manifest(&tree, &[]));
     assert_built_as(&b, "native", &root);
     let small_target = fs::read_link(root.join("ws/small.txt")).unwrap();
@@ -2242,11 +2197,7 @@ fn the_jail_option_picks_creates_confinement() {
         (Some("--jail=none"), "none"),
     ] {
         let b = Backend::start(&option.into_iter().collect::<Vec<_>>());
-        let mut tb = TreeBuilder::new();
-        tb.add_file("ws/f", b.write_input("f", b"f"), false)
-            .unwrap();
-        let tree = tb.build();
-        b.push_tree(&tree);
+        let tree = b.push_files([("ws/f", b.write_input("f", b"f"))]);
         let answer = b
             .client()
             .create("1", b.manifest(&tree, &[]))

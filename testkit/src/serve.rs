@@ -9,8 +9,9 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use actionfs_protocol::backend::client::{Answer, Client, ClientError};
+use actionfs_protocol::backend::reapi::Digest;
 use actionfs_protocol::backend::sandbox::{self, create, negotiate, Manifest};
-use actionfs_protocol::backend::tree::Tree;
+use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
 
 /// RUST_LOG for a backend whose log a test reads: the SIGUSR1 report
 /// (warn) and what the start removed of dead backends (lifecycle, info).
@@ -122,6 +123,18 @@ impl ServeProcess {
     /// Pushes the tree's blobs (no content).
     pub fn push_tree(&self, tree: &Tree) {
         self.client().push(tree.to_push()).unwrap();
+    }
+
+    /// The tree of `files` (path from the root, digest; each a regular,
+    /// non-executable file), its blobs pushed (no content).
+    pub fn push_files<P: AsRef<str>>(&self, files: impl IntoIterator<Item = (P, Digest)>) -> Tree {
+        let mut builder = TreeBuilder::new();
+        for (path, digest) in files {
+            builder.add_file(path.as_ref(), digest, false).unwrap();
+        }
+        let tree = builder.build();
+        self.push_tree(&tree);
+        tree
     }
 
     /// Creates `id`, expecting Ok; returns the sandbox root.
