@@ -13,10 +13,12 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-type Work = Box<dyn FnOnce() + Send>;
+/// What is left of destroying a sandbox, given its id.
+type Work = Box<dyn FnOnce(&str) + Send>;
 
 pub struct Departures {
-    queue: Mutex<Option<Sender<(String, Work)>>>,
+    /// `None` if the thread could not be started.
+    queue: Option<Sender<(String, Work)>>,
     leaving: Arc<Leaving>,
 }
 
@@ -45,7 +47,7 @@ impl Departures {
             .name("departures".into())
             .spawn(move || {
                 for (id, work) in work {
-                    work();
+                    work(&id);
                     done.done(&id);
                 }
             });
@@ -56,17 +58,14 @@ impl Departures {
                 None
             }
         };
-        Departures {
-            queue: Mutex::new(queue),
-            leaving,
-        }
+        Departures { queue, leaving }
     }
 
     /// Runs `work`, what is left of destroying sandbox `id`, on the
     /// departures thread (inline if there is none).
     pub fn send(&self, id: &str, work: Work) {
         self.leaving.ids.lock().insert(id.to_owned());
-        let unsent = match &*self.queue.lock() {
+        let unsent = match &self.queue {
             Some(queue) => queue
                 .send((id.to_owned(), work))
                 .err()
@@ -74,7 +73,7 @@ impl Departures {
             None => Some(work),
         };
         if let Some(work) = unsent {
-            work();
+            work(id);
             self.leaving.done(id);
         }
     }
@@ -108,20 +107,23 @@ mod tests {
         let departures = Departures::start();
         let ran = Arc::new(AtomicUsize::new(0));
         let (release, blocked) = channel::<()>();
-        let counted = ran.clone();
+        let given = Arc::new(Mutex::new(Vec::new()));
+        let (counted, seen) = (ran.clone(), given.clone());
         departures.send(
             "a",
-            Box::new(move || {
+            Box::new(move |id| {
                 blocked.recv().unwrap();
+                seen.lock().push(id.to_owned());
                 counted.fetch_add(1, Ordering::SeqCst);
             }),
         );
         // The send returned while the work is blocked: it runs elsewhere.
         assert_eq!(ran.load(Ordering::SeqCst), 0);
-        let counted = ran.clone();
+        let (counted, seen) = (ran.clone(), given.clone());
         departures.send(
             "b",
-            Box::new(move || {
+            Box::new(move |id| {
+                seen.lock().push(id.to_owned());
                 counted.fetch_add(10, Ordering::SeqCst);
             }),
         );
@@ -136,7 +138,8 @@ mod tests {
             assert!(waiter.join().unwrap() >= 1);
         });
         departures.wait_idle();
-        assert_eq!(ran.load(Ordering::SeqCst), 11, "both ran, in order, once");
+        assert_eq!(ran.load(Ordering::SeqCst), 11, "both ran, once");
+        assert_eq!(*given.lock(), ["a", "b"], "each given its id, in order");
         // An id never sent does not wait.
         departures.wait_for("c");
     }

@@ -738,11 +738,10 @@ impl Service {
             Err(err) => (Err(err.to_string()), None),
         };
         self.store.release(id);
-        let (trash, owner) = (self.trash.clone(), id.to_owned());
+        let trash = self.trash.clone();
         self.departures.send(
             id,
-            Box::new(move || {
-                let id = owner;
+            Box::new(move |id| {
                 if let Some(Err(err)) = departure.map(|d| d.finish()) {
                     log::warn!("sandbox {id:?}: destroy: {err}");
                 }
