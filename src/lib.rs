@@ -38,6 +38,8 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+#[cfg(target_os = "linux")]
+pub mod allocator;
 pub mod cli;
 pub mod daemon;
 pub mod fuse;

@@ -8,7 +8,7 @@ use actionfs::daemon::{stop, Stopped};
 
 #[cfg(target_os = "linux")]
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: actionfs::allocator::Allocator = actionfs::allocator::Allocator::new();
 
 fn main() -> ExitCode {
     // The jail, before anything else: it runs before every action.
