@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use actionfs::sandbox::hybrid::cutoff::Policy;
 use actionfs::sandbox::hybrid::NativeSandboxes;
-use actionfs::sandbox::layout::{self, Entry};
+use actionfs::sandbox::layout::Draft;
 use actionfs::sandbox::materialize::Method;
 use actionfs_protocol::ResolvedMapping;
 use actionfs_testkit::bench::{bench_dir, sizes};
@@ -46,8 +46,8 @@ impl Inputs {
         }
     }
 
-    /// The next action's scratch directory and plan.
-    fn next(&mut self) -> (PathBuf, Entry) {
+    /// The next action's scratch directory and finished draft.
+    fn next(&mut self) -> (PathBuf, Draft) {
         self.next += 1;
         let scratch = self.dir.path().join(format!("{}/scratch", self.next));
         std::fs::create_dir_all(&scratch).unwrap();
@@ -66,8 +66,10 @@ impl Inputs {
                 writable: false,
             });
         }
-        let plan = layout::plan(&mappings, Path::new("/nonexistent-mount"), None).unwrap();
-        (scratch, plan)
+        let draft = Draft::of(&mappings, None)
+            .finish(Path::new("/nonexistent-mount"))
+            .unwrap();
+        (scratch, draft)
     }
 }
 
@@ -75,10 +77,10 @@ impl Inputs {
 fn actions(native: &NativeSandboxes, inputs: &mut Inputs, iters: u64) -> (Duration, Duration) {
     let (mut create, mut destroy) = (Duration::ZERO, Duration::ZERO);
     for i in 0..iters {
-        let (scratch, mut plan) = inputs.next();
+        let (scratch, draft) = inputs.next();
         let id = format!("a{i}");
         let started = Instant::now();
-        native.create(&id, &mut plan).unwrap();
+        native.create(&id, &draft).unwrap();
         create += started.elapsed();
         let started = Instant::now();
         native.destroy(&id).unwrap();

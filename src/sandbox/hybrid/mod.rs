@@ -25,7 +25,7 @@ mod reuse_tests;
 use cutoff::Policy;
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -36,7 +36,6 @@ use crate::daemon::access_log::AccessLog;
 use crate::daemon::reconfig::{Backend, Refusal};
 use crate::daemon::stats::{Built, Stats};
 use crate::sandbox::dirfd::Anchor;
-use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::layout::{Draft, Entry};
 use crate::sandbox::materialize::reuse::{self, Stamps};
 use crate::sandbox::materialize::shape::Dir;
@@ -183,15 +182,15 @@ impl Sandboxes {
         Ok(InFlight { owner: self, id })
     }
 
-    /// Builds sandbox `id` natively from `plan`, or hands the same plan to
+    /// Builds sandbox `id` natively from `draft`, or hands the draft to
     /// the FUSE view where the materializer cannot build it.
     fn create_native(
         &self,
         native: &NativeSandboxes,
         id: &str,
-        mut plan: Entry,
+        draft: Draft,
     ) -> Result<Built, SandboxError> {
-        match native.create(id, &mut plan) {
+        match native.create(id, &draft) {
             Ok((links, built)) => {
                 let shown = self.fs.create_sandbox_link(id, links, OsStr::new(id));
                 if shown.is_err() {
@@ -204,7 +203,7 @@ impl Sandboxes {
             Err(why) => {
                 log::info!("sandbox {id:?}: served by FUSE, as it cannot be built natively: {why}");
                 self.fs
-                    .create_planned(id, plan)
+                    .create_drafted(id, draft)
                     .map(|()| Built::FuseFallback)
             }
         }
@@ -246,30 +245,14 @@ impl Backend for Sandboxes {
             .as_deref()
             .filter(|n| n.wants(id, draft.made_in(), draft.mapping_count()));
         let built = match native {
-            // The materializer needs every input's type.
-            Some(native) => {
-                match draft.typed() {
-                    // A sandbox whose root is mapped to a file is that
-                    // file: served by FUSE, where a read-only one stays
-                    // read-only.
-                    Ok(plan)
-                        if plan
-                            .mapped
-                            .as_ref()
-                            .is_some_and(|m| m.kind != FileKind::Directory) =>
-                    {
-                        log::debug!("sandbox {id:?}: its root is a file: FUSE");
-                        self.fs.create_drafted(id, draft)?;
-                        Built::Fuse
-                    }
-                    Ok(plan) => self.create_native(native, id, plan)?,
-                    Err(why) => {
-                        log::info!("sandbox {id:?}: served by FUSE, as its inputs cannot all be typed: {why}");
-                        self.fs.create_drafted(id, draft)?;
-                        Built::FuseFallback
-                    }
-                }
+            // A sandbox whose root is mapped to a file is that file:
+            // served by FUSE, where a read-only one stays read-only.
+            Some(_) if draft.root_is_file() => {
+                log::debug!("sandbox {id:?}: its root is a file: FUSE");
+                self.fs.create_drafted(id, draft)?;
+                Built::Fuse
             }
+            Some(native) => self.create_native(native, id, draft)?,
             None => {
                 let planned = started.elapsed();
                 self.fs.create_drafted(id, draft)?;
@@ -390,8 +373,8 @@ struct Reusable {
 
 /// Where a sandbox's inputs would go, when they can come from a stash.
 struct ReuseTarget {
-    /// Names from the sandbox root to the writable directory's entry.
-    names: Vec<OsString>,
+    /// The writable directory, in the draft.
+    at: u32,
     root: Arc<Anchor>,
     want: Dir,
     pool: Arc<Pool>,
@@ -504,32 +487,35 @@ impl NativeSandboxes {
         self.live.lock().get(id).map(|live| live.mappings)
     }
 
-    /// Builds sandbox `id` (a validated id, not yet in use) from `plan`,
-    /// from a stash where one fits, and the symlink `links/ID` to it;
-    /// returns the `links` directory and how it was built. On error
-    /// nothing is left and `plan` is as it was.
+    /// Builds sandbox `id` (a validated id, not yet in use) from `draft`
+    /// (finished), from a stash where one fits, and the symlink `links/ID`
+    /// to it; returns the `links` directory and how it was built. Inputs a
+    /// stash brings are never typed into a plan. On error nothing is left.
     pub fn create(
         &self,
         id: &str,
-        plan: &mut Entry,
+        draft: &Draft,
     ) -> Result<(Arc<Anchor>, Built), materialize::Error> {
         let dir = self.native_dir()?;
         let root = self.trees.join(id);
-        let target = self.reuse_target(plan);
+        let target = self.reuse_target(draft);
         let stashed = target
             .as_ref()
             .and_then(|target| Some((target, target.pool.take(&target.want)?)));
         let from_stash = stashed.and_then(|(target, stash)| {
-            self.build_from_stash(plan, &root, target, stash)
+            self.build_from_stash(draft, &root, target, stash)
                 .map_err(|why| log::info!("sandbox {id:?}: built afresh, as {why}"))
                 .ok()
         });
         let (built, how) = match from_stash {
             Some(built) => (built, Built::Stash),
-            None => (
-                materialize::materialize(plan, &root, self.options())?,
-                Built::Native,
-            ),
+            None => {
+                let plan = typed(draft, None, &root)?;
+                (
+                    materialize::materialize(&plan, &root, self.options())?,
+                    Built::Native,
+                )
+            }
         };
         let link = dir.links.path().join(id);
         if let Err(err) = std::os::unix::fs::symlink(&root, &link) {
@@ -541,7 +527,7 @@ impl NativeSandboxes {
         let reusable = target.and_then(|target| reusable(target, &built));
         let live = Live {
             built,
-            mappings: plan.mapping_count(),
+            mappings: draft.mapping_count(),
             reusable,
         };
         self.live.lock().insert(id.to_owned(), live);
@@ -555,28 +541,27 @@ impl NativeSandboxes {
         }
     }
 
-    /// Where `plan`'s inputs would go if they can come from a stash.
-    fn reuse_target(&self, plan: &Entry) -> Option<ReuseTarget> {
+    /// Where `draft`'s inputs would go if they can come from a stash.
+    fn reuse_target(&self, draft: &Draft) -> Option<ReuseTarget> {
         let stashes = self.stashes.as_ref()?;
-        let names = inputs_dir(plan)?;
-        let entry = entry_at(plan, &names);
-        let want = Dir::of_plan(entry)?;
-        let root = entry.mapped.as_ref()?.anchor.clone();
+        let at = draft.inputs_dir()?;
+        let want = Dir::of_draft(draft, at)?;
+        let root = draft.dirs[at as usize].mapped.as_ref()?.anchor.clone()?;
         let pool = stashes.pool_for(&root)?;
         Some(ReuseTarget {
-            names,
+            at,
             root,
             want,
             pool,
         })
     }
 
-    /// Builds `plan` at `root` with the inputs of its writable directory
-    /// taken from `stash`, reshaped. On error nothing is left, the stash
-    /// is discarded and `plan` is as it was.
+    /// Builds `draft` at `root` with the inputs of its writable directory
+    /// taken from `stash`, reshaped. On error nothing is left and the
+    /// stash is discarded.
     fn build_from_stash(
         &self,
-        plan: &mut Entry,
+        draft: &Draft,
         root: &Path,
         target: &ReuseTarget,
         stash: Stash,
@@ -600,10 +585,8 @@ impl NativeSandboxes {
             .and_then(|_| {
                 // Everything but the writable directory's inputs, which
                 // come from the stash.
-                let inputs = std::mem::take(&mut entry_at_mut(plan, &target.names).children);
-                let built = materialize::materialize(plan, root, self.options());
-                entry_at_mut(plan, &target.names).children = inputs;
-                built
+                let plan = typed(draft, Some(target.at), root)?;
+                materialize::materialize(&plan, root, self.options())
             });
         let mut built = match built {
             Ok(built) => built,
@@ -745,45 +728,11 @@ fn stash(reusable: Reusable, keep: bool) -> Result<(), materialize::Error> {
     }
 }
 
-/// The names leading from `plan`'s root to the shallowest writable
-/// directory mapping with mappings nested below it.
-fn inputs_dir(plan: &Entry) -> Option<Vec<OsString>> {
-    let mut level: Vec<(Vec<OsString>, &Entry)> = vec![(Vec::new(), plan)];
-    while !level.is_empty() {
-        for (names, entry) in &level {
-            if let Some(mapped) = &entry.mapped {
-                if mapped.writable && mapped.kind == FileKind::Directory {
-                    return Some(names.clone());
-                }
-            }
-        }
-        level = level
-            .into_iter()
-            .flat_map(|(names, entry)| {
-                entry
-                    .children
-                    .iter()
-                    .filter(|(_, child)| !child.children.is_empty())
-                    .map(move |(name, child)| {
-                        let mut names = names.clone();
-                        names.push(name.clone());
-                        (names, child)
-                    })
-            })
-            .collect();
-    }
-    None
-}
-
-fn entry_at<'a>(plan: &'a Entry, names: &[OsString]) -> &'a Entry {
-    names.iter().fold(plan, |entry, name| &entry.children[name])
-}
-
-fn entry_at_mut<'a>(plan: &'a mut Entry, names: &[OsString]) -> &'a mut Entry {
-    names.iter().fold(plan, |entry, name| {
-        entry
-            .children
-            .get_mut(name)
-            .expect("a path found in this plan")
+/// `draft` typed into a plan for the materializer, with directory
+/// `left_empty`'s inputs left out (see [`Draft::typed_except`]); a leaf
+/// that cannot be typed refuses the build of `root`.
+fn typed(draft: &Draft, left_empty: Option<u32>, root: &Path) -> Result<Entry, materialize::Error> {
+    draft.typed_except(left_empty).map_err(|err| {
+        materialize::Error::other(root, &format!("its inputs cannot all be typed: {err}"))
     })
 }

@@ -13,7 +13,8 @@ use super::cutoff::Policy;
 use super::NativeSandboxes;
 use crate::daemon::stats::Built;
 use crate::sandbox::dirfd::DirFd;
-use crate::sandbox::layout::{self, Entry};
+use crate::sandbox::file_kind::FileKind;
+use crate::sandbox::layout::{self, Draft, Entry};
 use crate::sandbox::materialize::shape::{read_dir_shape, Dir};
 use crate::sandbox::materialize::{self, reuse, Method, Options};
 
@@ -38,6 +39,8 @@ const INPUTS: [&str; 16] = [
     "c/d/f0",
     "a/b/c/f0",
 ];
+
+const MOUNT: &str = "/nonexistent-mount";
 
 /// Directories an action may write a file of its own into.
 const WRITABLE_SPOTS: [&str; 5] = ["a", "a/b", "c", "out", "d/e/f"];
@@ -85,7 +88,25 @@ impl Lab {
         dir
     }
 
+    /// The plan of the reference planner, for a fresh build to compare
+    /// with.
     fn plan(&self, scratch: &Path, inputs: u16, variants: u16) -> Entry {
+        layout::plan(
+            &self.mappings(scratch, inputs, variants),
+            Path::new(MOUNT),
+            None,
+        )
+        .unwrap()
+    }
+
+    /// The finished draft a create hands the native sandboxes.
+    fn draft(&self, scratch: &Path, inputs: u16, variants: u16) -> Draft {
+        Draft::of(&self.mappings(scratch, inputs, variants), None)
+            .finish(Path::new(MOUNT))
+            .unwrap()
+    }
+
+    fn mappings(&self, scratch: &Path, inputs: u16, variants: u16) -> Vec<ResolvedMapping> {
         let mut mappings = vec![ResolvedMapping {
             path: "/ws".to_owned(),
             underlying: scratch.to_owned(),
@@ -101,7 +122,7 @@ impl Lab {
                 });
             }
         }
-        layout::plan(&mappings, Path::new("/nonexistent-mount"), None).unwrap()
+        mappings
     }
 
     fn native(&self, stashes: usize) -> NativeSandboxes {
@@ -173,6 +194,50 @@ fn op() -> impl Strategy<Value = Op> {
 
 const STASHES: usize = 2;
 
+/// Every mapped entry of `plan`: sandbox path, underlying path, writable,
+/// type; sorted.
+fn listing(plan: &Entry) -> Vec<(String, PathBuf, bool, FileKind)> {
+    type Listed = (String, PathBuf, bool, FileKind);
+    fn walk(entry: &Entry, path: &str, all: &mut Vec<Listed>) {
+        if let Some(m) = &entry.mapped {
+            all.push((path.to_owned(), m.underlying.clone(), m.writable, m.kind));
+        }
+        for (name, child) in &entry.children {
+            walk(child, &format!("{path}/{}", name.to_string_lossy()), all);
+        }
+    }
+    let mut all = Vec::new();
+    walk(plan, "", &mut all);
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
+
+    /// A create reads its inputs' shape from the draft and types only what
+    /// lies outside them; both agree with the reference planner's plan.
+    #[test]
+    fn a_drafts_shape_and_its_plan_outside_the_inputs_match_the_reference_plan(
+        inputs in any::<u16>(),
+        variants in any::<u16>(),
+    ) {
+        let mut lab = Lab::new();
+        let scratch = lab.scratch();
+        let draft = lab.draft(&scratch, inputs, variants);
+        let plan = lab.plan(&scratch, inputs, variants);
+        let at = draft.inputs_dir().unwrap();
+        prop_assert_eq!(draft.dir_path(at), "/ws");
+        let ws = &plan.children[std::ffi::OsStr::new("ws")];
+        prop_assert_eq!(Dir::of_draft(&draft, at), Dir::of_plan(ws));
+        prop_assert_eq!(listing(&draft.typed().unwrap()), listing(&plan));
+        prop_assert_eq!(
+            listing(&draft.typed_except(Some(at)).unwrap()),
+            vec![("/ws".to_owned(), scratch.clone(), true, FileKind::Directory)]
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
 
@@ -191,8 +256,8 @@ proptest! {
                     }
                     let id = format!("s{n}");
                     let scratch = lab.scratch();
-                    let mut plan = lab.plan(&scratch, inputs, variants);
-                    let (_, built) = native.create(&id, &mut plan).unwrap();
+                    let draft = lab.draft(&scratch, inputs, variants);
+                    let (_, built) = native.create(&id, &draft).unwrap();
                     prop_assert!(matches!(built, Built::Native | Built::Stash));
                     let made = shape_of(&scratch);
                     prop_assert!(made.is_some(), "a file of an action reached sandbox {}", id);
@@ -289,7 +354,7 @@ fn stash_dirs(lab: &Lab) -> Vec<PathBuf> {
 fn stash_one(lab: &mut Lab, native: &NativeSandboxes) {
     let first = lab.scratch();
     native
-        .create("first", &mut lab.plan(&first, u16::MAX, 0))
+        .create("first", &lab.draft(&first, u16::MAX, 0))
         .unwrap();
     native.destroy("first").unwrap();
 }
@@ -309,7 +374,7 @@ fn a_stash_that_changed_is_not_used() {
 
     let second = lab.scratch();
     let (_, built) = native
-        .create("second", &mut lab.plan(&second, all, 0))
+        .create("second", &lab.draft(&second, all, 0))
         .unwrap();
     assert_eq!(built, Built::Native, "built afresh");
     assert_eq!(shape_of(&second), fresh_shape(&mut lab, all, 0));
@@ -329,13 +394,12 @@ fn a_stash_that_cannot_go_in_leaves_nothing_behind() {
     let second = lab.scratch();
     fs::write(second.join("c"), "the owner's").unwrap();
     let before = walk(&second);
-    let mut plan = lab.plan(&second, all, 0);
-    let error = native.create("second", &mut plan).unwrap_err();
+    let error = native
+        .create("second", &lab.draft(&second, all, 0))
+        .unwrap_err();
     assert!(error.to_string().contains("already exists"), "{error}");
     assert_eq!(walk(&second), before);
     assert!(!native.trees.join("second").exists());
-    // The plan is whole again, for the FUSE view to take.
-    assert_eq!(plan.mapping_count(), INPUTS.len() + 1);
     native.destroy_all();
     assert!(stash_dirs(&lab).is_empty());
 }

@@ -721,8 +721,27 @@ impl Draft {
     /// draft's), for the native materializer. Fails on the first leaf that
     /// cannot be typed (a missing input among them).
     pub fn typed(&self) -> Result<Entry, PlanError> {
+        self.typed_except(None)
+    }
+
+    /// [`Draft::typed`], with directory `left_empty` (if any) kept mapped
+    /// but with nothing below it: for a build whose inputs there come
+    /// from elsewhere (a stash), so that they are not typed for nothing.
+    pub fn typed_except(&self, left_empty: Option<u32>) -> Result<Entry, PlanError> {
+        // Directories come after their parents: one pass marks every
+        // directory below `left_empty`.
+        let mut omitted = vec![false; self.dirs.len()];
+        if let Some(empty) = left_empty {
+            for at in 1..self.dirs.len() {
+                let parent = self.dirs[at].parent;
+                omitted[at] = parent == empty || omitted[parent as usize];
+            }
+        }
         let mut leaves = Vec::with_capacity(self.count);
         for (at, dir) in self.dirs.iter().enumerate() {
+            if omitted[at] || left_empty == Some(at as u32) {
+                continue;
+            }
             leaves.extend(dir.leaves.iter().map(|leaf| (at as u32, *leaf)));
         }
         let paths: Vec<PathBuf> = leaves
@@ -776,6 +795,9 @@ impl Draft {
         // Children after parents: fold each directory into its parent,
         // last first.
         for at in (1..self.dirs.len()).rev() {
+            if omitted[at] {
+                continue;
+            }
             let entry = std::mem::take(&mut entries[at]);
             let dir = &self.dirs[at];
             let name = OsStr::from_bytes(self.name(dir.name.expect("not the root"))).to_owned();

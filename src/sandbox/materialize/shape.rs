@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use crate::sandbox::dirfd::{c_name, readlink_at};
 use crate::sandbox::file_kind::FileKind;
-use crate::sandbox::layout::Entry;
+use crate::sandbox::layout::Draft;
 
 /// One entry of a shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,8 +96,10 @@ impl Dir {
     /// directory mapping): `None` if any of them is not made of plain
     /// directories and symlinks fixed by the plan (a read-only directory
     /// copied entry by entry, a writable directory with mappings inside),
-    /// or if a mapped symlink cannot be read.
-    pub fn of_plan(entry: &Entry) -> Option<Dir> {
+    /// or if a mapped symlink cannot be read. The reference for
+    /// [`Dir::of_draft`], which builds use.
+    #[cfg(test)]
+    pub fn of_plan(entry: &crate::sandbox::layout::Entry) -> Option<Dir> {
         let mut entries = BTreeMap::new();
         for (name, child) in &entry.children {
             let node = match &child.mapped {
@@ -112,6 +114,38 @@ impl Dir {
                 Some(mapped) => Node::Link(mapped.underlying.clone().into_os_string()),
             };
             entries.insert(name.clone(), node);
+        }
+        Some(Dir::new(entries))
+    }
+
+    /// [`Dir::of_plan`] of directory `at` of `draft` (finished), read
+    /// from the draft itself: the same shape without typing the inputs
+    /// into a plan first. A leaf of unknown type is a symlink if it reads
+    /// as one; `None` where `of_plan` gives none, or if a leaf cannot be
+    /// read (typing it would fail too).
+    pub fn of_draft(draft: &Draft, at: u32) -> Option<Dir> {
+        let dir = &draft.dirs[at as usize];
+        let mut entries = BTreeMap::new();
+        for leaf in &dir.leaves {
+            let underlying = draft.leaf_underlying(leaf);
+            let node = match leaf.kind {
+                Some(FileKind::Symlink) => Node::Link(read_link(&underlying)?),
+                Some(_) => Node::Link(underlying.into_os_string()),
+                None => match read_link(&underlying) {
+                    Some(target) => Node::Link(target),
+                    None if is_not_a_link(&underlying) => Node::Link(underlying.into_os_string()),
+                    None => return None,
+                },
+            };
+            entries.insert(OsStr::from_bytes(draft.name(leaf.name)).to_owned(), node);
+        }
+        for &(name, sub) in &dir.subdirs {
+            // A mapped directory here has mappings below it.
+            if draft.dirs[sub as usize].mapped.is_some() {
+                return None;
+            }
+            let node = Node::Dir(Dir::of_draft(draft, sub)?);
+            entries.insert(OsStr::from_bytes(draft.name(name)).to_owned(), node);
         }
         Some(Dir::new(entries))
     }
@@ -209,6 +243,18 @@ impl Dir {
         }
         shared
     }
+}
+
+/// The target of symlink `path`, if it is one.
+fn read_link(path: &std::path::Path) -> Option<OsString> {
+    let path = c_name(path.as_os_str()).ok()?;
+    let target = readlink_at(nix::fcntl::AT_FDCWD, &path).ok()?;
+    Some(OsString::from_vec(target.into_bytes()))
+}
+
+/// Whether `path` exists and is not a symlink.
+fn is_not_a_link(path: &std::path::Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|meta| !meta.file_type().is_symlink())
 }
 
 /// Reads the directory `dir` as a shape, for tests: every directory and
