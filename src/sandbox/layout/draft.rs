@@ -24,8 +24,8 @@
 //! is not an error; its name is absent from the sandbox.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -435,9 +435,20 @@ impl Draft {
 
     /// The underlying path of `leaf`.
     pub fn leaf_underlying(&self, leaf: &Leaf) -> PathBuf {
-        let mut path = self.anchors[leaf.anchor as usize].path().to_owned();
-        path.push(OsStr::from_bytes(self.name(leaf.underlying_name)));
-        path
+        // What `PathBuf::push` gives for a name with no `/`, in one
+        // allocation of the right size.
+        let dir = self.anchors[leaf.anchor as usize]
+            .path()
+            .as_os_str()
+            .as_bytes();
+        let name = self.name(leaf.underlying_name);
+        let mut path = Vec::with_capacity(dir.len() + 1 + name.len());
+        path.extend_from_slice(dir);
+        if !dir.ends_with(b"/") {
+            path.push(b'/');
+        }
+        path.extend_from_slice(name);
+        PathBuf::from(OsString::from_vec(path))
     }
 
     /// Every mapping applied, in request order: (sandbox path, underlying
@@ -868,6 +879,28 @@ mod tests {
         }
         lines.sort();
         lines
+    }
+
+    #[test]
+    fn a_leafs_underlying_path_is_its_directory_pushed_its_name() {
+        let mut draft = Draft::new(None);
+        for (index, underlying) in ["/f", "/a/f", "/a/b/long-name.h"].iter().enumerate() {
+            draft.add_known(
+                index,
+                &format!("/m{index}"),
+                underlying.as_bytes(),
+                false,
+                FileKind::RegularFile,
+            );
+        }
+        let leaves = &draft.dirs[0].leaves;
+        let paths: Vec<PathBuf> = leaves.iter().map(|l| draft.leaf_underlying(l)).collect();
+        assert_eq!(paths, ["/f", "/a/f", "/a/b/long-name.h"].map(PathBuf::from));
+        for (leaf, path) in leaves.iter().zip(&paths) {
+            let mut pushed = draft.anchors[leaf.anchor as usize].path().to_owned();
+            pushed.push(OsStr::from_bytes(draft.name(leaf.underlying_name)));
+            assert_eq!(&pushed, path);
+        }
     }
 
     #[test]

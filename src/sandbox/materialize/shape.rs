@@ -125,8 +125,7 @@ impl Dir {
     /// read (typing it would fail too).
     pub fn of_draft(draft: &Draft, at: u32) -> Option<Dir> {
         let dir = &draft.dirs[at as usize];
-        let mut entries = BTreeMap::new();
-        for leaf in &dir.leaves {
+        let leaves = dir.leaves.iter().map(|leaf| {
             let underlying = draft.leaf_underlying(leaf);
             let node = match leaf.kind {
                 Some(FileKind::Symlink) => Node::Link(read_link(&underlying)?),
@@ -137,17 +136,19 @@ impl Dir {
                     None => return None,
                 },
             };
-            entries.insert(OsStr::from_bytes(draft.name(leaf.name)).to_owned(), node);
-        }
-        for &(name, sub) in &dir.subdirs {
+            Some((OsStr::from_bytes(draft.name(leaf.name)).to_owned(), node))
+        });
+        let subdirs = dir.subdirs.iter().map(|&(name, sub)| {
             // A mapped directory here has mappings below it.
             if draft.dirs[sub as usize].mapped.is_some() {
                 return None;
             }
             let node = Node::Dir(Dir::of_draft(draft, sub)?);
-            entries.insert(OsStr::from_bytes(draft.name(name)).to_owned(), node);
-        }
-        Some(Dir::new(entries))
+            Some((OsStr::from_bytes(draft.name(name)).to_owned(), node))
+        });
+        // Collected, not inserted one by one: the map is built in bulk
+        // from its sorted entries (leaves mostly come sorted already).
+        Some(Dir::new(leaves.chain(subdirs).collect::<Option<_>>()?))
     }
 
     /// What the directory's entries cost to keep, roughly: a tmpfs inode
