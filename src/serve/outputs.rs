@@ -7,7 +7,7 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::sandbox::materialize::remove_tree;
 use crate::sandbox::merkle::{check_name, Checked, Walked};
@@ -115,18 +115,37 @@ pub fn check_against_tree(outputs: &[Output], walked: &Walked) -> Result<(), Str
 /// Makes, below `scratch` (the sandbox root's stand-in), each file
 /// output's parent and each directory output itself, writable and empty.
 pub fn prepare(scratch: &Path, outputs: &[Output]) -> io::Result<()> {
+    // Top down, each directory once: outputs share their parents, and a
+    // recursive mkdir tries each missing level twice (the full path
+    // first, failing, then its parent).
+    let mut made: HashSet<&str> = HashSet::new();
     for output in outputs {
-        let path = scratch.join(&output.path);
         let dir = if output.dir {
-            path.as_path()
+            output.path.as_str()
         } else {
-            path.parent().expect("an output is below the workspace")
+            output
+                .path
+                .rsplit_once('/')
+                .map_or("", |(parent, _)| parent)
         };
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(dir)
-            .map_err(|err| io::Error::new(err.kind(), format!("mkdir {}: {err}", dir.display())))?;
+        let levels = dir.match_indices('/').map(|(at, _)| &dir[..at]);
+        for level in levels.chain([dir]).filter(|level| !level.is_empty()) {
+            if made.contains(level) {
+                continue;
+            }
+            let path = scratch.join(level);
+            match fs::DirBuilder::new().mode(0o755).create(&path) {
+                Ok(()) => {}
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => {}
+                Err(err) => {
+                    return Err(io::Error::new(
+                        err.kind(),
+                        format!("mkdir {}: {err}", path.display()),
+                    ))
+                }
+            }
+            made.insert(level);
+        }
     }
     Ok(())
 }
@@ -221,6 +240,36 @@ mod tests {
         for bad in ["tmp", "/", "/tmp/..", "/a//b"] {
             assert!(check_sandbox_path(bad).is_err(), "{bad:?} was accepted");
         }
+    }
+
+    #[test]
+    fn prepare_makes_every_parent_once_and_refuses_a_file_in_the_way() {
+        let scratch = tempfile::tempdir().unwrap();
+        fs::create_dir(scratch.path().join("ws")).unwrap();
+        let mut outputs = vec![
+            check("ws", "/ws/a/b/c/f.o", "file", "").unwrap(),
+            check("ws", "/ws/a/b/c/g.o", "file", "").unwrap(),
+            check("ws", "/ws/a/d", "dir", "").unwrap(),
+            check("ws", "/ws/top", "file", "").unwrap(),
+        ];
+        outputs.sort_by(|a, b| a.path.cmp(&b.path));
+        prepare(scratch.path(), &outputs).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        for dir in ["ws/a", "ws/a/b", "ws/a/b/c", "ws/a/d"] {
+            let meta = fs::symlink_metadata(scratch.path().join(dir)).unwrap();
+            assert!(meta.is_dir(), "{dir}");
+            assert_eq!(meta.permissions().mode() & 0o700, 0o700, "{dir}");
+        }
+        assert!(!scratch.path().join("ws/top").exists());
+        assert!(!scratch.path().join("ws/a/b/c/f.o").exists());
+        // Again, over what is there: nothing changes, nothing fails.
+        prepare(scratch.path(), &outputs).unwrap();
+        // A file where a parent goes.
+        let blocked = tempfile::tempdir().unwrap();
+        fs::create_dir(blocked.path().join("ws")).unwrap();
+        fs::write(blocked.path().join("ws/a"), "x").unwrap();
+        let err = prepare(blocked.path(), &outputs).unwrap_err();
+        assert!(err.to_string().contains("ws/a"), "{err}");
     }
 
     #[test]

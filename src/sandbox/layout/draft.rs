@@ -196,7 +196,19 @@ impl Draft {
                 return;
             }
         }
-        let Some((under_parent, under_name)) = split_last(underlying) else {
+        // Consecutive inputs mostly lie in one underlying directory (the
+        // store's): then only the last name needs looking at.
+        let in_last_anchor = self.last_anchor.as_ref().and_then(|(last, _)| {
+            let name = underlying
+                .strip_prefix(last.as_slice())?
+                .strip_prefix(b"/")?;
+            is_plain_name(name).then_some(last.len())
+        });
+        let split = match in_last_anchor {
+            Some(at) => Some((&underlying[..at], &underlying[at + 1..])),
+            None => split_last(underlying),
+        };
+        let Some((under_parent, under_name)) = split else {
             // `/` or a path ending in `..`: a directory, pinned by finish.
             if self.find_leaf(dir, name.as_bytes()).is_some() {
                 self.found(index, path, underlying, Problem::MappedTwice);
@@ -838,6 +850,12 @@ fn split_last(path: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((parent, path.file_name()?.as_bytes()))
 }
 
+/// A name [`split_last`] would give as is: not empty, no `/`, not `.` or
+/// `..`.
+fn is_plain_name(name: &[u8]) -> bool {
+    !name.is_empty() && name != b"." && name != b".." && !name.contains(&b'/')
+}
+
 fn memrchr_slash(path: &[u8]) -> Option<usize> {
     path.iter().rposition(|&b| b == b'/')
 }
@@ -879,6 +897,35 @@ mod tests {
         }
         lines.sort();
         lines
+    }
+
+    #[test]
+    fn a_leaf_in_the_last_underlying_directory_splits_as_any_other() {
+        let paths = [
+            "/s/c/h1",
+            "/s/c/h2",
+            "/s/c/./h3",
+            "/s/c//h4",
+            "/s/c/..",
+            "/s/c/.",
+            "/s/c/h5/",
+            "/s/c/h6",
+            "/s//c/h7",
+            "/s//c/h8",
+            "/s/c/d/h9",
+            "/s/c/h10",
+        ];
+        let mut draft = Draft::new(None);
+        for (index, underlying) in paths.iter().enumerate() {
+            draft.add(index, &format!("/m{index}"), underlying.as_bytes(), false);
+        }
+        for leaf in &draft.dirs[0].leaves {
+            let underlying = paths[leaf.index as usize].as_bytes();
+            let (parent, name) = split_last(underlying).expect("a leaf has a last name");
+            let anchor = draft.anchors[leaf.anchor as usize].path();
+            assert_eq!(anchor.as_os_str().as_bytes(), parent, "{underlying:?}");
+            assert_eq!(draft.name(leaf.underlying_name), name, "{underlying:?}");
+        }
     }
 
     #[test]
