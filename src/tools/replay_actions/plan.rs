@@ -349,16 +349,30 @@ fn check_path(path: &str) -> Result<(), String> {
 }
 
 /// Sets each action's `deps`: the earlier actions whose outputs (a file,
-/// or a tree artifact holding the input) it reads.
+/// or a tree artifact holding the input) it reads, and those that declare
+/// one of its own outputs. The second matter where the log hides a read:
+/// a test's spawn declares `test.xml` and writes `test.log`, which it
+/// does not list, and the XML spawn after it reads that log and writes
+/// `test.xml`; run first, the XML spawn's output was deleted by the test
+/// spawn clearing its declared outputs (seen on CI, `--jobs 4`).
 fn link(actions: &mut [Action]) {
     let mut made_by: HashMap<String, usize> = HashMap::new();
+    let mut declared_before: Vec<Vec<usize>> = Vec::with_capacity(actions.len());
     for (i, action) in actions.iter().enumerate() {
+        let mut earlier = Vec::new();
         for output in &action.outputs {
-            made_by.entry(output.path.clone()).or_insert(i);
+            match made_by.get(&output.path) {
+                Some(&first) if !earlier.contains(&first) => earlier.push(first),
+                Some(_) => {}
+                None => {
+                    made_by.insert(output.path.clone(), i);
+                }
+            }
         }
+        declared_before.push(earlier);
     }
-    for (i, action) in actions.iter_mut().enumerate() {
-        let mut deps = Vec::new();
+    for ((i, action), earlier) in actions.iter_mut().enumerate().zip(declared_before) {
+        let mut deps = earlier;
         let read = action.inputs.iter().map(|input| match &input.source {
             Source::Runfiles(exec_path) => exec_path.as_str(),
             Source::Natural | Source::Virtual => input.path.as_str(),
@@ -795,6 +809,34 @@ mod tests {
         assert_eq!(last.inputs[3].digest.hash, sha256_hex(b"x"));
         assert_eq!(last.deps, [0]);
         assert_eq!(last.name(), "#3 Test (out/final)");
+    }
+
+    #[test]
+    fn a_later_writer_of_a_declared_output_runs_after_its_declarer() {
+        let dir = std::env::temp_dir().join(format!("replay-waw-{}", std::process::id()));
+        let root = dir.join("ws");
+        fs::create_dir_all(root.join("logs")).unwrap();
+        fs::write(root.join("logs/test.log"), "log").unwrap();
+        fs::write(root.join("src"), "s").unwrap();
+        let spawns = vec![
+            // The test: declares test.xml, writes the unlisted test.log.
+            spawn(
+                vec![file("src", Some(b"s"))],
+                &["logs/test.xml", "logs/other"],
+                vec![file("logs/other", Some(b"o"))],
+            ),
+            // The XML: reads test.log, writes test.xml.
+            spawn(
+                vec![file("logs/test.log", Some(b"log"))],
+                &["logs/test.xml"],
+                vec![file("logs/test.xml", Some(b"x"))],
+            ),
+        ];
+        let plan = plan(spawns, &root).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(plan.actions.len(), 2);
+        assert_eq!(plan.actions[0].deps, Vec::<usize>::new());
+        assert_eq!(plan.actions[1].deps, [0]);
     }
 
     #[test]
