@@ -545,9 +545,11 @@ impl NativeSandboxes {
     fn reuse_target(&self, draft: &Draft) -> Option<ReuseTarget> {
         let stashes = self.stashes.as_ref()?;
         let at = draft.inputs_dir()?;
-        let want = Dir::of_draft(draft, at)?;
         let root = draft.dirs[at as usize].mapped.as_ref()?.anchor.clone()?;
         let pool = stashes.pool_for(&root)?;
+        // Last: the only part that costs per input, not built where no
+        // stash can be.
+        let want = Dir::of_draft(draft, at)?;
         Some(ReuseTarget {
             at,
             root,

@@ -331,8 +331,7 @@ impl Draft {
         };
         let leaf = self.dirs[dir as usize].leaves.remove(at);
         self.dirs[dir as usize].sorted -= 1;
-        let mut underlying = self.anchors[leaf.anchor as usize].path().to_owned();
-        underlying.push(OsStr::from_bytes(self.name(leaf.underlying_name)));
+        let underlying = self.leaf_underlying(&leaf);
         let sub = self.new_dir(dir, name);
         self.dirs[sub as usize].mapped = Some(MappedDir {
             underlying,

@@ -105,11 +105,9 @@ impl Dir {
             let node = match &child.mapped {
                 None => Node::Dir(Dir::of_plan(child)?),
                 Some(_) if !child.children.is_empty() => return None,
+                // Copied as a symlink with the same target (see place).
                 Some(mapped) if mapped.kind == FileKind::Symlink => {
-                    // Copied as a symlink with the same target (see place).
-                    let path = c_name(mapped.underlying.as_os_str()).ok()?;
-                    let target = readlink_at(nix::fcntl::AT_FDCWD, &path).ok()?;
-                    Node::Link(OsString::from_vec(target.into_bytes()))
+                    Node::Link(read_link(&mapped.underlying)?)
                 }
                 Some(mapped) => Node::Link(mapped.underlying.clone().into_os_string()),
             };
