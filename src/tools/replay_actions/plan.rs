@@ -357,15 +357,16 @@ fn check_path(path: &str) -> Result<(), String> {
 /// spawn clearing its declared outputs (seen on CI, `--jobs 4`).
 fn link(actions: &mut [Action]) {
     let mut made_by: HashMap<String, usize> = HashMap::new();
+    // The latest earlier declarer: it follows the ones before it already.
+    let mut last_declarer: HashMap<&str, usize> = HashMap::new();
     let mut declared_before: Vec<Vec<usize>> = Vec::with_capacity(actions.len());
     for (i, action) in actions.iter().enumerate() {
         let mut earlier = Vec::new();
         for output in &action.outputs {
-            match made_by.get(&output.path) {
-                Some(&first) if !earlier.contains(&first) => earlier.push(first),
-                Some(_) => {}
-                None => {
-                    made_by.insert(output.path.clone(), i);
+            made_by.entry(output.path.clone()).or_insert(i);
+            if let Some(before) = last_declarer.insert(&output.path, i) {
+                if !earlier.contains(&before) {
+                    earlier.push(before);
                 }
             }
         }
@@ -831,12 +832,19 @@ mod tests {
                 &["logs/test.xml"],
                 vec![file("logs/test.xml", Some(b"x"))],
             ),
+            // A third writer follows the second, which follows the first.
+            spawn(
+                vec![file("src", Some(b"s"))],
+                &["logs/test.xml"],
+                vec![file("logs/test.xml", Some(b"y"))],
+            ),
         ];
         let plan = plan(spawns, &root).unwrap();
         fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(plan.actions.len(), 2);
+        assert_eq!(plan.actions.len(), 3);
         assert_eq!(plan.actions[0].deps, Vec::<usize>::new());
         assert_eq!(plan.actions[1].deps, [0]);
+        assert_eq!(plan.actions[2].deps, [1]);
     }
 
     #[test]
