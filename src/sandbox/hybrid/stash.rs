@@ -174,6 +174,12 @@ impl Stashes {
     }
 }
 
+/// The links a reshape of `have` into `want` removes and makes.
+fn reshape_changes(have: &Dir, want: &Dir) -> usize {
+    let shared = want.shared_links(have);
+    (have.links() - shared) + (want.links() - shared)
+}
+
 /// A pool's name is this and the daemon's pid.
 const POOL_PREFIX: &str = ".actionfs-stashes-";
 
@@ -283,8 +289,8 @@ impl Pool {
         }
     }
 
-    /// Takes the stash that shares the most symlinks with `want`, if
-    /// reshaping it costs fewer changes than building `want` afresh.
+    /// Takes the stash that reshapes into `want` with the fewest changes,
+    /// if that is fewer than building `want` afresh.
     pub fn take(&self, want: &Dir) -> Option<Stash> {
         {
             let mut arriving = self.arriving.lock();
@@ -322,15 +328,17 @@ impl Pool {
 
     fn best(&self, want: &Dir) -> Option<Stash> {
         let mut kept = self.kept.lock();
-        let (index, shared, links) = kept
+        // Reshaping removes the stash's links that `want` lacks and makes
+        // those it lacks: not the stash that shares the most links, which
+        // may be a large superset, but the one that differs least.
+        let (index, changes) = kept
             .stashes
             .iter()
             .enumerate()
-            .map(|(i, stash)| (i, want.shared_links(&stash.shape), stash.shape.links()))
-            .max_by_key(|&(_, shared, _)| shared)?;
-        // Reshaping removes links - shared and makes want - shared;
-        // building afresh makes want.
-        if shared == 0 || links >= 2 * shared {
+            .map(|(i, stash)| (i, reshape_changes(&stash.shape, want)))
+            .min_by_key(|&(_, changes)| changes)?;
+        // Building afresh makes every link of `want`.
+        if changes >= want.links() {
             return None;
         }
         let stash = kept.stashes.remove(index)?;
@@ -370,6 +378,7 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::materialize::shape::Node;
 
     #[test]
     fn only_another_daemons_pool_is_stale() {
@@ -380,5 +389,38 @@ mod tests {
         for name in ["trees", "links", "trash", ".actionfs-stash"] {
             assert!(!is_stale_pool(name.as_ref()), "{name}");
         }
+    }
+
+    /// A shape of links `0..n`, each to `/u/<i>`.
+    fn links_up_to(n: usize) -> Dir {
+        let entries = (0..n)
+            .map(|i| (i.to_string().into(), Node::Link(format!("/u/{i}").into())))
+            .collect();
+        Dir::new(entries)
+    }
+
+    fn stash_shaped(pool: &Pool, shape: Dir) {
+        let (path, dir) = pool.new_dir().unwrap();
+        pool.keep(path, dir, shape, Stamps::new());
+    }
+
+    #[test]
+    fn a_build_takes_the_stash_that_differs_least_not_the_one_sharing_most() {
+        let base = tempfile::tempdir().unwrap();
+        let pool = Pool::open(&base.path().join("pool"), 8).unwrap();
+        // A chain of builds: each wants a few more inputs than the last.
+        stash_shaped(&pool, links_up_to(600));
+        stash_shaped(&pool, links_up_to(150));
+        // 600 shares all 180 but costs 420 removals; 150 costs 30 links.
+        let taken = pool
+            .take(&links_up_to(180))
+            .expect("a stash cheaper than afresh");
+        assert_eq!(taken.shape.links(), 150);
+        // Reshaping 600 into 100 (500 removals) costs more than 100 links.
+        assert!(pool.take(&links_up_to(100)).is_none());
+        assert_eq!(pool.kept(), 1);
+        // 600 into 400: 200 removals, fewer than 400 links afresh.
+        assert_eq!(pool.take(&links_up_to(400)).unwrap().shape.links(), 600);
+        pool.remove();
     }
 }
