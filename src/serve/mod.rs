@@ -220,7 +220,8 @@ fn serve_in(
             served.store(true, Ordering::SeqCst);
             answers.send(rid, negotiated(Ok(())));
             log::info!("sandboxes appear in {mount:?}");
-            let ended = session::serve(input, service.clone(), answers, workers, halt);
+            // One more than apply at once: the one that reads meanwhile.
+            let ended = session::serve(input, service.clone(), answers, workers + 1, halt);
             service.destroy_all();
             *fatal.lock() = ended.err();
         })

@@ -1,14 +1,17 @@
-//! The request loop of `actionfs serve`: one reader cuts stdin into
-//! frames and applies Pushes itself, in stream order (a Push must be in
-//! the store before any later Create reads it); Create, Collect and
-//! Destroy go to a worker chosen by hashing the sandbox id, so requests
-//! for one sandbox run one at a time and in order while others run beside
-//! them, each answered as soon as it is done. A stop signal [`Halt`]s it.
+//! The request loop of `actionfs serve`, leader and followers: of a few
+//! threads, the one holding the input (the leader) cuts it into frames
+//! and applies Pushes itself, in stream order (a Push must be in the
+//! store before any later Create reads it). A Create, Collect or Destroy
+//! it takes for itself, handing the input to the next thread, unless a
+//! request of the same sandbox is still being applied: then it queues
+//! behind it, for the thread applying that one. So requests for one
+//! sandbox run one at a time and in order while others run beside them,
+//! each answered as soon as it is done, and no request waits for a
+//! thread to wake before it is applied. A stop signal [`Halt`]s it.
 
-use std::io::{self, BufRead, Write};
+use std::collections::VecDeque;
+use std::io::{BufRead, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -118,150 +121,191 @@ enum SandboxOp {
     Destroy,
 }
 
-/// Reads and applies requests until the input ends or `halt` halts it,
-/// then waits until every request read has been answered (or dropped, once
-/// halted). A frame that cannot be read is fatal (a byte stream cannot be
-/// resynchronised): the error says what and where.
+/// Reads and applies requests on `threads` threads until the input ends
+/// or `halt` halts it, then waits until every request read has been
+/// answered (or dropped, once halted). A frame that cannot be read is
+/// fatal (a byte stream cannot be resynchronised): the error says what
+/// and where.
 pub fn serve(
-    mut input: impl BufRead,
+    input: impl BufRead + Send,
     service: Arc<Service>,
     answers: Arc<Answers>,
-    workers: usize,
+    threads: usize,
     halt: Arc<Halt>,
 ) -> Result<(), String> {
-    let (queues, handles) = start_workers(workers.max(1), &service, &answers, &halt)
-        .map_err(|err| format!("cannot start the request workers: {err}"))?;
-    let mut frames = 0u64;
-    let ended = loop {
-        let request: Request = match read_frame(&mut input, MAX_FRAME) {
-            Ok(Some(request)) => request,
-            Ok(None) => break Ok(()),
-            Err(err) => {
-                break Err(format!(
-                    "request frame #{} cannot be read: {err}; stopping (the stream cannot be \
-                     resynchronised)",
-                    frames + 2
-                ))
+    let threads = threads.max(1);
+    let session = Session {
+        input: Mutex::new(Input {
+            frames: 0,
+            ended: None,
+            reader: input,
+        }),
+        // Slots, not threads: more of them, fewer sandboxes that wait
+        // for another one hashed alike.
+        lanes: (0..threads * LANES_PER_THREAD)
+            .map(|_| Mutex::default())
+            .collect(),
+        service: &service,
+        answers: &answers,
+        halt: &halt,
+    };
+    std::thread::scope(|scope| {
+        for n in 1..threads {
+            let session = &session;
+            let started = std::thread::Builder::new()
+                .name(format!("serve-{n}"))
+                .spawn_scoped(scope, move || session.run());
+            if let Err(err) = started {
+                // The threads already started end with the input.
+                session.end(Err(format!("cannot start request thread {n}: {err}")));
+                return;
             }
-        };
-        frames += 1;
-        let rid = request.rid;
-        match request.op {
-            Some(Op::Push(push)) => {
-                if halt.run(|| service.push(push)).is_none() {
-                    break Ok(());
+        }
+        session.run();
+    });
+    let ended = session.input.into_inner().ended;
+    ended.unwrap_or(Ok(()))
+}
+
+const LANES_PER_THREAD: usize = 8;
+
+/// What the request threads share.
+struct Session<'a, R> {
+    /// Held by the leader while it reads (and applies Pushes).
+    input: Mutex<Input<R>>,
+    /// Requests of one sandbox go to one lane, applied one at a time.
+    lanes: Vec<Mutex<Lane>>,
+    service: &'a Service,
+    answers: &'a Answers,
+    halt: &'a Halt,
+}
+
+struct Input<R> {
+    reader: R,
+    frames: u64,
+    /// Set once the input ended, or could not be read (why).
+    ended: Option<Result<(), String>>,
+}
+
+/// A lane: whether a thread applies its requests now, and those waiting.
+#[derive(Default)]
+struct Lane {
+    busy: bool,
+    waiting: VecDeque<Job>,
+}
+
+impl<R: BufRead> Session<'_, R> {
+    /// One thread's life: lead until it takes a request, apply it (and
+    /// those of its lane queued meanwhile), again, until the input ends.
+    fn run(&self) {
+        while let Some((lane, job)) = self.lead() {
+            self.apply_lane(lane, job);
+        }
+    }
+
+    /// Reads requests until one is for an idle lane, which it takes
+    /// (marked busy); `None` once the input ended.
+    fn lead(&self) -> Option<(usize, Job)> {
+        let mut input = self.input.lock();
+        loop {
+            if input.ended.is_some() {
+                return None;
+            }
+            let request: Request = match read_frame(&mut input.reader, MAX_FRAME) {
+                Ok(Some(request)) => request,
+                Ok(None) => {
+                    input.ended = Some(Ok(()));
+                    return None;
                 }
-            }
-            Some(Op::Negotiate(_)) => answers.send(
-                rid,
-                response::Result::Negotiate(negotiate::Result {
-                    outcome: Some(negotiate::result::Outcome::Error(
-                        actionfs_protocol::backend::sandbox::Error {
-                            message: "Negotiate was already answered; send it once, first"
-                                .to_owned(),
-                        },
-                    )),
-                }),
-            ),
-            Some(op) => {
-                let op = match op {
-                    Op::Create(create) => {
-                        SandboxOp::Create(Box::new(create.manifest.unwrap_or_default()))
-                    }
-                    Op::Collect(collect) => SandboxOp::Collect {
-                        exec_root: collect.exec_root,
-                    },
-                    Op::Destroy(_) => SandboxOp::Destroy,
-                    Op::Push(_) | Op::Negotiate(_) => unreachable!("matched above"),
-                };
-                let worker = worker_for(&request.sandbox_id, queues.len());
-                let job = Job {
-                    rid,
-                    id: request.sandbox_id,
-                    op,
-                };
-                // A Destroy answers after a rename or two: applied here, it
-                // saves the hand-over to a worker (a thread wake), unless
-                // an earlier request of its sandbox may still be queued
-                // there (requests of one sandbox apply in order).
-                if matches!(job.op, SandboxOp::Destroy) && queues[worker].is_idle() {
-                    if let Some(answer) = halt.run(|| apply(&service, job)) {
-                        answers.send(rid, answer);
+                Err(err) => {
+                    input.ended = Some(Err(format!(
+                        "request frame #{} cannot be read: {err}; stopping (the stream cannot be \
+                         resynchronised)",
+                        input.frames + 2
+                    )));
+                    return None;
+                }
+            };
+            input.frames += 1;
+            let rid = request.rid;
+            let op = match request.op {
+                Some(Op::Push(push)) => {
+                    if self.halt.run(|| self.service.push(push)).is_none() {
+                        input.ended = Some(Ok(()));
+                        return None;
                     }
                     continue;
                 }
-                if queues[worker].send(job).is_err() {
-                    break Err("a request worker ended".to_owned());
+                Some(Op::Negotiate(_)) => {
+                    self.answers.send(rid, negotiate_again());
+                    continue;
+                }
+                Some(Op::Create(create)) => {
+                    SandboxOp::Create(Box::new(create.manifest.unwrap_or_default()))
+                }
+                Some(Op::Collect(collect)) => SandboxOp::Collect {
+                    exec_root: collect.exec_root,
+                },
+                Some(Op::Destroy(_)) => SandboxOp::Destroy,
+                None => {
+                    log::error!(
+                        "request {rid} names no operation this backend knows; it gets no answer"
+                    );
+                    continue;
+                }
+            };
+            let lane = worker_for(&request.sandbox_id, self.lanes.len());
+            let job = Job {
+                rid,
+                id: request.sandbox_id,
+                op,
+            };
+            let mut state = self.lanes[lane].lock();
+            if state.busy {
+                // Its thread applies it after the ones before it.
+                state.waiting.push_back(job);
+                continue;
+            }
+            state.busy = true;
+            return Some((lane, job));
+        }
+    }
+
+    /// Applies `job`, then whatever of lane `lane` came meanwhile, in
+    /// order; leaves the lane idle.
+    fn apply_lane(&self, lane: usize, mut job: Job) {
+        loop {
+            let rid = job.rid;
+            // Once halted, nothing more is applied or answered.
+            if let Some(answer) = self.halt.run(|| apply(self.service, job)) {
+                self.answers.send(rid, answer);
+            }
+            let mut state = self.lanes[lane].lock();
+            match state.waiting.pop_front() {
+                Some(next) => job = next,
+                None => {
+                    state.busy = false;
+                    return;
                 }
             }
-            None => log::error!(
-                "request {rid} names no operation this backend knows; it gets no answer"
-            ),
         }
-    };
-    drop(queues);
-    for handle in handles {
-        let _ = handle.join();
-    }
-    ended
-}
-
-/// A worker's queue, and how many of its jobs are not yet applied.
-struct Queue {
-    jobs: Sender<Job>,
-    unapplied: Arc<AtomicUsize>,
-}
-
-impl Queue {
-    fn send(&self, job: Job) -> Result<(), ()> {
-        self.unapplied.fetch_add(1, Ordering::SeqCst);
-        self.jobs.send(job).map_err(|_| {
-            self.unapplied.fetch_sub(1, Ordering::SeqCst);
-        })
     }
 
-    /// Whether every job sent has been applied.
-    fn is_idle(&self) -> bool {
-        self.unapplied.load(Ordering::SeqCst) == 0
+    /// Ends the input for every thread, with `why` unless it ended already.
+    fn end(&self, why: Result<(), String>) {
+        self.input.lock().ended.get_or_insert(why);
     }
 }
 
-fn start_workers(
-    count: usize,
-    service: &Arc<Service>,
-    answers: &Arc<Answers>,
-    halt: &Arc<Halt>,
-) -> io::Result<(Vec<Queue>, Vec<std::thread::JoinHandle<()>>)> {
-    let mut queues = Vec::with_capacity(count);
-    let mut handles = Vec::with_capacity(count);
-    for n in 0..count {
-        let (queue, jobs) = channel::<Job>();
-        let unapplied = Arc::new(AtomicUsize::new(0));
-        let (service, answers, halt) = (service.clone(), answers.clone(), halt.clone());
-        let left = unapplied.clone();
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("serve-{n}"))
-                .spawn(move || {
-                    for job in jobs {
-                        let rid = job.rid;
-                        // Once halted, what is queued is dropped.
-                        let answer = halt.run(|| apply(&service, job));
-                        // Applied: a later request of the sandbox may apply
-                        // on the reader now (answers may come in any order).
-                        left.fetch_sub(1, Ordering::SeqCst);
-                        if let Some(answer) = answer {
-                            answers.send(rid, answer);
-                        }
-                    }
-                })?,
-        );
-        queues.push(Queue {
-            jobs: queue,
-            unapplied,
-        });
-    }
-    Ok((queues, handles))
+/// The answer to a Negotiate after the first.
+fn negotiate_again() -> response::Result {
+    response::Result::Negotiate(negotiate::Result {
+        outcome: Some(negotiate::result::Outcome::Error(
+            actionfs_protocol::backend::sandbox::Error {
+                message: "Negotiate was already answered; send it once, first".to_owned(),
+            },
+        )),
+    })
 }
 
 /// Applies one request; a panic becomes an Error answer of the request's
