@@ -39,6 +39,7 @@ use crate::sandbox::dirfd::Anchor;
 use crate::sandbox::layout::{Draft, Entry};
 use crate::sandbox::materialize::reuse::{self, Stamps};
 use crate::sandbox::materialize::shape::Dir;
+use crate::sandbox::materialize::shape_cache::ShapeCache;
 use crate::sandbox::materialize::{self, InPlace, Materialized, Method, Options, Trash};
 use crate::sandbox::tree::{LazyEntries, SandboxError, SandboxFs};
 
@@ -317,6 +318,8 @@ pub struct NativeSandboxes {
     /// Where destroyed sandboxes' inputs are kept for reuse; `None` when
     /// reuse is off (or the method makes files an action could change).
     stashes: Option<Stashes>,
+    /// Shapes of the inputs of recent builds, for the next ones'.
+    shapes: ShapeCache,
     live: Mutex<HashMap<String, Live>>,
 }
 
@@ -434,6 +437,7 @@ impl NativeSandboxes {
             trees: dir.join("trees"),
             opened: OnceLock::new(),
             stashes: (method == Method::Symlink && stashes > 0).then(|| Stashes::new(dir, stashes)),
+            shapes: ShapeCache::default(),
             live: Mutex::default(),
         }
     }
@@ -549,7 +553,7 @@ impl NativeSandboxes {
         let pool = stashes.pool_for(&root)?;
         // Last: the only part that costs per input, not built where no
         // stash can be.
-        let want = Dir::of_draft(draft, at)?;
+        let want = Dir::of_draft(draft, at, Some(&self.shapes))?;
         Some(ReuseTarget {
             at,
             root,

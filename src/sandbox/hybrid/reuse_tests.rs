@@ -229,7 +229,7 @@ proptest! {
         let at = draft.inputs_dir().unwrap();
         prop_assert_eq!(draft.dir_path(at), "/ws");
         let ws = &plan.children[std::ffi::OsStr::new("ws")];
-        prop_assert_eq!(Dir::of_draft(&draft, at), Dir::of_plan(ws));
+        prop_assert_eq!(Dir::of_draft(&draft, at, None), Dir::of_plan(ws));
         prop_assert_eq!(listing(&draft.typed().unwrap()), listing(&plan));
         prop_assert_eq!(
             listing(&draft.typed_except(Some(at)).unwrap()),

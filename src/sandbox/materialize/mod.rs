@@ -16,6 +16,7 @@ mod place;
 mod remove;
 pub mod reuse;
 pub mod shape;
+pub mod shape_cache;
 mod trash;
 
 use std::fmt;

@@ -28,6 +28,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nix::fcntl::OFlag;
 use nix::sys::stat::{FileStat, Mode};
@@ -216,7 +217,7 @@ impl Draft {
             self.0
                 .into_iter()
                 .map(|(name, part)| match part {
-                    Part::Draft(draft) => (name, Node::Dir(draft.finish())),
+                    Part::Draft(draft) => (name, Node::Dir(Arc::new(draft.finish()))),
                     Part::Done(node) => (name, node),
                 })
                 .collect(),
@@ -383,7 +384,7 @@ impl Mover<'_> {
             .map_err(|e| err("mkdirat", base, rel, e))?;
         let sub_to = to.open_at(name).map_err(|e| err("openat", base, rel, e))?;
         let mut entries = BTreeMap::new();
-        for (child_name, child) in dir.into_entries() {
+        for (child_name, child) in Arc::unwrap_or_clone(dir).into_entries() {
             let child_rel = rel.join(&child_name);
             let cname = c(&child_name, base, &child_rel)?;
             if let Some(moved) = self.move_node(&sub_from, &sub_to, &cname, child, &child_rel)? {
@@ -399,7 +400,7 @@ impl Mover<'_> {
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) => {}
             Err(e) => return Err(err("unlinkat(AT_REMOVEDIR)", base, rel, e)),
         }
-        Ok(Some(Node::Dir(Dir::new(entries))))
+        Ok(Some(Node::Dir(Arc::new(Dir::new(entries)))))
     }
 
     /// Whether directory `name` of `to`, just renamed there, still carries

@@ -7,15 +7,20 @@ use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::sync::Arc;
 
 use crate::sandbox::dirfd::{c_name, readlink_at};
 use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::layout::Draft;
 
-/// One entry of a shape.
+use super::shape_cache::{Fingerprints, ShapeCache};
+
+/// One entry of a shape. Directories are shared: shapes built from
+/// drafts reuse the unchanged parts of earlier ones ([`ShapeCache`]), and
+/// comparing two shared parts is a pointer comparison.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Node {
-    Dir(Dir),
+    Dir(Arc<Dir>),
     /// A symlink and its target.
     Link(OsString),
 }
@@ -103,7 +108,7 @@ impl Dir {
         let mut entries = BTreeMap::new();
         for (name, child) in &entry.children {
             let node = match &child.mapped {
-                None => Node::Dir(Dir::of_plan(child)?),
+                None => Node::Dir(Arc::new(Dir::of_plan(child)?)),
                 Some(_) if !child.children.is_empty() => return None,
                 // Copied as a symlink with the same target (see place).
                 Some(mapped) if mapped.kind == FileKind::Symlink => {
@@ -120,8 +125,19 @@ impl Dir {
     /// from the draft itself: the same shape without typing the inputs
     /// into a plan first. A leaf of unknown type is a symlink if it reads
     /// as one; `None` where `of_plan` gives none, or if a leaf cannot be
-    /// read (typing it would fail too).
-    pub fn of_draft(draft: &Draft, at: u32) -> Option<Dir> {
+    /// read (typing it would fail too). Subdirectories whose shape
+    /// follows from the draft alone come from `cache` when it has them.
+    pub fn of_draft(draft: &Draft, at: u32, cache: Option<&ShapeCache>) -> Option<Dir> {
+        let fingerprints = cache.map(|cache| Fingerprints::of(draft, at, cache));
+        let cached = cache.zip(fingerprints.as_ref());
+        Dir::of_draft_dir(draft, at, cached)
+    }
+
+    fn of_draft_dir(
+        draft: &Draft,
+        at: u32,
+        cache: Option<(&ShapeCache, &Fingerprints)>,
+    ) -> Option<Dir> {
         let dir = &draft.dirs[at as usize];
         let leaves = dir.leaves.iter().map(|leaf| {
             let underlying = draft.leaf_underlying(leaf);
@@ -141,12 +157,32 @@ impl Dir {
             if draft.dirs[sub as usize].mapped.is_some() {
                 return None;
             }
-            let node = Node::Dir(Dir::of_draft(draft, sub)?);
+            let node = Node::Dir(Dir::of_draft_subdir(draft, sub, cache)?);
             Some((OsStr::from_bytes(draft.name(name)).to_owned(), node))
         });
         // Collected, not inserted one by one: the map is built in bulk
         // from its sorted entries (leaves mostly come sorted already).
         Some(Dir::new(leaves.chain(subdirs).collect::<Option<_>>()?))
+    }
+
+    /// Subdirectory `sub` of a draft: the cached shape of the same
+    /// fingerprint, else built (and cached where it has a fingerprint).
+    fn of_draft_subdir(
+        draft: &Draft,
+        sub: u32,
+        cache: Option<(&ShapeCache, &Fingerprints)>,
+    ) -> Option<Arc<Dir>> {
+        let key = cache.and_then(|(_, fingerprints)| fingerprints.get(sub));
+        if let (Some((cache, _)), Some(key)) = (cache, key) {
+            if let Some(dir) = cache.get(key) {
+                return Some(dir);
+            }
+        }
+        let dir = Arc::new(Dir::of_draft_dir(draft, sub, cache)?);
+        if let (Some((cache, _)), Some(key)) = (cache, key) {
+            cache.insert(key, dir.clone());
+        }
+        Some(dir)
     }
 
     /// What the directory's entries cost to keep, roughly: a tmpfs inode
@@ -165,13 +201,15 @@ impl Dir {
 
     /// Takes the node at `rel` out of the shape, for taking a shape apart:
     /// the digests, counts and sizes of the directories above it go stale.
+    /// A directory on the way that is shared is copied first (its level
+    /// only: its entries stay shared).
     pub fn take(&mut self, rel: &std::path::Path) -> Option<Node> {
         let mut names = rel.iter();
         let last = names.next_back()?;
         let mut dir = self;
         for name in names {
             match dir.entries.get_mut(name)? {
-                Node::Dir(sub) => dir = sub,
+                Node::Dir(sub) => dir = Arc::make_mut(sub),
                 Node::Link(_) => return None,
             }
         }
@@ -194,7 +232,7 @@ impl Dir {
     /// The subdirectories, with their names.
     pub fn subdirs(&self) -> impl Iterator<Item = (&OsString, &Dir)> {
         self.entries.iter().filter_map(|(name, node)| match node {
-            Node::Dir(sub) => Some((name, sub)),
+            Node::Dir(sub) => Some((name, &**sub)),
             Node::Link(_) => None,
         })
     }
@@ -273,7 +311,7 @@ pub(crate) fn read_dir_shape(dir: &crate::sandbox::dirfd::DirFd) -> std::io::Res
         };
         let node = match kind {
             FileKind::Directory => match read_dir_shape(&dir.open_at(&name)?)? {
-                Some(sub) => Node::Dir(sub),
+                Some(sub) => Node::Dir(Arc::new(sub)),
                 None => return Ok(None),
             },
             FileKind::Symlink => {
@@ -303,19 +341,19 @@ mod tests {
     fn digests_tell_shapes_apart_and_shared_links_count_only_equal_paths() {
         let a = dir(vec![
             ("x", link("/u/x")),
-            ("sub", Node::Dir(dir(vec![("y", link("/u/y"))]))),
+            ("sub", Node::Dir(Arc::new(dir(vec![("y", link("/u/y"))])))),
         ]);
         let same = a.clone();
         let moved = dir(vec![
             ("x", link("/u/x")),
-            ("other", Node::Dir(dir(vec![("y", link("/u/y"))]))),
+            ("other", Node::Dir(Arc::new(dir(vec![("y", link("/u/y"))])))),
         ]);
         let retargeted = dir(vec![
             ("x", link("/u/other")),
-            ("sub", Node::Dir(dir(vec![("y", link("/u/y"))]))),
+            ("sub", Node::Dir(Arc::new(dir(vec![("y", link("/u/y"))])))),
         ]);
         // A link and a directory of the same name never compare equal.
-        let flipped = dir(vec![("x", Node::Dir(Dir::default()))]);
+        let flipped = dir(vec![("x", Node::Dir(Arc::default()))]);
         assert_eq!(a.digest(), same.digest());
         assert_ne!(a.digest(), moved.digest());
         assert_ne!(a.digest(), retargeted.digest());
@@ -344,11 +382,11 @@ mod tests {
         // Few names and targets, so that two shapes share some.
         let leaf = prop_oneof![
             3 => (0..3u8).prop_map(|t| Node::Link(format!("/u/{t}").into())),
-            1 => Just(Node::Dir(Dir::default())),
+            1 => Just(Node::Dir(Arc::default())),
         ];
         let node = leaf.prop_recursive(3, 40, 5, |inner| {
             prop::collection::btree_map("[a-e]", inner, 0..5)
-                .prop_map(|entries| Node::Dir(dir_of(entries)))
+                .prop_map(|entries| Node::Dir(Arc::new(dir_of(entries))))
         });
         prop::collection::btree_map("[a-e]", node, 0..6).prop_map(dir_of)
     }
@@ -369,7 +407,10 @@ mod tests {
     #[test]
     fn a_directory_size_counts_every_entry_below_it_with_names_and_targets() {
         let inner = dir(vec![("y", link("/u/y")), ("z", link("/u/zz"))]);
-        let outer = dir(vec![("x", link("/u/x")), ("sub", Node::Dir(inner))]);
+        let outer = dir(vec![
+            ("x", link("/u/x")),
+            ("sub", Node::Dir(Arc::new(inner))),
+        ]);
         // Four entries; names x, sub, y, z; targets /u/x, /u/y, /u/zz.
         let expected = 4 * BYTES_PER_ENTRY + (1 + 3 + 1 + 1) + (4 + 4 + 5);
         assert_eq!(outer.bytes(), expected);
