@@ -156,9 +156,9 @@ pub fn serve(
                 .name(format!("serve-{n}"))
                 .spawn_scoped(scope, move || session.run());
             if let Err(err) = started {
-                // The threads already started end with the input.
-                session.end(Err(format!("cannot start request thread {n}: {err}")));
-                return;
+                // Fewer threads apply fewer requests at once; none is lost.
+                log::warn!("cannot start request thread {n} ({err}); going on with {n}");
+                break;
             }
         }
         session.run();
@@ -289,11 +289,6 @@ impl<R: BufRead> Session<'_, R> {
                 }
             }
         }
-    }
-
-    /// Ends the input for every thread, with `why` unless it ended already.
-    fn end(&self, why: Result<(), String>) {
-        self.input.lock().ended.get_or_insert(why);
     }
 }
 
