@@ -446,20 +446,21 @@ impl Draft {
 
     /// The underlying path of `leaf`.
     pub fn leaf_underlying(&self, leaf: &Leaf) -> PathBuf {
-        // What `PathBuf::push` gives for a name with no `/`, in one
-        // allocation of the right size.
+        // One allocation of the right size.
+        let parts = self.leaf_underlying_parts(leaf);
+        PathBuf::from(OsString::from_vec(parts.concat()))
+    }
+
+    /// The bytes of [`Draft::leaf_underlying`] in three parts, its
+    /// anchor, a `/` (or nothing, for the anchor `/`) and its name: what
+    /// `PathBuf::push` gives for a name with no `/`, without building it.
+    pub fn leaf_underlying_parts(&self, leaf: &Leaf) -> [&[u8]; 3] {
         let dir = self.anchors[leaf.anchor as usize]
             .path()
             .as_os_str()
             .as_bytes();
-        let name = self.name(leaf.underlying_name);
-        let mut path = Vec::with_capacity(dir.len() + 1 + name.len());
-        path.extend_from_slice(dir);
-        if !dir.ends_with(b"/") {
-            path.push(b'/');
-        }
-        path.extend_from_slice(name);
-        PathBuf::from(OsString::from_vec(path))
+        let slash: &[u8] = if dir.ends_with(b"/") { b"" } else { b"/" };
+        [dir, slash, self.name(leaf.underlying_name)]
     }
 
     /// Every mapping applied, in request order: (sandbox path, underlying

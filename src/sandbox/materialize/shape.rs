@@ -172,15 +172,13 @@ impl Dir {
         sub: u32,
         cache: Option<(&ShapeCache, &Fingerprints)>,
     ) -> Option<Arc<Dir>> {
-        let key = cache.and_then(|(_, fingerprints)| fingerprints.get(sub));
-        if let (Some((cache, _)), Some(key)) = (cache, key) {
-            if let Some(dir) = cache.get(key) {
-                return Some(dir);
-            }
+        let keyed = cache.and_then(|(shapes, fingerprints)| Some((shapes, fingerprints.get(sub)?)));
+        if let Some(dir) = keyed.and_then(|(shapes, key)| shapes.get(key)) {
+            return Some(dir);
         }
         let dir = Arc::new(Dir::of_draft_dir(draft, sub, cache)?);
-        if let (Some((cache, _)), Some(key)) = (cache, key) {
-            cache.insert(key, dir.clone());
+        if let Some((shapes, key)) = keyed {
+            shapes.insert(key, dir.clone());
         }
         Some(dir)
     }

@@ -12,7 +12,6 @@
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -94,14 +93,17 @@ impl Fingerprinter {
     }
 }
 
-/// The fingerprint of each directory at and below one directory of a
-/// draft; `None` for those whose shape does not follow from the draft.
+/// The fingerprint of each directory below one directory of a draft;
+/// `None` for those whose shape does not follow from the draft.
 pub struct Fingerprints(Vec<Option<u128>>);
 
 impl Fingerprints {
+    /// Of the directories below `at`: `at` itself is built every time.
     pub fn of(draft: &Draft, at: u32, cache: &ShapeCache) -> Fingerprints {
         let mut all = vec![None; draft.dirs.len()];
-        fingerprint(draft, at, cache, &mut all);
+        for &(_, sub) in &draft.dirs[at as usize].subdirs {
+            fingerprint(draft, sub, cache, &mut all);
+        }
         Fingerprints(all)
     }
 
@@ -130,15 +132,7 @@ fn fingerprint(draft: &Draft, at: u32, cache: &ShapeCache, all: &mut [Option<u12
         };
         h.bytes(draft.name(leaf.name));
         h.bytes(&[kind as u8]);
-        // The bytes of Draft::leaf_underlying, without building it.
-        let anchor = draft.anchors[leaf.anchor as usize].path().as_os_str();
-        let name = draft.name(leaf.underlying_name);
-        let slash: &[u8] = if anchor.as_bytes().ends_with(b"/") {
-            b""
-        } else {
-            b"/"
-        };
-        h.joined(&[anchor.as_bytes(), slash, name]);
+        h.joined(&draft.leaf_underlying_parts(leaf));
     }
     // Leaves and subdirectories apart: a leaf and a directory of the same
     // name differ.
@@ -154,6 +148,7 @@ fn fingerprint(draft: &Draft, at: u32, cache: &ShapeCache, all: &mut [Option<u12
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::os::unix::ffi::OsStrExt;
     use std::path::Path;
 
     /// Input paths below the workspace, each with two underlying files
