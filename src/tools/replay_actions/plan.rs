@@ -348,32 +348,44 @@ fn check_path(path: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Sets each action's `deps`: the earlier actions whose outputs (a file,
-/// or a tree artifact holding the input) it reads, and those that declare
-/// one of its own outputs. The second matter where the log hides a read:
-/// a test's spawn declares `test.xml` and writes `test.log`, which it
-/// does not list, and the XML spawn after it reads that log and writes
-/// `test.xml`; run first, the XML spawn's output was deleted by the test
-/// spawn clearing its declared outputs (seen on CI, `--jobs 4`).
+/// Sets each action's `deps`: the latest earlier action declaring an
+/// output (a file, or a tree artifact holding the input) it reads, and
+/// the latest earlier one declaring one of its own outputs. The second
+/// matters where the log hides a read: a test's spawn declares `test.xml`
+/// and writes `test.log`, which it does not list, and the XML spawn after
+/// it reads that log and writes `test.xml`; run first, the XML spawn's
+/// output was deleted by the test spawn clearing its declared outputs
+/// (seen on CI, `--jobs 4`). Each declarer follows the ones before it, so
+/// the latest stands for them all.
 fn link(actions: &mut [Action]) {
-    let mut made_by: HashMap<String, usize> = HashMap::new();
-    // The latest earlier declarer: it follows the ones before it already.
-    let mut last_declarer: HashMap<&str, usize> = HashMap::new();
-    let mut declared_before: Vec<Vec<usize>> = Vec::with_capacity(actions.len());
+    // Output path -> the actions declaring it, in log order.
+    let mut declarers: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, action) in actions.iter().enumerate() {
-        let mut earlier = Vec::new();
         for output in &action.outputs {
-            made_by.entry(output.path.clone()).or_insert(i);
-            if let Some(before) = last_declarer.insert(&output.path, i) {
-                if !earlier.contains(&before) {
-                    earlier.push(before);
-                }
+            let list = declarers.entry(output.path.as_str()).or_default();
+            if list.last() != Some(&i) {
+                list.push(i);
             }
         }
-        declared_before.push(earlier);
     }
-    for ((i, action), earlier) in actions.iter_mut().enumerate().zip(declared_before) {
-        let mut deps = earlier;
+    let latest_before = |path: &str, i: usize| {
+        let list = declarers.get(path)?;
+        let before = list.partition_point(|&d| d < i);
+        before.checked_sub(1).map(|at| list[at])
+    };
+    let mut all_deps = Vec::with_capacity(actions.len());
+    for (i, action) in actions.iter().enumerate() {
+        let mut deps = Vec::new();
+        let mut add = |dep: usize| {
+            if !deps.contains(&dep) {
+                deps.push(dep);
+            }
+        };
+        for output in &action.outputs {
+            if let Some(before) = latest_before(&output.path, i) {
+                add(before);
+            }
+        }
         let read = action.inputs.iter().map(|input| match &input.source {
             Source::Runfiles(exec_path) => exec_path.as_str(),
             Source::Natural | Source::Virtual => input.path.as_str(),
@@ -382,9 +394,9 @@ fn link(actions: &mut [Action]) {
             // The input itself, or a tree artifact above it.
             let mut path = read;
             loop {
-                if let Some(&producer) = made_by.get(path) {
-                    if producer < i && !deps.contains(&producer) {
-                        deps.push(producer);
+                if declarers.contains_key(path) {
+                    if let Some(producer) = latest_before(path, i) {
+                        add(producer);
                     }
                     break;
                 }
@@ -395,6 +407,9 @@ fn link(actions: &mut [Action]) {
             }
         }
         deps.sort_unstable();
+        all_deps.push(deps);
+    }
+    for (action, deps) in actions.iter_mut().zip(all_deps) {
         action.deps = deps;
     }
 }
@@ -813,12 +828,13 @@ mod tests {
     }
 
     #[test]
-    fn a_later_writer_of_a_declared_output_runs_after_its_declarer() {
+    fn writers_of_one_output_chain_and_its_reader_follows_the_latest() {
         let dir = std::env::temp_dir().join(format!("replay-waw-{}", std::process::id()));
         let root = dir.join("ws");
         fs::create_dir_all(root.join("logs")).unwrap();
         fs::write(root.join("logs/test.log"), "log").unwrap();
         fs::write(root.join("src"), "s").unwrap();
+        fs::write(root.join("logs/test.xml"), "y").unwrap();
         let spawns = vec![
             // The test: declares test.xml, writes the unlisted test.log.
             spawn(
@@ -838,13 +854,20 @@ mod tests {
                 &["logs/test.xml"],
                 vec![file("logs/test.xml", Some(b"y"))],
             ),
+            // A reader reads what the latest writer before it left.
+            spawn(
+                vec![file("logs/test.xml", Some(b"y"))],
+                &["out/report"],
+                vec![file("out/report", Some(b"r"))],
+            ),
         ];
         let plan = plan(spawns, &root).unwrap();
         fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(plan.actions.len(), 3);
+        assert_eq!(plan.actions.len(), 4);
         assert_eq!(plan.actions[0].deps, Vec::<usize>::new());
         assert_eq!(plan.actions[1].deps, [0]);
         assert_eq!(plan.actions[2].deps, [1]);
+        assert_eq!(plan.actions[3].deps, [2]);
     }
 
     #[test]
