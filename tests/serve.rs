@@ -3,7 +3,7 @@
 //! backend with its own sandbox base, drives it with the typed client,
 //! and checks that closing stdin leaves no mount and nothing on disk.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -1779,30 +1779,29 @@ fn default_places_are_captured_once_by_digest_and_checked_by_their_bytes() {
 }
 
 /// A Create that meets more digests to capture than it captures itself
-/// (64) serves them from their default places and leaves their capture to
-/// the background; the next Create of the tree is served from the store,
-/// default places gone or not.
+/// (64) serves them from their default places. It leaves to the
+/// background only the digests met before: a digest met once is never
+/// copied (a large action's own sources), one met again is, and the next
+/// Create of the tree is served from the store, default places gone or
+/// not.
 #[test]
-fn many_digests_to_capture_are_captured_in_the_background() {
+fn many_digests_to_capture_are_captured_in_the_background_from_their_second_meeting() {
     if !require(&[Need::Mount]) {
         return;
     }
     let b = Backend::start(&["--native_below=1000000000"]);
-    let tree = b.push_files((0..100).map(|n| {
-        let rel = format!("many/f{n}");
-        let digest = b.write_input(&rel, format!("input {n}\n").as_bytes());
-        (format!("ws/{rel}"), digest)
-    }));
-    let root = b.create_ok("1", b.manifest(&tree, &[]));
-    assert_built_as(&b, "native", &root);
-    let first = fs::read_link(root.join("ws/many/f7")).unwrap();
-    assert_eq!(
-        first,
-        b.exec_root().join("ws/many/f7"),
-        "served where it is"
-    );
-    b.destroy_ok("1");
-    let stored = || {
+    // A tree of 100 new files below `dir`, and their digests.
+    let tree_of = |dir: &str| {
+        let mut hashes = Vec::new();
+        let tree = b.push_files((0..100).map(|n| {
+            let rel = format!("{dir}/f{n}");
+            let digest = b.write_input(&rel, format!("{dir} {n}\n").as_bytes());
+            hashes.push(digest.hash.clone());
+            (format!("ws/{rel}"), digest)
+        }));
+        (tree, hashes)
+    };
+    let stored = || -> HashSet<String> {
         fs::read_dir(&b.base)
             .unwrap()
             .flatten()
@@ -1812,23 +1811,61 @@ fn many_digests_to_capture_are_captured_in_the_background() {
                     .starts_with("actionfs-serve-")
             })
             .filter_map(|e| fs::read_dir(e.path().join("store/c")).ok())
-            .map(|c| c.count())
-            .sum::<usize>()
+            .flat_map(|c| c.flatten())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
     };
+    let all_stored = |hashes: &[String]| {
+        let stored = stored();
+        hashes.iter().all(|hash| stored.contains(hash))
+    };
+    let (once, once_hashes) = tree_of("once");
+    let root = b.create_ok("1", b.manifest(&once, &[]));
+    assert_built_as(&b, "native", &root);
+    assert_eq!(
+        fs::read_link(root.join("ws/once/f7")).unwrap(),
+        b.exec_root().join("ws/once/f7"),
+        "served where it is"
+    );
+    b.destroy_ok("1");
+
+    // Another tree met twice: its digests are queued at the second
+    // Create, behind whatever the first queued (one thread, in order).
+    let (twice, twice_hashes) = tree_of("twice");
+    for id in ["2", "3"] {
+        b.create_ok(id, b.manifest(&twice, &[]));
+        b.destroy_ok(id);
+    }
     assert!(
-        wait_for(Duration::from_secs(20), || stored() >= 100),
+        wait_for(Duration::from_secs(20), || all_stored(&twice_hashes)),
         "captured: {}\n{}",
-        stored(),
+        stored().len(),
         b.log()
     );
-    fs::remove_dir_all(b.exec_root().join("ws/many")).unwrap();
-    let root = b.create_ok("2", b.manifest(&tree, &[]));
+    let stored_now = stored();
+    let captured_once = once_hashes
+        .iter()
+        .filter(|hash| stored_now.contains(*hash))
+        .count();
+    assert_eq!(captured_once, 0, "digests met once were captured");
+
+    // Met again: captured, then served from the store.
+    b.create_ok("4", b.manifest(&once, &[]));
+    b.destroy_ok("4");
+    assert!(
+        wait_for(Duration::from_secs(20), || all_stored(&once_hashes)),
+        "captured: {}\n{}",
+        stored().len(),
+        b.log()
+    );
+    fs::remove_dir_all(b.exec_root().join("ws/once")).unwrap();
+    let root = b.create_ok("5", b.manifest(&once, &[]));
     for n in [0, 7, 99] {
-        let shown = root.join(format!("ws/many/f{n}"));
+        let shown = root.join(format!("ws/once/f{n}"));
         assert!(fs::read_link(&shown).unwrap().starts_with(&b.base));
-        assert_eq!(fs::read_to_string(&shown).unwrap(), format!("input {n}\n"));
+        assert_eq!(fs::read_to_string(&shown).unwrap(), format!("once {n}\n"));
     }
-    b.destroy_ok("2");
+    b.destroy_ok("5");
     b.close();
 }
 
