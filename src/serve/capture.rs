@@ -136,8 +136,8 @@ impl DefaultPlaces {
 #[derive(Default)]
 struct MetOnce(HashSet<u64>);
 
-/// About 10 MB of hashes.
-const MAX_MET_ONCE: usize = 1 << 20;
+/// At most 2^20 buckets of 9 bytes: about 9 MiB.
+const MAX_MET_ONCE: usize = 1 << 19;
 
 impl MetOnce {
     /// Whether `hash` is met for the first time (remembered if so).
@@ -241,5 +241,24 @@ fn lowest_priority() {
     unsafe {
         let tid = libc::gettid();
         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_digest_is_met_once_then_again_and_the_memory_is_bounded() {
+        let mut met = MetOnce::default();
+        assert!(met.first_meeting("a"));
+        assert!(met.first_meeting("b"));
+        assert!(!met.first_meeting("a"), "the second meeting");
+        // Forgotten once met again: a failed capture waits one more.
+        assert!(met.first_meeting("a"));
+        for n in 0..MAX_MET_ONCE * 2 {
+            met.first_meeting(&n.to_string());
+            assert!(met.0.len() <= MAX_MET_ONCE);
+        }
     }
 }
