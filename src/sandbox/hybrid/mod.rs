@@ -511,13 +511,14 @@ impl NativeSandboxes {
                 .map_err(|why| log::info!("sandbox {id:?}: built afresh, as {why}"))
                 .ok()
         });
-        let (built, how) = match from_stash {
-            Some(built) => (built, Built::Stash),
+        let (built, how, stamps) = match from_stash {
+            Some((built, stamps)) => (built, Built::Stash, stamps),
             None => {
                 let plan = typed(draft, None, &root)?;
                 (
                     materialize::materialize(&plan, &root, self.options())?,
                     Built::Native,
+                    None,
                 )
             }
         };
@@ -528,7 +529,7 @@ impl NativeSandboxes {
             }
             return Err(materialize::Error::new("symlink", &link, err));
         }
-        let reusable = target.and_then(|target| reusable(target, &built));
+        let reusable = target.and_then(|target| reusable(target, &built, stamps));
         let live = Live {
             built,
             mappings: draft.mapping_count(),
@@ -563,29 +564,33 @@ impl NativeSandboxes {
     }
 
     /// Builds `draft` at `root` with the inputs of its writable directory
-    /// taken from `stash`, reshaped. On error nothing is left and the
-    /// stash is discarded.
+    /// taken from `stash`, reshaped; returns it with the stamps of what
+    /// the stash brought (`None` if they could not be taken). On error
+    /// nothing is left and the stash is discarded.
     fn build_from_stash(
         &self,
         draft: &Draft,
         root: &Path,
         target: &ReuseTarget,
-        stash: Stash,
-    ) -> Result<Materialized, materialize::Error> {
+        mut stash: Stash,
+    ) -> Result<(Materialized, Option<Stamps>), materialize::Error> {
         let pool = &target.pool;
         let built = if reuse::unchanged_tree(&stash.dir, &stash.shape, &stash.stamps) {
             Ok(())
         } else {
             Err(materialize::Error::other(&stash.path, "the stash changed"))
         };
+        let mut restamp = Vec::new();
         let built = built
             .and_then(|()| {
                 reuse::reshape(
                     &stash.dir,
                     &stash.path,
+                    Path::new(""),
                     &stash.shape,
                     &target.want,
                     pool.trash(),
+                    &mut restamp,
                 )
             })
             .and_then(|_| {
@@ -602,21 +607,35 @@ impl NativeSandboxes {
             }
         };
         let (placed, outcome) = reuse::put_in(&stash.dir, &target.want, &target.root);
-        built.in_place = placed
-            .into_iter()
-            .map(|rel| InPlace {
-                root: target.root.clone(),
-                rel,
-            })
-            .collect();
+        let carried = std::mem::take(&mut stash.stamps);
         pool.discard_stash(stash);
         if let Err(err) = outcome {
+            built.in_place = in_place(placed, &target.root);
             if let Err(cleanup) = materialize::teardown(&built, self.opened_trash()) {
                 log::error!("cannot undo a build from a stash: {cleanup}");
             }
             return Err(err);
         }
-        Ok(built)
+        // A move in changes the change time of what moved.
+        restamp.extend(placed.iter().cloned());
+        let stamps = reuse::restamped(&target.root, &target.want, carried, &restamp)
+            .map_err(|err| log::debug!("inputs not stamped, so not reused: {err}"))
+            .ok();
+        built.in_place = in_place(placed, &target.root);
+        Ok((built, stamps))
+    }
+
+    /// Whether live sandbox `id`'s stamps agree with a walk of what it
+    /// would stash, taken now (`None`: it would stash nothing).
+    #[cfg(test)]
+    fn stamps_agree(&self, id: &str) -> Option<bool> {
+        let live = self.live.lock();
+        let reusable = live.get(id)?.reusable.as_ref()?;
+        let now = reuse::stamp(&reusable.root, &reusable.shape, &reusable.placed).ok()?;
+        Some(
+            now.iter()
+                .all(|(rel, stamp)| reusable.stamps.get(rel) == Some(stamp)),
+        )
     }
 
     fn opened_trash(&self) -> Option<&Trash> {
@@ -685,17 +704,31 @@ impl NativeSandboxes {
     }
 }
 
+fn in_place(placed: Vec<PathBuf>, root: &Arc<Anchor>) -> Vec<InPlace> {
+    placed
+        .into_iter()
+        .map(|rel| InPlace {
+            root: root.clone(),
+            rel,
+        })
+        .collect()
+}
+
 /// What to stash of `built` at destroy, if all it placed in writable
-/// directories went into `target`'s.
-fn reusable(target: ReuseTarget, built: &Materialized) -> Option<Reusable> {
+/// directories went into `target`'s; `stamps` if a build from a stash
+/// already took them, else they are taken here.
+fn reusable(target: ReuseTarget, built: &Materialized, stamps: Option<Stamps>) -> Option<Reusable> {
     let placed = built
         .in_place
         .iter()
         .map(|entry| Arc::ptr_eq(&entry.root, &target.root).then(|| entry.rel.clone()))
         .collect::<Option<Vec<_>>>()?;
-    let stamps = reuse::stamp(&target.root, &target.want, &placed)
-        .map_err(|err| log::debug!("inputs not stamped, so not reused: {err}"))
-        .ok()?;
+    let stamps = match stamps {
+        Some(stamps) => stamps,
+        None => reuse::stamp(&target.root, &target.want, &placed)
+            .map_err(|err| log::debug!("inputs not stamped, so not reused: {err}"))
+            .ok()?,
+    };
     Some(Reusable {
         root: target.root,
         shape: target.want,

@@ -262,6 +262,9 @@ proptest! {
                     let made = shape_of(&scratch);
                     prop_assert!(made.is_some(), "a file of an action reached sandbox {}", id);
                     prop_assert_eq!(made, fresh_shape(&mut lab, inputs, variants));
+                    // A build from a stash carries most stamps over: they
+                    // are those a walk gives.
+                    prop_assert_ne!(native.stamps_agree(&id), Some(false), "stamps of {}", id);
                     live.insert(slot, (id, scratch));
                 }
                 Op::Write { slot, spot } => {

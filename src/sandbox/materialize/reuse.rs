@@ -17,7 +17,9 @@
 //! right after its move, and the directories stash_out made are stamped
 //! when it is done. A stash is used only if it is [`unchanged_tree`], so a
 //! change anywhere in it after the check before the move is caught when
-//! it is taken.
+//! it is taken. A build from a stash keeps the stash's stamps but for the
+//! directories its reshape changed or made and those it moved in
+//! ([`restamped`]): a change since the check then shows as one.
 //!
 //! Every path below a writable directory is resolved from its pinned
 //! descriptor without following symlinks.
@@ -450,15 +452,19 @@ pub fn unchanged_tree(dir: &DirFd, shape: &Dir, stamps: &Stamps) -> bool {
         })
 }
 
-/// Turns directory `dir` (at `path`), shaped `have`, into `want`: removes
-/// what `want` lacks (directories through `trash`), keeps what both hold
-/// and makes the rest. Returns the entries created and removed.
+/// Turns directory `dir` (at `path`; `rel` below the stash), shaped
+/// `have`, into `want`: removes what `want` lacks (directories through
+/// `trash`), keeps what both hold and makes the rest. Returns the entries
+/// created and removed; adds to `restamp` every directory whose stamp
+/// this changed (an entry added or removed in it) or that it made.
 pub fn reshape(
     dir: &DirFd,
     path: &Path,
+    rel: &Path,
     have: &Dir,
     want: &Dir,
     trash: &Trash,
+    restamp: &mut Vec<PathBuf>,
 ) -> Result<usize, Error> {
     let mut changes = 0;
     for (name, old) in have.entries() {
@@ -467,6 +473,8 @@ pub fn reshape(
             changes += 1;
         }
     }
+    let removed = changes > 0;
+    let mut made = false;
     for (name, new) in want.entries() {
         match have.get(name) {
             Some(old) if old.digest() == new.digest() && old == new => {}
@@ -477,16 +485,64 @@ pub fn reshape(
                 let sub = dir
                     .open_at(&cname)
                     .map_err(|e| Error::new("openat", &sub_path, e))?;
-                changes += reshape(&sub, &sub_path, old, new, trash)?;
+                changes += reshape(&sub, &sub_path, &rel.join(name), old, new, trash, restamp)?;
             }
             Some(old) => {
                 remove(dir, path, name, old, trash)?;
                 changes += create(dir, path, name, new)?;
+                made = true;
+                dirs_below(&rel.join(name), new, restamp);
             }
-            None => changes += create(dir, path, name, new)?,
+            None => {
+                changes += create(dir, path, name, new)?;
+                made = true;
+                dirs_below(&rel.join(name), new, restamp);
+            }
         }
     }
+    if removed || made {
+        restamp.push(rel.to_owned());
+    }
     Ok(changes)
+}
+
+/// Adds `node` (at `rel`) and every directory below it to `dirs`, if it
+/// is a directory.
+fn dirs_below(rel: &Path, node: &Node, dirs: &mut Vec<PathBuf>) {
+    if let Node::Dir(dir) = node {
+        dirs.push(rel.to_owned());
+        for (name, sub) in dir.entries() {
+            dirs_below(&rel.join(name), sub, dirs);
+        }
+    }
+}
+
+/// The stamps of a build from a stash: the stash's `carried` (checked
+/// just before the reshape) for the directories the reshape and the move
+/// in left alone, each of `restamp` (paths below `root`, as in `shape`)
+/// stamped anew. Stamps [`stamp`] would give, for a fraction of its
+/// system calls; a directory changed since the check carries its old
+/// stamp, and shows as changed when the sandbox is stashed.
+pub fn restamped(
+    root: &Anchor,
+    shape: &Dir,
+    mut carried: Stamps,
+    restamp: &[PathBuf],
+) -> Result<Stamps, Error> {
+    let base = root.path();
+    for rel in restamp {
+        if !matches!(shape.at(rel), Some(Node::Dir(_))) {
+            continue;
+        }
+        let (parent, name) = split(rel);
+        let parent_dir = open_rel(root, parent).map_err(|e| err("openat2", base, parent, e))?;
+        let cname = c(name, base, rel)?;
+        let st = parent_dir
+            .stat_at(&cname)
+            .map_err(|e| err("fstatat", base, rel, e))?;
+        carried.insert(rel.clone(), Stamp::of(&st));
+    }
+    Ok(carried)
 }
 
 fn remove(dir: &DirFd, path: &Path, name: &OsStr, node: &Node, trash: &Trash) -> Result<(), Error> {
