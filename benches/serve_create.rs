@@ -18,6 +18,7 @@
 mod serve_common;
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use actionfs_protocol::backend::digest::digest_of;
@@ -25,16 +26,19 @@ use actionfs_protocol::backend::sandbox::{create, Manifest, Push};
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
 use serve_common::{env_or, Served};
 
-fn tree(inputs: usize, generation: usize) -> Tree {
+/// A tree of `inputs` files, each written at its default place below
+/// `exec_root` (Bazel pushes no content for a source file), so that a
+/// native build finds them.
+fn tree(inputs: usize, generation: usize, exec_root: &Path) -> Tree {
     let mut tb = TreeBuilder::new();
     for n in 0..inputs {
         let bytes = format!("input {n} of generation {generation}\n");
-        tb.add_file(
-            &format!("ws/pkg{}/file{n}.h", n % 50),
-            digest_of(bytes.as_bytes()),
-            false,
-        )
-        .unwrap();
+        let path = format!("ws/pkg{}/file{n}.h", n % 50);
+        let place = exec_root.join(&path);
+        std::fs::create_dir_all(place.parent().unwrap()).unwrap();
+        std::fs::write(&place, &bytes).unwrap();
+        tb.add_file(&path, digest_of(bytes.as_bytes()), false)
+            .unwrap();
     }
     tb.build()
 }
@@ -94,7 +98,7 @@ fn main() {
     };
     let (mut cold, mut seen) = (Vec::new(), Vec::new());
     for run in 0..runs {
-        let t = tree(inputs, run);
+        let t = tree(inputs, run, Path::new(&exec_root));
         client
             .push(Push {
                 blobs: t.blobs.clone(),
