@@ -242,3 +242,74 @@ pub fn no_huge_pages() {
     // SAFETY: PR_SET_THP_DISABLE takes integer arguments only.
     let _ignored_where_unsupported = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
 }
+
+/// Asks for short scheduler slices for the calling thread: on EEVDF
+/// (Linux 6.12 and later) a waking thread with a shorter slice than the
+/// running one may preempt it, so a request thread woken while actions
+/// hold every CPU answers at once rather than after an action's slice.
+/// Its share of the CPU is unchanged; older kernels ignore the slice.
+/// Threads it starts get the default slice (background work should not
+/// preempt actions). Best effort.
+pub fn short_slices() {
+    const SLICE_NS: u64 = 100_000; // the least the kernel accepts
+    const SCHED_FLAG_RESET_ON_FORK: u64 = 1;
+    let attr = libc::sched_attr {
+        size: size_of::<libc::sched_attr>() as u32,
+        sched_policy: libc::SCHED_OTHER as u32,
+        sched_flags: SCHED_FLAG_RESET_ON_FORK,
+        sched_nice: 0,
+        sched_priority: 0,
+        sched_runtime: SLICE_NS,
+        sched_deadline: 0,
+        sched_period: 0,
+    };
+    // SAFETY: sched_setattr reads `attr`, which outlives the call; pid 0
+    // is the calling thread.
+    let _ignored_where_unsupported = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            0,
+            &attr as *const libc::sched_attr,
+            0,
+        )
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calling thread's scheduler slice in ns, where the kernel shows
+    /// it (`/proc/thread-self/sched` needs CONFIG_SCHED_DEBUG).
+    fn slice() -> Option<u64> {
+        let sched = std::fs::read_to_string("/proc/thread-self/sched").ok()?;
+        let line = sched.lines().find(|l| l.starts_with("se.slice"))?;
+        line.rsplit(':').next()?.trim().parse().ok()
+    }
+
+    /// Whether this kernel takes custom slices (6.12 and later).
+    fn takes_custom_slices() -> bool {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut numbers = release
+            .split(['.', '-'])
+            .map(|n| n.parse::<u32>().unwrap_or(0));
+        (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0)) >= (6, 12)
+    }
+
+    #[test]
+    fn short_slices_hold_for_the_thread_and_not_for_threads_it_starts() {
+        if !takes_custom_slices() || slice().is_none() {
+            eprintln!("skipped: this kernel takes or shows no custom slice");
+            return;
+        }
+        let (mine, its) = std::thread::spawn(|| {
+            short_slices();
+            (slice(), std::thread::spawn(slice).join().unwrap())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(mine, Some(100_000));
+        assert_ne!(its, Some(100_000), "a started thread kept the short slice");
+        assert_ne!(slice(), Some(100_000), "the test's own thread changed");
+    }
+}

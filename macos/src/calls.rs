@@ -221,3 +221,6 @@ fn xattr_call(
 
 /// Transparent huge pages are Linux's; nothing to turn off.
 pub fn no_huge_pages() {}
+
+/// EEVDF slices are Linux's; the default scheduling stays.
+pub fn short_slices() {}

@@ -154,13 +154,17 @@ pub fn serve(
             let session = &session;
             let started = std::thread::Builder::new()
                 .name(format!("serve-{n}"))
-                .spawn_scoped(scope, move || session.run());
+                .spawn_scoped(scope, move || {
+                    crate::sys::short_slices();
+                    session.run()
+                });
             if let Err(err) = started {
                 // Fewer threads apply fewer requests at once; none is lost.
                 log::warn!("cannot start request thread {n} ({err}); going on with {n}");
                 break;
             }
         }
+        crate::sys::short_slices();
         session.run();
     });
     let ended = session.input.into_inner().ended;
