@@ -253,11 +253,16 @@ pub fn no_huge_pages() {
 pub fn short_slices() {
     const SLICE_NS: u64 = 100_000; // the least the kernel accepts
     const SCHED_FLAG_RESET_ON_FORK: u64 = 1;
+    // sched_setattr sets the nice value too: keep the thread's own (a
+    // backend started under `nice` stays there).
+    // SAFETY: getpriority takes integers only; on Linux, PRIO_PROCESS
+    // with 0 is the calling thread.
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
     let attr = libc::sched_attr {
         size: size_of::<libc::sched_attr>() as u32,
         sched_policy: libc::SCHED_OTHER as u32,
         sched_flags: SCHED_FLAG_RESET_ON_FORK,
-        sched_nice: 0,
+        sched_nice: nice,
         sched_priority: 0,
         sched_runtime: SLICE_NS,
         sched_deadline: 0,
@@ -296,18 +301,28 @@ mod tests {
         (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0)) >= (6, 12)
     }
 
+    fn nice() -> i32 {
+        // SAFETY: as in short_slices.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+    }
+
     #[test]
     fn short_slices_hold_for_the_thread_and_not_for_threads_it_starts() {
         if !takes_custom_slices() || slice().is_none() {
             eprintln!("skipped: this kernel takes or shows no custom slice");
             return;
         }
-        let (mine, its) = std::thread::spawn(|| {
+        let (mine, its, niceness) = std::thread::spawn(|| {
+            // A thread's own nice value stays (raising it needs no
+            // privilege).
+            // SAFETY: setpriority on the calling thread, integers only.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 5) };
             short_slices();
-            (slice(), std::thread::spawn(slice).join().unwrap())
+            (slice(), std::thread::spawn(slice).join().unwrap(), nice())
         })
         .join()
         .unwrap();
+        assert_eq!(niceness, 5, "short_slices changed the nice value");
         assert_eq!(mine, Some(100_000));
         assert_ne!(its, Some(100_000), "a started thread kept the short slice");
         assert_ne!(slice(), Some(100_000), "the test's own thread changed");
