@@ -580,7 +580,7 @@ impl NativeSandboxes {
         } else {
             Err(materialize::Error::other(&stash.path, "the stash changed"))
         };
-        let mut restamp = Vec::new();
+        let mut restamp = reuse::Restamp::default();
         let built = built
             .and_then(|()| {
                 reuse::reshape(
@@ -607,21 +607,25 @@ impl NativeSandboxes {
             }
         };
         let (placed, outcome) = reuse::put_in(&stash.dir, &target.want, &target.root);
+        restamp.moved_in(&placed);
+        built.in_place = placed
+            .into_iter()
+            .map(|rel| InPlace {
+                root: target.root.clone(),
+                rel,
+            })
+            .collect();
         let carried = std::mem::take(&mut stash.stamps);
         pool.discard_stash(stash);
         if let Err(err) = outcome {
-            built.in_place = in_place(placed, &target.root);
             if let Err(cleanup) = materialize::teardown(&built, self.opened_trash()) {
                 log::error!("cannot undo a build from a stash: {cleanup}");
             }
             return Err(err);
         }
-        // A move in changes the change time of what moved.
-        restamp.extend(placed.iter().cloned());
-        let stamps = reuse::restamped(&target.root, &target.want, carried, &restamp)
+        let stamps = reuse::restamped(&target.root, &target.want, carried, restamp)
             .map_err(|err| log::debug!("inputs not stamped, so not reused: {err}"))
             .ok();
-        built.in_place = in_place(placed, &target.root);
         Ok((built, stamps))
     }
 
@@ -702,16 +706,6 @@ impl NativeSandboxes {
             dir.trash.wait_idle();
         }
     }
-}
-
-fn in_place(placed: Vec<PathBuf>, root: &Arc<Anchor>) -> Vec<InPlace> {
-    placed
-        .into_iter()
-        .map(|rel| InPlace {
-            root: root.clone(),
-            rel,
-        })
-        .collect()
 }
 
 /// What to stash of `built` at destroy, if all it placed in writable

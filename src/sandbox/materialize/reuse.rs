@@ -452,10 +452,28 @@ pub fn unchanged_tree(dir: &DirFd, shape: &Dir, stamps: &Stamps) -> bool {
         })
 }
 
+/// The directories of a build from a stash whose stamps changed since the
+/// stash's were checked: for a directory alone, or with all below it.
+#[derive(Default)]
+pub struct Restamp {
+    /// Added to, removed from or renamed: the directory alone.
+    changed: Vec<PathBuf>,
+    /// Made by the reshape: the directory and every one below it.
+    made: Vec<PathBuf>,
+}
+
+impl Restamp {
+    /// Entries `placed` (paths below the writable directory) were renamed
+    /// in: a rename changes the change time of what moved.
+    pub fn moved_in(&mut self, placed: &[PathBuf]) {
+        self.changed.extend_from_slice(placed);
+    }
+}
+
 /// Turns directory `dir` (at `path`; `rel` below the stash), shaped
 /// `have`, into `want`: removes what `want` lacks (directories through
 /// `trash`), keeps what both hold and makes the rest. Returns the entries
-/// created and removed; adds to `restamp` every directory whose stamp
+/// created and removed; notes in `restamp` every directory whose stamp
 /// this changed (an entry added or removed in it) or that it made.
 pub fn reshape(
     dir: &DirFd,
@@ -464,7 +482,7 @@ pub fn reshape(
     have: &Dir,
     want: &Dir,
     trash: &Trash,
-    restamp: &mut Vec<PathBuf>,
+    restamp: &mut Restamp,
 ) -> Result<usize, Error> {
     let mut changes = 0;
     for (name, old) in have.entries() {
@@ -477,7 +495,7 @@ pub fn reshape(
     let mut made = false;
     for (name, new) in want.entries() {
         match have.get(name) {
-            Some(old) if old.digest() == new.digest() && old == new => {}
+            Some(old) if old.digest() == new.digest() && old == new => continue,
             Some(Node::Dir(old)) if matches!(new, Node::Dir(_)) => {
                 let Node::Dir(new) = new else { unreachable!() };
                 let cname = c(name, path, Path::new(""))?;
@@ -486,40 +504,28 @@ pub fn reshape(
                     .open_at(&cname)
                     .map_err(|e| Error::new("openat", &sub_path, e))?;
                 changes += reshape(&sub, &sub_path, &rel.join(name), old, new, trash, restamp)?;
+                continue;
             }
             Some(old) => {
                 remove(dir, path, name, old, trash)?;
                 changes += create(dir, path, name, new)?;
-                made = true;
-                dirs_below(&rel.join(name), new, restamp);
             }
-            None => {
-                changes += create(dir, path, name, new)?;
-                made = true;
-                dirs_below(&rel.join(name), new, restamp);
-            }
+            None => changes += create(dir, path, name, new)?,
+        }
+        made = true;
+        if matches!(new, Node::Dir(_)) {
+            restamp.made.push(rel.join(name));
         }
     }
     if removed || made {
-        restamp.push(rel.to_owned());
+        restamp.changed.push(rel.to_owned());
     }
     Ok(changes)
 }
 
-/// Adds `node` (at `rel`) and every directory below it to `dirs`, if it
-/// is a directory.
-fn dirs_below(rel: &Path, node: &Node, dirs: &mut Vec<PathBuf>) {
-    if let Node::Dir(dir) = node {
-        dirs.push(rel.to_owned());
-        for (name, sub) in dir.entries() {
-            dirs_below(&rel.join(name), sub, dirs);
-        }
-    }
-}
-
 /// The stamps of a build from a stash: the stash's `carried` (checked
 /// just before the reshape) for the directories the reshape and the move
-/// in left alone, each of `restamp` (paths below `root`, as in `shape`)
+/// in left alone, those of `restamp` (paths below `root`, as in `shape`)
 /// stamped anew. Stamps [`stamp`] would give, for a fraction of its
 /// system calls; a directory changed since the check carries its old
 /// stamp, and shows as changed when the sandbox is stashed.
@@ -527,20 +533,29 @@ pub fn restamped(
     root: &Anchor,
     shape: &Dir,
     mut carried: Stamps,
-    restamp: &[PathBuf],
+    mut restamp: Restamp,
 ) -> Result<Stamps, Error> {
     let base = root.path();
-    for rel in restamp {
-        if !matches!(shape.at(rel), Some(Node::Dir(_))) {
+    // A directory both changed and moved in is stamped once.
+    restamp.changed.sort_unstable();
+    restamp.changed.dedup();
+    let alone = restamp.changed.iter().map(|rel| (rel, false));
+    let with_below = restamp.made.iter().map(|rel| (rel, true));
+    for (rel, below) in alone.chain(with_below) {
+        let Some(Node::Dir(dir)) = shape.at(rel) else {
             continue;
-        }
+        };
         let (parent, name) = split(rel);
         let parent_dir = open_rel(root, parent).map_err(|e| err("openat2", base, parent, e))?;
         let cname = c(name, base, rel)?;
-        let st = parent_dir
-            .stat_at(&cname)
-            .map_err(|e| err("fstatat", base, rel, e))?;
-        carried.insert(rel.clone(), Stamp::of(&st));
+        if below {
+            stamp_dir(&parent_dir, &cname, dir, rel, base, &mut carried)?;
+        } else {
+            let st = parent_dir
+                .stat_at(&cname)
+                .map_err(|e| err("fstatat", base, rel, e))?;
+            carried.insert(rel.clone(), Stamp::of(&st));
+        }
     }
     Ok(carried)
 }

@@ -368,10 +368,10 @@ fn link(actions: &mut [Action]) {
             }
         }
     }
-    let latest_before = |path: &str, i: usize| {
-        let list = declarers.get(path)?;
-        let before = list.partition_point(|&d| d < i);
-        before.checked_sub(1).map(|at| list[at])
+    // The latest of `declarers` (in log order) before action `i`.
+    let latest_before = |declarers: &[usize], i: usize| {
+        let before = declarers.partition_point(|&d| d < i);
+        before.checked_sub(1).map(|at| declarers[at])
     };
     let mut all_deps = Vec::with_capacity(actions.len());
     for (i, action) in actions.iter().enumerate() {
@@ -382,7 +382,7 @@ fn link(actions: &mut [Action]) {
             }
         };
         for output in &action.outputs {
-            if let Some(before) = latest_before(&output.path, i) {
+            if let Some(before) = latest_before(&declarers[output.path.as_str()], i) {
                 add(before);
             }
         }
@@ -394,8 +394,8 @@ fn link(actions: &mut [Action]) {
             // The input itself, or a tree artifact above it.
             let mut path = read;
             loop {
-                if declarers.contains_key(path) {
-                    if let Some(producer) = latest_before(path, i) {
+                if let Some(list) = declarers.get(path) {
+                    if let Some(producer) = latest_before(list, i) {
                         add(producer);
                     }
                     break;
