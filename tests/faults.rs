@@ -884,7 +884,11 @@ fn kill_9_in_hybrid_mode_and_a_restart_clears_what_the_killed_daemon_left_in_the
     let action = |d: &Daemon, id: &str| {
         let ws = fx.path(&format!("scratch/{id}"));
         fs::create_dir_all(&ws).unwrap();
-        d.create(sandbox(id, vec![rw("/ws", &ws), ro("/ws/in/a", &input)]));
+        // Enough inputs to be stashed when destroyed.
+        let mut mappings = vec![rw("/ws", &ws)];
+        mappings.extend((0..40).map(|n| ro(&format!("/ws/in/{n}"), &input)));
+        mappings.push(ro("/ws/in/a", &input));
+        d.create(sandbox(id, mappings));
         assert_eq!(
             fs::read_to_string(d.path(&format!("{id}/ws/in/a"))).unwrap(),
             "data"

@@ -318,10 +318,19 @@ pub struct NativeSandboxes {
     /// Where destroyed sandboxes' inputs are kept for reuse; `None` when
     /// reuse is off (or the method makes files an action could change).
     stashes: Option<Stashes>,
+    /// Sandboxes of fewer mappings are built afresh and not stashed.
+    reuse_from: usize,
     /// Shapes of the inputs of recent builds, for the next ones'.
     shapes: ShapeCache,
     live: Mutex<HashMap<String, Live>>,
 }
+
+/// Below this many mappings a sandbox is built afresh and not stashed:
+/// taking a stash (its stamps checked, reshaped, renamed in, restamped)
+/// and stashing it after cost more than a few links. `serve_create`
+/// seen Creates on tmpfs, stashes against none: 10 inputs 0.87x, 40
+/// 1.04x, 100 1.12x (docs/BENCHMARKS.md).
+const REUSE_FROM: usize = 32;
 
 /// A native sandbox.
 struct Live {
@@ -437,9 +446,17 @@ impl NativeSandboxes {
             trees: dir.join("trees"),
             opened: OnceLock::new(),
             stashes: (method == Method::Symlink && stashes > 0).then(|| Stashes::new(dir, stashes)),
+            reuse_from: REUSE_FROM,
             shapes: ShapeCache::default(),
             live: Mutex::default(),
         }
+    }
+
+    /// Reuses sandboxes of any size (the reuse tests' trees are small).
+    #[cfg(test)]
+    fn reusing_all(mut self) -> NativeSandboxes {
+        self.reuse_from = 0;
+        self
     }
 
     /// Sets up the native directory now, for an error at start rather
@@ -549,6 +566,9 @@ impl NativeSandboxes {
     /// Where `draft`'s inputs would go if they can come from a stash.
     fn reuse_target(&self, draft: &Draft) -> Option<ReuseTarget> {
         let stashes = self.stashes.as_ref()?;
+        if draft.mapping_count() < self.reuse_from {
+            return None;
+        }
         let at = draft.inputs_dir()?;
         let root = draft.dirs[at as usize].mapped.as_ref()?.anchor.clone()?;
         let pool = stashes.pool_for(&root)?;

@@ -10,7 +10,7 @@ use actionfs_protocol::ResolvedMapping;
 use proptest::prelude::*;
 
 use super::cutoff::Policy;
-use super::NativeSandboxes;
+use super::{NativeSandboxes, REUSE_FROM};
 use crate::daemon::stats::Built;
 use crate::sandbox::dirfd::DirFd;
 use crate::sandbox::file_kind::FileKind;
@@ -132,6 +132,7 @@ impl Lab {
             Method::Symlink,
             stashes,
         )
+        .reusing_all()
     }
 }
 
@@ -405,4 +406,25 @@ fn a_stash_that_cannot_go_in_leaves_nothing_behind() {
     assert!(!native.trees.join("second").exists());
     native.destroy_all();
     assert!(stash_dirs(&lab).is_empty());
+}
+
+#[test]
+fn a_small_sandbox_is_built_afresh_and_not_stashed() {
+    let mut lab = Lab::new();
+    let mut native = lab.native(STASHES);
+    native.reuse_from = REUSE_FROM;
+    let all = u16::MAX;
+    assert!(
+        all.count_ones() as usize + 1 < REUSE_FROM,
+        "the lab's trees are small"
+    );
+    for id in ["first", "second"] {
+        let scratch = lab.scratch();
+        let (_, built) = native.create(id, &lab.draft(&scratch, all, 0)).unwrap();
+        assert_eq!(built, Built::Native, "{id}");
+        assert_eq!(shape_of(&scratch), fresh_shape(&mut lab, all, 0));
+        native.destroy(id).unwrap();
+        assert!(stash_dirs(&lab).is_empty(), "{id} was stashed");
+    }
+    native.destroy_all();
 }
