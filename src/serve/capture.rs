@@ -135,8 +135,8 @@ impl DefaultPlaces {
 /// capture costs ~40 us of copying and hashing. Replays, capture from the
 /// second meeting against none (tmpfs, `--jobs 2`): stress setup 0.81x,
 /// wall 0.94x, mixed 0.87x and 0.94x, but cc-chain (headers met a median
-/// of 37 times) setup 1.19x; counting meetings, the eighth costs least
-/// on all three (docs/BENCHMARKS.md).
+/// of 37 times) setup 1.19x; counting each log's meetings, the eighth is
+/// near the least cost on every log (docs/BENCHMARKS.md).
 const CAPTURE_AT_MEETING: u8 = 8;
 
 /// Meetings counted per digest in a fixed table indexed by the digest's
