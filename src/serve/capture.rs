@@ -74,8 +74,8 @@ impl DefaultPlaces {
     /// push); a pushed digest that was `refused` is left absent. Beyond
     /// [`ON_CREATE`] digests, those never held are served from their
     /// default places, and queued to the background from their
-    /// [`CAPTURE_AT_MEETING`]th meeting on. Returns whether anything was captured here (the
-    /// caller's lookups are stale).
+    /// [`CAPTURE_AT_MEETING`]th meeting on. Returns whether anything was
+    /// captured here (the caller's lookups are stale).
     pub fn capture(
         &self,
         walked: &Walked,
