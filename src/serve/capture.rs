@@ -100,14 +100,14 @@ impl DefaultPlaces {
         let later = to_capture.len() > ON_CREATE;
         let mut captured = false;
         for ((dir, entry), found) in to_capture {
+            // Counted before the place is made: most are left where they are.
+            let counted = later && *found == Lookup::Absent;
+            if counted && !self.meetings.lock().due(&entry.digest) {
+                continue;
+            }
             let place = exec_root.join(dir).join(&*entry.name);
-            if later && *found == Lookup::Absent {
-                if !self.meetings.lock().due(&entry.digest) {
-                    continue;
-                }
-                if self.background.queue(&entry.hash, place.clone()) {
-                    continue;
-                }
+            if counted && self.background.queue(&entry.hash, place.clone()) {
+                continue;
             }
             match self.store.capture(&entry.hash, &place, Retention::Keep) {
                 Ok(()) => captured = true,
