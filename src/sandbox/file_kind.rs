@@ -33,20 +33,6 @@ impl FileKind {
         }
     }
 
-    /// The type a directory entry gives (`getdents`' d_type).
-    pub fn from_dirent(kind: nix::dir::Type) -> FileKind {
-        use nix::dir::Type;
-        match kind {
-            Type::Directory => FileKind::Directory,
-            Type::File => FileKind::RegularFile,
-            Type::Symlink => FileKind::Symlink,
-            Type::Fifo => FileKind::NamedPipe,
-            Type::Socket => FileKind::Socket,
-            Type::CharacterDevice => FileKind::CharDevice,
-            Type::BlockDevice => FileKind::BlockDevice,
-        }
-    }
-
     /// The type in words, for messages.
     pub fn describe(self) -> &'static str {
         match self {

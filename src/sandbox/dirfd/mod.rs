@@ -16,6 +16,7 @@
 
 mod anchor;
 pub mod beneath;
+mod listing;
 
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
@@ -29,6 +30,7 @@ use nix::sys::stat::{FileStat, Mode};
 use nix::unistd::UnlinkatFlags;
 
 pub use anchor::Anchor;
+pub use listing::Entries;
 
 use crate::sandbox::file_kind::FileKind;
 
@@ -178,12 +180,9 @@ impl DirFd {
     }
 
     /// The directory's entries (without `.` and `..`), read with `getdents`
-    /// through a duplicate of the descriptor, from the start.
-    pub fn entries(&self) -> io::Result<Entries> {
-        let dup = self.0.try_clone()?;
-        Ok(Entries {
-            dir: nix::dir::Dir::from_fd(dup)?,
-        })
+    /// from the start; the descriptor is rewound when the listing is dropped.
+    pub fn entries(&self) -> io::Result<Entries<'_>> {
+        Entries::new(self.as_fd())
     }
 }
 
@@ -219,48 +218,4 @@ pub fn open_file_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<File> {
 pub fn readlink_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<CString> {
     let target: OsString = nix::fcntl::readlinkat(dir, name)?;
     CString::new(target.into_vec()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
-
-/// A directory's entries: `(name, type)`, the type `None` where the file
-/// system does not say (DT_UNKNOWN: ask with `fstatat`).
-pub struct Entries {
-    dir: nix::dir::Dir,
-}
-
-impl Entries {
-    /// Calls `visit` with each entry's name and type (not `.` or `..`),
-    /// without copying names, until it returns false.
-    pub fn visit(
-        &mut self,
-        mut visit: impl FnMut(&CStr, Option<FileKind>) -> bool,
-    ) -> io::Result<()> {
-        for entry in self.dir.iter() {
-            let entry = entry?;
-            let name = entry.file_name();
-            if matches!(name.to_bytes(), b"." | b"..") {
-                continue;
-            }
-            if !visit(name, entry.file_type().map(FileKind::from_dirent)) {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// Iterates over the entries, skipping `.` and `..`.
-    pub fn iter(
-        &mut self,
-    ) -> impl Iterator<Item = io::Result<(CString, Option<FileKind>, u64)>> + '_ {
-        self.dir.iter().filter_map(|entry| match entry {
-            Err(err) => Some(Err(err.into())),
-            Ok(entry) => {
-                let name = entry.file_name();
-                if matches!(name.to_bytes(), b"." | b"..") {
-                    return None;
-                }
-                let kind = entry.file_type().map(FileKind::from_dirent);
-                Some(Ok((name.to_owned(), kind, entry.ino())))
-            }
-        })
-    }
 }
