@@ -326,6 +326,24 @@ fn teardown_never_follows_symlinks_and_refuses_roots() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+/// Entries are removed while their directory is listed, a 32 KiB
+/// `getdents64` at a time: a directory of many such batches, with a
+/// subdirectory of many more, is removed whole, each entry counted once.
+#[test]
+fn directories_larger_than_one_listing_are_removed_whole() {
+    let fx = Fixture::new();
+    let victim = fx.path("big");
+    let long = "x".repeat(150);
+    fs::create_dir_all(victim.join("sub")).unwrap();
+    for n in 0..1500 {
+        fs::write(victim.join(format!("{long}{n}")), "").unwrap();
+        std::os::unix::fs::symlink("nowhere", victim.join(format!("sub/{long}{n}"))).unwrap();
+    }
+    let removed = materialize::remove_tree(&victim).unwrap();
+    assert_eq!((removed.dirs, removed.others), (2, 3000));
+    assert!(!victim.exists());
+}
+
 #[test]
 fn rmtree_grants_itself_access_only_where_refused() {
     if !require(&[Need::Root]) {
