@@ -19,7 +19,7 @@ use actionfs_protocol::backend::sandbox::{
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
 use actionfs_testkit::serve::{ServeProcess, LOGGED};
 use actionfs_testkit::tier::{require, Need};
-use actionfs_testkit::{bin, transport, wait_for};
+use actionfs_testkit::{bin, proc_state, transport, wait_for};
 use prost::Message;
 
 const WS: &str = "ws";
@@ -951,11 +951,7 @@ fn every_thread_stopped(pid: libc::pid_t) -> bool {
     let tasks = fs::read_dir(format!("/proc/{pid}/task")).unwrap();
     tasks
         .map(|task| task.unwrap().path().join("stat"))
-        .all(|stat| {
-            let stat = fs::read_to_string(stat).unwrap_or_default();
-            stat.rsplit_once(") ")
-                .is_some_and(|(_, rest)| rest.starts_with('T'))
-        })
+        .all(|stat| proc_state(&stat) == Some('T'))
 }
 
 type Answer = actionfs_protocol::backend::client::Answer;

@@ -18,7 +18,7 @@ use actionfs_protocol::backend::sandbox::{self, Manifest};
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
 use actionfs_testkit::serve::{ServeProcess, LOGGED};
 use actionfs_testkit::tier::{require, Need};
-use actionfs_testkit::{bin, signal_of, transport, wait_for};
+use actionfs_testkit::{bin, proc_state, signal_of, transport, wait_for};
 
 const WS: &str = "ws";
 
@@ -328,10 +328,7 @@ fn a_stale_mount_a_dead_backend_left_is_unmounted_by_the_next() {
     assert_eq!(unsafe { libc::kill(watcher as i32, libc::SIGKILL) }, 0);
     // Dead, if not yet reaped (a zombie until its parent dies too).
     assert!(wait_for(Duration::from_secs(10), || {
-        fs::read_to_string(format!("/proc/{watcher}/stat")).map_or(true, |stat| {
-            stat.rsplit_once(") ")
-                .is_some_and(|(_, r)| r.starts_with('Z'))
-        })
+        proc_state(Path::new(&format!("/proc/{watcher}/stat"))).is_none_or(|state| state == 'Z')
     }));
     dead.signal(libc::SIGKILL);
     dead.wait();

@@ -345,6 +345,18 @@ pub fn is_mounted(path: &Path) -> bool {
         .any(|line| line.split(' ').nth(1) == Some(path.as_str()))
 }
 
+/// The state letter of a process or thread (`R`, `S`, `T`, `Z`, ...) from
+/// its /proc stat file (`/proc/PID/stat`, `/proc/PID/task/TID/stat`):
+/// the field after the parenthesised name, which may hold spaces and
+/// parentheses itself. `None` if the file cannot be read (it is gone).
+pub fn proc_state(stat: &Path) -> Option<char> {
+    let text = fs::read_to_string(stat).ok()?;
+    let state = text
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next());
+    Some(state.unwrap_or_else(|| panic!("{stat:?} has no state field: {text:?}")))
+}
+
 /// Waits up to `limit` for `condition`; a bounded wait, not a timing check.
 pub fn wait_for(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
