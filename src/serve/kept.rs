@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::sandbox::merkle::Walked;
-use crate::sandbox::store::{Acquired, Lookup};
+use crate::sandbox::merkle::{FileEntry, Walked};
+use crate::sandbox::store::{Acquired, ContentStore, Lookup};
+use crate::sandbox::tree::FileContent;
 
 /// What the store said of each file of a tree, and whether any answer
 /// was other than Present (most often none is: then no pass per file).
@@ -33,12 +34,44 @@ impl Found {
 /// A tree's content as acquired for a sandbox.
 pub struct TreeContent {
     pub acquired: Acquired,
-    /// Per file, in `walked.files()` order: its path in the store, or
-    /// `None` for its default place.
-    pub content: Arc<[Option<PathBuf>]>,
+    pub in_store: InStore,
     /// Some default place was left to be captured later: the store may
     /// hold it now, so the tree's next Create looks again.
     pub awaits_capture: bool,
+}
+
+/// Per file of a tree, in `walked.files()` order: whether it is read from
+/// the store (the file named by its hash in [`ContentStore::dir_of`]) or
+/// from its default place. A byte a file: a tree of thousands of files
+/// gets no path allocated per file for each sandbox made of it.
+#[derive(Clone)]
+pub struct InStore {
+    pub each: Arc<[bool]>,
+    store: Arc<ContentStore>,
+}
+
+impl InStore {
+    pub fn new(each: Arc<[bool]>, store: Arc<ContentStore>) -> InStore {
+        InStore { each, store }
+    }
+
+    /// Appends to `path` the store path of `file`, which must be held.
+    pub fn push_path(&self, file: &FileEntry, path: &mut Vec<u8>) {
+        use std::os::unix::ffi::OsStrExt;
+        path.extend_from_slice(self.store.dir_of(file.executable).as_os_str().as_bytes());
+        path.push(b'/');
+        path.extend_from_slice(file.hash.as_bytes());
+    }
+}
+
+impl FileContent for InStore {
+    fn file_count(&self) -> usize {
+        self.each.len()
+    }
+
+    fn path(&self, index: usize, file: &FileEntry) -> Option<PathBuf> {
+        self.each[index].then(|| self.store.dir_of(file.executable).join(&*file.hash))
+    }
 }
 
 /// What is kept of one tree. A digest's tree never changes, so its walk

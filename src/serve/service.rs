@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use super::capture::DefaultPlaces;
 use super::confine::Jail;
 use super::departures::Departures;
-use super::kept::{Found, Kept, KeptTrees, TreeContent};
+use super::kept::{Found, InStore, Kept, KeptTrees, TreeContent};
 use super::outputs::{self, Output};
 use crate::daemon::reconfig::Backend;
 use crate::daemon::stats::RequestKind;
@@ -65,9 +65,7 @@ struct Plan<'a> {
     outs: Vec<Output>,
     writable: Vec<(&'a String, &'a String)>,
     exec_root: &'a Path,
-    /// Per file, in `walked.files()` order: its path in the store, or
-    /// `None` for its default place.
-    content: Arc<[Option<PathBuf>]>,
+    content: InStore,
 }
 
 /// Why a create did not make a sandbox.
@@ -298,18 +296,18 @@ impl Service {
         walked: &Walked,
         kept: Kept,
         exec_root: &Path,
-    ) -> Result<Arc<[Option<PathBuf>]>, Refused> {
+    ) -> Result<InStore, Refused> {
         if let Some(kept) = kept.content.filter(|kept| !kept.awaits_capture) {
-            if kept.content.iter().any(Option::is_none) {
+            if kept.in_store.each.contains(&false) {
                 self.check_default_places_readable(exec_root)?;
             }
             let wanted = walked
                 .files()
-                .zip(kept.content.iter())
-                .filter(|(_, stored)| stored.is_some())
+                .zip(kept.in_store.each.iter())
+                .filter(|(_, &stored)| stored)
                 .map(|((_, file), _)| (file.digest, file.executable));
             if self.store.acquire_again(id, &kept.acquired, wanted) {
-                return Ok(kept.content.clone());
+                return Ok(kept.in_store.clone());
             }
         }
         let found = self.lookups(root, walked, kept.found);
@@ -392,47 +390,39 @@ impl Service {
 
     /// Pins in the store, for sandbox `id`, the content of tree `root`'s
     /// present files, and keeps what it pinned for the tree's next Create;
-    /// returns each file's store path (`None` for its default place).
+    /// returns which files are read from the store.
     fn acquire(
         &self,
         id: &str,
         root: &str,
         walked: &Walked,
         found: &[Lookup],
-    ) -> Result<Arc<[Option<PathBuf>]>, Refused> {
-        let wanted: Vec<(&str, bool)> = walked
+    ) -> Result<InStore, Refused> {
+        let wanted: Vec<_> = walked
             .files()
             .zip(found.iter())
             .filter(|(_, found)| **found == Lookup::Present)
-            .map(|((_, file), _)| (&*file.hash, file.executable))
+            .map(|((_, file), _)| (file.digest, file.executable))
             .collect();
-        let (acquired, stored) = match self.store.acquire_tree(id, &wanted) {
+        let acquired = match self.store.acquire_tree(id, &wanted) {
             Ok(acquired) => acquired,
             Err(AcquireError::Missing(missing)) => return Err(self.missing(missing.hashes)),
             Err(AcquireError::Store(err)) => return Err(err.to_string().into()),
         };
-        let mut stored = stored.into_iter();
-        let content: Arc<[Option<PathBuf>]> = found
-            .iter()
-            .map(|found| match found {
-                Lookup::Present => Some(stored.next().expect("a stored path per present file")),
-                _ => None,
-            })
-            .collect();
+        let each: Arc<[bool]> = found.iter().map(|f| *f == Lookup::Present).collect();
+        let in_store = InStore::new(each, self.store.clone());
         self.kept.keep_content(
             root,
             Arc::new(TreeContent {
                 acquired,
                 awaits_capture: walked
                     .files()
-                    .zip(content.iter())
-                    .any(|((_, file), stored)| {
-                        stored.is_none() && self.default_places.captures(file)
-                    }),
-                content: content.clone(),
+                    .zip(in_store.each.iter())
+                    .any(|((_, file), &stored)| !stored && self.default_places.captures(file)),
+                in_store: in_store.clone(),
             }),
         );
-        Ok(content)
+        Ok(in_store)
     }
 
     /// The walk of tree `root`: the one `kept` if the tree was seen
@@ -503,7 +493,7 @@ impl Service {
             let inputs = MerkleInputs::new(
                 id,
                 plan.walked.clone(),
-                plan.content.clone(),
+                Arc::new(plan.content.clone()),
                 plan.exec_root.to_owned(),
                 links,
                 EmptyDirs::Mapped(self.dirs.empty.clone()),
@@ -587,6 +577,7 @@ impl Service {
         // One buffer for every sandbox path and one for every default
         // place: no allocation per input.
         let (mut path, mut under) = (String::with_capacity(256), Vec::with_capacity(512));
+        let mut store_path = Vec::with_capacity(256);
         under.extend_from_slice(exec_root.as_os_str().as_bytes());
         under.push(b'/');
         let under_base = under.len();
@@ -612,17 +603,21 @@ impl Service {
             path.push_str(dir);
             path.push('/');
             let base = path.len();
-            let content = &content[files];
+            let in_store = &content.each[files];
             let mut found = self
-                .look_at_default_places(exec_root, dir, &entries.files, content)
+                .look_at_default_places(exec_root, dir, &entries.files, in_store)
                 .into_iter();
-            for (file, content) in entries.files.iter().zip(content) {
+            for (entry, &stored) in entries.files.iter().zip(in_store) {
                 path.truncate(base);
-                path.push_str(&file.name);
+                path.push_str(&entry.name);
                 let file = Some(FileKind::RegularFile);
-                match content {
-                    Some(stored) => add(&path, stored.as_os_str().as_bytes(), false, file),
-                    None => match found.next().expect("a look per default place") {
+                match stored {
+                    true => {
+                        store_path.clear();
+                        content.push_path(entry, &mut store_path);
+                        add(&path, &store_path, false, file)
+                    }
+                    false => match found.next().expect("a look per default place") {
                         Place::Here => {
                             under.truncate(under_base);
                             under.extend_from_slice(&path.as_bytes()[1..]);
@@ -654,21 +649,21 @@ impl Service {
     }
 
     /// What is at the default place of each file of directory `dir` that
-    /// has no content in the store (`content` is `None`), in order.
+    /// has no content in the store (`in_store` is false), in order.
     fn look_at_default_places(
         &self,
         exec_root: &Path,
         dir: &str,
         files: &[FileEntry],
-        content: &[Option<PathBuf>],
+        in_store: &[bool],
     ) -> Vec<Place> {
-        if content.iter().all(Option::is_some) {
+        if !in_store.contains(&false) {
             return Vec::new();
         }
         let defaults = files
             .iter()
-            .zip(content)
-            .filter(|(_, content)| content.is_none())
+            .zip(in_store)
+            .filter(|(_, &stored)| !stored)
             .map(|(file, _)| (&*file.name, file.size));
         default_place::look(&exec_root.join(dir), defaults)
     }

@@ -115,7 +115,7 @@ impl FuseRoots {
             let inputs = MerkleInputs::new(
                 &id,
                 Arc::new(walked),
-                content.into(),
+                Arc::new(content),
                 PathBuf::new(),
                 links,
                 EmptyDirs::Merged,

@@ -489,27 +489,33 @@ impl ContentStore {
         sandbox: &str,
         wanted: &[(&str, bool)],
     ) -> Result<Vec<PathBuf>, AcquireError> {
-        self.acquire_tree(sandbox, wanted).map(|(_, paths)| paths)
+        let digests = wanted
+            .iter()
+            .map(|&(hash, executable)| Ok((parse(hash)?, executable)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.acquire_tree(sandbox, &digests)?;
+        Ok(wanted
+            .iter()
+            .map(|&(hash, executable)| self.dir_of(executable).join(hash))
+            .collect())
     }
 
-    /// [`ContentStore::acquire`], and what it pinned, to pin the same
-    /// entries for the next sandbox of the same tree
-    /// ([`ContentStore::acquire_again`]).
+    /// [`ContentStore::acquire`] of digests already parsed, returning what
+    /// it pinned (to pin the same entries for the next sandbox of the
+    /// same tree, [`ContentStore::acquire_again`]) and no path: a tree of
+    /// thousands of files names each one's by [`ContentStore::dir_of`]
+    /// and its hash where it needs it, not in a path allocated per file.
     pub fn acquire_tree(
         &self,
         sandbox: &str,
-        wanted: &[(&str, bool)],
-    ) -> Result<(Acquired, Vec<PathBuf>), AcquireError> {
-        let digests = wanted
-            .iter()
-            .map(|(hash, _)| parse(hash))
-            .collect::<Result<Vec<_>, _>>()?;
+        wanted: &[(Digest, bool)],
+    ) -> Result<Acquired, AcquireError> {
         let mut make_executable = Vec::new();
         let (pinned, generation, slots_of_wanted) = {
             let mut state = self.state.lock();
             let mut slots = Vec::with_capacity(wanted.len());
             let mut missing = Vec::new();
-            for (i, digest) in digests.iter().enumerate() {
+            for (i, (digest, _)) in wanted.iter().enumerate() {
                 match state.index.find(digest, Kind::Content) {
                     Some(slot) => slots.push(slot),
                     None => missing.push(i),
@@ -520,8 +526,8 @@ impl ContentStore {
                 let mut seen = std::collections::HashSet::with_capacity(missing.len());
                 let hashes = missing
                     .into_iter()
-                    .filter(|&i| seen.insert(digests[i]))
-                    .map(|i| wanted[i].0.to_owned())
+                    .filter(|&i| seen.insert(wanted[i].0))
+                    .map(|i| wanted[i].0.hex())
                     .collect();
                 return Err(Missing { hashes }.into());
             }
@@ -533,31 +539,30 @@ impl ContentStore {
             let pinned = state.index.pin(sandbox, &slots);
             (pinned, state.generation, slots)
         };
-        make_executable.sort_unstable_by_key(|&i| digests[i]);
-        make_executable.dedup_by_key(|i| digests[*i]);
+        make_executable.sort_unstable_by_key(|&i| wanted[i].0);
+        make_executable.dedup_by_key(|i| wanted[*i].0);
         for i in make_executable {
-            if let Err(err) = self.make_executable(&digests[i], wanted[i].0) {
+            let digest = &wanted[i].0;
+            if let Err(err) = self.make_executable(digest, &digest.hex()) {
                 self.state.lock().index.unpin(sandbox, Some(&pinned));
                 return Err(err.into());
             }
         }
-        let paths = wanted
-            .iter()
-            .map(|&(hash, executable)| {
-                let dir = if executable {
-                    &self.executable_path
-                } else {
-                    &self.content_path
-                };
-                dir.join(hash)
-            })
-            .collect();
-        let acquired = Acquired {
+        Ok(Acquired {
             generation,
             slots: pinned,
             of_wanted: slots_of_wanted,
-        };
-        Ok((acquired, paths))
+        })
+    }
+
+    /// The directory holding content entries as files named by their
+    /// hashes: their executable variants' if `executable`.
+    pub fn dir_of(&self, executable: bool) -> &Path {
+        if executable {
+            &self.executable_path
+        } else {
+            &self.content_path
+        }
     }
 
     /// Pins for `sandbox` what `acquired` pinned for another sandbox of

@@ -681,16 +681,18 @@ fn acquired_content_is_pinned_again_while_each_entry_is_still_held() {
     store.put_bytes(&a, b"a", Retention::Keep).unwrap();
     store.put_bytes(&b, b"b", Retention::Keep).unwrap();
     let tree: [(&str, bool); 3] = [(&a, false), (&b, true), (&a, false)];
-    let (acquired, paths) = store.acquire_tree("s1", &tree).unwrap();
-    let again = |wanted: &[(&str, bool)]| {
+    let parsed = |wanted: &[(&str, bool)]| {
         wanted
             .iter()
             .map(|&(h, x)| (Digest::parse(h).unwrap(), x))
             .collect::<Vec<_>>()
-            .into_iter()
     };
-    assert_eq!(paths.len(), 3);
+    let again = |wanted: &[(&str, bool)]| parsed(wanted).into_iter();
+    let acquired = store.acquire_tree("s1", &parsed(&tree)).unwrap();
     assert_eq!(store.usage().pinned, 2);
+    // The executable variant made for (b, true) is where dir_of says.
+    assert!(store.dir_of(true).join(&b).is_file());
+    assert!(store.dir_of(false).join(&a).is_file());
     store.release("s1");
     assert_eq!(store.usage().pinned, 0);
     assert!(store.acquire_again("s2", &acquired, again(&tree)));
@@ -706,7 +708,7 @@ fn acquired_content_is_pinned_again_while_each_entry_is_still_held() {
         .put_bytes(&once, b"once", Retention::SingleUse)
         .unwrap();
     let other: [(&str, bool); 2] = [(&once, false), (&a, false)];
-    let (with_once, _) = store.acquire_tree("s4", &other).unwrap();
+    let with_once = store.acquire_tree("s4", &parsed(&other)).unwrap();
     store.release("s4"); // spent: `once` goes
     assert!(!store.acquire_again("s5", &with_once, again(&other)));
     assert_eq!(store.usage().pinned, 0);

@@ -24,7 +24,7 @@ use super::name::Name;
 use super::node::{LazyEntries, Location, Node, Origin};
 use crate::sandbox::default_place::{self, Place};
 use crate::sandbox::dirfd::Anchor;
-use crate::sandbox::merkle::{join, Walked};
+use crate::sandbox::merkle::{join, FileEntry, Walked};
 
 /// What an empty directory of the tree is.
 pub enum EmptyDirs {
@@ -36,14 +36,33 @@ pub enum EmptyDirs {
     Merged,
 }
 
+/// Where each file of a walked tree is read from.
+pub trait FileContent: Send + Sync {
+    /// Files described: one per file of the walk.
+    fn file_count(&self) -> usize;
+
+    /// The path of file `index` (in `Walked::files` order, `file` its
+    /// entry), or `None` for its default place.
+    fn path(&self, index: usize, file: &FileEntry) -> Option<PathBuf>;
+}
+
+/// A path per file.
+impl FileContent for Vec<Option<PathBuf>> {
+    fn file_count(&self) -> usize {
+        self.len()
+    }
+
+    fn path(&self, index: usize, _: &FileEntry) -> Option<PathBuf> {
+        self[index].clone()
+    }
+}
+
 /// What every lazy directory of one sandbox's tree reads from.
 pub struct MerkleInputs {
     sandbox: Arc<str>,
     /// Its index says where each directory and its first file are.
     walked: Arc<Walked>,
-    /// Each file's content (in `Walked::files` order): `None` for its
-    /// default place.
-    content: Arc<[Option<PathBuf>]>,
+    content: Arc<dyn FileContent>,
     default_place: PathBuf,
     /// The symlink made for each symlink target.
     links: HashMap<Box<str>, PathBuf>,
@@ -61,12 +80,16 @@ impl MerkleInputs {
     pub fn new(
         sandbox: &str,
         walked: Arc<Walked>,
-        content: Arc<[Option<PathBuf>]>,
+        content: Arc<dyn FileContent>,
         default_place: PathBuf,
         links: HashMap<Box<str>, PathBuf>,
         empty_dirs: EmptyDirs,
     ) -> Arc<MerkleInputs> {
-        assert_eq!(content.len(), walked.file_count(), "content for every file");
+        assert_eq!(
+            content.file_count(),
+            walked.file_count(),
+            "content for every file"
+        );
         Arc::new(MerkleInputs {
             sandbox: sandbox.into(),
             walked,
@@ -141,7 +164,13 @@ impl LazyEntries for LazyDir {
         let writable = this.upgrade().is_some_and(|node| node.is_writable());
         let mut made = Vec::with_capacity(dir.len());
         let first = inputs.walked.index().first_file[self.at as usize] as usize;
-        let content = &inputs.content[first..first + dir.files.len()];
+        // Paths only for the files of directories reached.
+        let content: Vec<Option<PathBuf>> = dir
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, file)| inputs.content.path(first + i, file))
+            .collect();
         // Default places are looked at now, once for the directory: a
         // symlink chain is served as the file it leads to, a changed file
         // not at all.
@@ -150,7 +179,7 @@ impl LazyEntries for LazyDir {
             &default_dir,
             dir.files
                 .iter()
-                .zip(content)
+                .zip(&content)
                 .filter(|(_, content)| content.is_none())
                 .map(|(file, _)| (&*file.name, file.size)),
         )
@@ -158,7 +187,7 @@ impl LazyEntries for LazyDir {
         let mut default_anchor = None;
         for (file, content) in dir.files.iter().zip(content) {
             let node = match content {
-                Some(stored) => inputs.mapping(stored),
+                Some(stored) => inputs.mapping(&stored),
                 None => match found.next().expect("a look per default place") {
                     Place::Here => {
                         let anchor =

@@ -48,7 +48,7 @@ pub use error::{Errno, FsError, FsResult};
 pub use handles::{DirEntry, OpenFile};
 pub use inodes::ROOT_INO;
 pub use io::Opened;
-pub use merkle_dirs::{EmptyDirs, MerkleInputs, SymlinkTargets};
+pub use merkle_dirs::{EmptyDirs, FileContent, MerkleInputs, SymlinkTargets};
 pub use mutate::{SetAttr, SetTime};
 pub use name::Name;
 pub use namespace::StatFs;
