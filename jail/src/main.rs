@@ -1,7 +1,20 @@
-//! `actionfs-jail`, built from this crate alone (for musl, by
-//! scripts/package); see `src/bin/actionfs-jail.rs` of the workspace for
-//! what it does and why it is `no_main`.
+//! `actionfs-jail [--write PATH]... [--hide PATH]... [--dev] [--network]
+//! -- ACTION...`: confines itself (Landlock, seccomp) and execs ACTION.
+//! `actionfs serve` names it in the wrapper it answers Create with; a
+//! binary of its own because it runs before every action, and a small
+//! one execs faster than `actionfs __jail` (docs/BENCHMARKS.md).
+//!
+//! One source, two builds: the workspace's `actionfs-jail` (a `[[bin]]`
+//! of the root package, beside `actionfs`) and the package's, built for
+//! musl from this crate alone (`--features helper`, scripts/package),
+//! whose start-up costs less again.
+//!
+//! `no_main`: std's runtime setup before `main` (the main thread's stack
+//! guard reads /proc/self/maps) cost about as much as the rest of the
+//! jail.
 
+// A test build keeps std's main for the harness (this file has no tests;
+// the library has them).
 #![cfg_attr(not(test), no_main)]
 
 /// # Safety
