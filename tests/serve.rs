@@ -187,13 +187,16 @@ impl Drop for Backend {
 }
 
 /// Nothing left below `base` but the store handed on to the next
-/// backend (`actionfs-warm-UID`: its index and content directories).
+/// backend (`actionfs-warm-UID`: its index and content directories) and
+/// the state directory (`actionfs-state-UID`: its lock, and the stashed
+/// trees handed on).
 fn assert_nothing_left(base: &Path, log: &str) {
     let warm = base.join(format!("actionfs-warm-{}", nix::unistd::geteuid()));
+    let state = base.join(format!("actionfs-state-{}", nix::unistd::geteuid()));
     let left: Vec<_> = fs::read_dir(base)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|path| *path != warm)
+        .filter(|path| *path != warm && *path != state)
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}\n{log}");
     if warm.exists() {
@@ -203,6 +206,15 @@ fn assert_nothing_left(base: &Path, log: &str) {
             .collect();
         handed.sort();
         assert_eq!(handed, ["c", "index", "x"], "{log}");
+    }
+    if state.exists() {
+        for entry in fs::read_dir(&state).unwrap() {
+            let name = entry.unwrap().file_name();
+            assert!(
+                name == "lock" || name == "stashes",
+                "{name:?} left in {state:?}\n{log}"
+            );
+        }
     }
     let mounts = fs::read_to_string("/proc/mounts").unwrap();
     assert!(
@@ -841,7 +853,12 @@ fn bad_input_gets_an_error_and_the_backend_keeps_serving() {
     let scratch_left = || -> Vec<PathBuf> {
         fs::read_dir(&b.base)
             .unwrap()
-            .flat_map(|base| fs::read_dir(base.unwrap().path().join("scratch")).unwrap())
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| {
+                path.file_name()
+                    .is_some_and(|name| name.to_string_lossy().starts_with("actionfs-serve-"))
+            })
+            .flat_map(|backend| fs::read_dir(backend.join("scratch")).unwrap())
             .map(|entry| entry.unwrap().path())
             .collect()
     };
@@ -1823,14 +1840,15 @@ fn many_digests_to_capture_are_captured_in_the_background_from_their_eighth_meet
         }));
         (tree, hashes)
     };
+    // The store is in the state directory the backend claimed (or, were
+    // it held, in the backend's own).
     let stored = || -> HashSet<String> {
         fs::read_dir(&b.base)
             .unwrap()
             .flatten()
             .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with("actionfs-serve-")
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.starts_with("actionfs-serve-") || name.starts_with("actionfs-state-")
             })
             .filter_map(|e| fs::read_dir(e.path().join("store/c")).ok())
             .flat_map(|c| c.flatten())

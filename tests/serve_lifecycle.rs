@@ -28,6 +28,12 @@ fn warm_name() -> String {
     format!("actionfs-warm-{}", nix::unistd::geteuid())
 }
 
+/// Where a backend keeps its state while it runs and hands stashed trees
+/// on (`--keep_state=on`).
+fn state_name() -> String {
+    format!("actionfs-state-{}", nix::unistd::geteuid())
+}
+
 /// Below this many mappings a sandbox is built natively: the small tree
 /// (2 inputs) is native, the large one (40) is in the FUSE view.
 const NATIVE_BELOW: &str = "--native_below=10";
@@ -89,13 +95,14 @@ impl Place {
         }
     }
 
-    /// What is on the base but the store a backend handed on to the next
-    /// (`actionfs-warm-UID`, the subject of its own test).
+    /// What is on the base but the state a backend keeps and hands on to
+    /// the next (`actionfs-warm-UID` and `actionfs-state-UID`, the
+    /// subjects of their own tests).
     fn backends_on_base(&self) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(self.base())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|name| *name != warm_name())
+            .filter(|name| *name != warm_name() && *name != state_name())
             .collect();
         names.sort();
         names
@@ -492,4 +499,86 @@ fn closing_stdin_hands_the_store_on_and_the_next_backend_adopts_it() {
     serve_the_tree(&second, "2");
     second.close();
     assert!(warm.join("index").is_file(), "handed on again");
+}
+
+/// A backend whose stdin closes hands the native trees it stashed on to
+/// the next backend on the base, which builds its first sandbox of the
+/// same tree from one (reading the right bytes); a stash changed while
+/// handed on is not adopted. The store stays at the same paths in the
+/// claimed state directory, which a second backend running at once
+/// cannot claim (it keeps its store to itself and still works), and
+/// which a killed backend's successor claims again.
+#[test]
+fn stashed_trees_are_handed_on_to_the_next_backend() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let place = Place::new();
+    let state = place.base().join(state_name());
+    // 40 inputs: enough to be stashed; every sandbox native.
+    let tree = place.tree(40);
+    let native = "--native_below=1000";
+    let built = |b: &Backend, how: &str| b.stats()["built"][how].as_u64().unwrap();
+    let serve_the_tree = |b: &Backend, id: &str| {
+        b.push_tree(&tree);
+        let root = b.create_ok(id, place.manifest(&tree));
+        let read = fs::read_to_string(root.join(WS).join("in40/f7")).unwrap();
+        assert_eq!(read, "input 7 of 40\n", "{}", b.log());
+        assert!(b.client().destroy(id).is_ok());
+    };
+
+    let first = Backend::start(&place, "first", &[native]);
+    serve_the_tree(&first, "1");
+    // Running at once: the state directory is the first's.
+    let beside = Backend::start(&place, "beside", &[native]);
+    assert!(
+        beside.log().contains("another backend keeps its state"),
+        "{}",
+        beside.log()
+    );
+    serve_the_tree(&beside, "b");
+    beside.close();
+    first.close();
+    let handed = state.join("stashes");
+    assert!(
+        handed.join("index").is_file(),
+        "{:?}",
+        fs::read_dir(&state).unwrap().collect::<Vec<_>>()
+    );
+    assert!(handed.join("stash-0").is_dir());
+
+    let second = Backend::start(&place, "second", &[native]);
+    serve_the_tree(&second, "2");
+    assert_eq!(
+        (built(&second, "stash"), built(&second, "native")),
+        (1, 0),
+        "built from the stash handed on: {}",
+        second.stats()["built"]
+    );
+    assert!(!handed.exists(), "adopted, so taken");
+    second.close();
+
+    // A stash changed while handed on is not believed.
+    fs::write(handed.join("stash-0").join("intruder"), "x").unwrap();
+    let third = Backend::start(&place, "third", &[native]);
+    serve_the_tree(&third, "3");
+    assert_eq!(
+        (built(&third, "stash"), built(&third, "native")),
+        (0, 1),
+        "a changed stash is built afresh: {}",
+        third.stats()["built"]
+    );
+
+    // Killed: its claim dies with it; the next backend claims and works.
+    let mut third = third;
+    third.signal(libc::SIGKILL);
+    third.wait();
+    let fourth = Backend::start(&place, "fourth", &[native]);
+    assert!(
+        !fourth.log().contains("another backend keeps its state"),
+        "{}",
+        fourth.log()
+    );
+    serve_the_tree(&fourth, "4");
+    fourth.close();
 }

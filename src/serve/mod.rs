@@ -25,6 +25,7 @@ pub mod options;
 mod outputs;
 mod service;
 mod session;
+mod state_dir;
 
 use std::io::{self, BufReader};
 use std::os::unix::fs::DirBuilderExt;
@@ -40,6 +41,7 @@ use parking_lot::Mutex;
 use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
 use crate::daemon::{self, FrontEnd, Owner, Stopped};
 use crate::sandbox::hybrid::cutoff::{self, NativeBelow};
+use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::materialize::Trash;
 use crate::sandbox::store::ContentStore;
 use base::Base;
@@ -47,6 +49,7 @@ use confine::Jail;
 use options::BackendOptions;
 use service::{Dirs, Service};
 use session::{Answers, Halt};
+use state_dir::Claimed;
 
 /// `actionfs serve`'s command line; everything else comes in Negotiate.
 #[derive(Debug)]
@@ -131,9 +134,30 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
     let jail = Jail::choose(options.jail);
     keep_inputs_read_only(&mut options, base.path(), &jail);
     let warm = options.keep_state.then(|| warm_state_dir(&parent));
+    let claimed = match options.keep_state.then(|| Claimed::claim(&parent)) {
+        None => None,
+        Some(Ok(Some(claimed))) => {
+            log::info!("keeping state in {:?}", claimed.path());
+            Some(claimed)
+        }
+        Some(Ok(None)) => {
+            eprintln!(
+                "actionfs serve: another backend keeps its state on {parent:?}: this one keeps \
+                 its store in its own directory and hands on only content"
+            );
+            None
+        }
+        Some(Err(why)) => {
+            eprintln!(
+                "actionfs serve: cannot keep state on {parent:?} ({why}); handing on only content"
+            );
+            None
+        }
+    };
     let served = serve_in(
         base.path(),
         warm.as_deref(),
+        claimed.as_ref(),
         &options,
         jail,
         args,
@@ -144,6 +168,9 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
     if let Err(why) = base.remove() {
         log::error!("cannot remove what this backend made: {why}");
     }
+    if let Some(claimed) = claimed {
+        claimed.release();
+    }
     served
 }
 
@@ -153,6 +180,7 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
 fn serve_in(
     base: &Path,
     warm: Option<&Path>,
+    claimed: Option<&Claimed>,
     options: &BackendOptions,
     jail: Jail,
     args: &ServeArgs,
@@ -178,7 +206,11 @@ fn serve_in(
             .create(dir)
             .map_err(|err| refuse(format!("mkdir {dir:?}: {err}")))?;
     }
-    let store = Arc::new(open_store(base, warm, options).map_err(refuse)?);
+    // In the claimed state directory, its files keep their paths from one
+    // backend to the next, as the stashes handed on there need.
+    let store_dir = claimed.map_or_else(|| base.join("store"), Claimed::store);
+    let store = Arc::new(open_store(&store_dir, warm, options, base).map_err(refuse)?);
+    let stashes = claimed.map(Claimed::stashes);
     let handing_on = warm.map(|warm| (store.clone(), warm));
     // Beside the scratch directories, so that a rename takes one there.
     let trash = Trash::open(&base.join("trash"), 1).map_err(|err| refuse(err.to_string()))?;
@@ -206,7 +238,11 @@ fn serve_in(
         let (answers, fatal, mount) = (answers.clone(), fatal.clone(), dirs.mount.clone());
         let (served, halt) = (served.clone(), halt.clone());
         let serving = serving.clone();
-        Box::new(move |sandboxes| {
+        let own = base.to_owned();
+        Box::new(move |sandboxes: Arc<Sandboxes>| {
+            if let Some(handed) = stashes.as_ref().filter(|dir| dir.exists()) {
+                sandboxes.adopt_stashes(handed.clone());
+            }
             let service = Arc::new(Service::new(
                 sandboxes,
                 store,
@@ -221,8 +257,17 @@ fn serve_in(
             answers.send(rid, negotiated(Ok(())));
             log::info!("sandboxes appear in {mount:?}");
             // One more than apply at once: the one that reads meanwhile.
-            let ended = session::serve(input, service.clone(), answers, workers + 1, halt);
+            let ended = session::serve(input, service.clone(), answers, workers + 1, halt.clone());
             service.destroy_all();
+            // Bazel closed stdin: the trees stashed go to the next backend
+            // (a signal or an error hands nothing on).
+            if let (Some(to), Ok(()), false) = (&stashes, &ended, halt.is_halted()) {
+                match service.hand_on_stashes(to, &own) {
+                    Some(Ok(n)) => log::info!("handed {n} stashed trees on in {to:?}"),
+                    Some(Err(err)) => log::warn!("cannot hand stashed trees on: {err}"),
+                    None => {}
+                }
+            }
             *fatal.lock() = ended.err();
         })
     };
@@ -367,16 +412,17 @@ pub fn warm_state_dir(base: &Path) -> PathBuf {
 /// The store, with what a predecessor handed on to `warm` if given; one
 /// line on stderr says what was adopted, or why nothing could be.
 fn open_store(
-    base: &Path,
+    dir: &Path,
     warm: Option<&Path>,
     options: &BackendOptions,
+    base: &Path,
 ) -> Result<ContentStore, String> {
-    let (dir, bound) = (base.join("store"), store_bound(options, base));
+    let bound = store_bound(options, base);
     let Some(warm) = warm else {
-        return ContentStore::open(&dir, bound).map_err(|err| err.to_string());
+        return ContentStore::open(dir, bound).map_err(|err| err.to_string());
     };
     let (store, adopted) =
-        ContentStore::open_adopting(&dir, bound, warm).map_err(|err| err.to_string())?;
+        ContentStore::open_adopting(dir, bound, warm).map_err(|err| err.to_string())?;
     match adopted {
         Ok(None) => {}
         Ok(Some(adopted)) => {

@@ -750,6 +750,16 @@ impl Service {
 
     /// Destroys every sandbox still there (the client went away), and
     /// waits until every scratch directory is deleted.
+    /// Hands the stashed native trees on to the next backend (see
+    /// [`Sandboxes::hand_on_stashes`]), once every sandbox is gone.
+    pub fn hand_on_stashes(
+        &self,
+        to: &Path,
+        own: &Path,
+    ) -> Option<Result<usize, crate::sandbox::materialize::Error>> {
+        self.core.hand_on_stashes(to, own)
+    }
+
     pub fn destroy_all(&self) {
         let all: Vec<(String, Live)> = self.live.lock().drain().collect();
         for (id, live) in all {

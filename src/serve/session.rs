@@ -83,6 +83,10 @@ impl Halt {
         state.running
     }
 
+    pub fn is_halted(&self) -> bool {
+        self.state.lock().halted
+    }
+
     /// Applies `apply` unless halted (then `None`).
     fn run<T>(&self, apply: impl FnOnce() -> T) -> Option<T> {
         {

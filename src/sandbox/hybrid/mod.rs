@@ -15,6 +15,7 @@
 //! directory, a failing system call) falls back to FUSE, logged.
 
 pub mod cutoff;
+mod handoff;
 pub mod stash;
 
 use stash::{Pool, Stash, Stashes};
@@ -102,6 +103,30 @@ impl Sandboxes {
                 }
             })
             .collect()
+    }
+
+    /// Hands the native sandboxes' stashes on to the next daemon (see
+    /// [`Stashes::hand_on`]): `None` where nothing is stashed.
+    pub fn hand_on_stashes(
+        &self,
+        to: &Path,
+        own: &Path,
+    ) -> Option<Result<usize, materialize::Error>> {
+        Some(self.native.as_ref()?.stashes.as_ref()?.hand_on(to, own))
+    }
+
+    /// Has the native sandboxes adopt the stashes a predecessor handed on
+    /// in `dir` (see [`Stashes::adopt_from`]); removes `dir` where
+    /// nothing is stashed.
+    pub fn adopt_stashes(&self, dir: PathBuf) {
+        match self.native.as_ref().and_then(|n| n.stashes.as_ref()) {
+            Some(stashes) => stashes.adopt_from(dir),
+            None => {
+                if let Err(err) = materialize::remove_tree(&dir) {
+                    log::warn!("cannot remove the stashes handed on in {dir:?}: {err}");
+                }
+            }
+        }
     }
 
     /// Whether sandbox `id` of `mappings` mappings, whose files a native

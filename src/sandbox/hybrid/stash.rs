@@ -11,20 +11,26 @@
 //! to us and no one else may write it. Elsewhere nothing is stashed.
 //!
 //! A pool keeps at most `limit` stashes and [`MAX_BYTES`] of them, the
-//! oldest going first, and is deleted when the daemon stops.
+//! oldest going first, and is deleted when the daemon stops, unless its
+//! stashes are handed on to the next daemon ([`Stashes::hand_on`]): then
+//! they are moved to a directory on their file system with an index of
+//! their shapes and stamps, and the next daemon's pool there adopts each
+//! one whose root is as it was left ([`Stashes::adopt_from`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::handoff::{self, Handed};
 use crate::sandbox::dirfd::{Anchor, DirFd};
 use crate::sandbox::file_kind::FileKind;
-use crate::sandbox::materialize::reuse::Stamps;
-use crate::sandbox::materialize::shape::Dir;
+use crate::sandbox::materialize::reuse::{Stamp, Stamps};
+use crate::sandbox::materialize::shape::{Dir, Node};
 use crate::sandbox::materialize::{self, Error, Trash};
 
 /// After this many builds in a row found no stash worth taking, only one
@@ -44,11 +50,15 @@ pub struct Stashes {
     native_dir: PathBuf,
     /// By device; `None` where stashing is not possible.
     pools: Mutex<HashMap<u64, Option<Arc<Pool>>>>,
+    /// Stashes a predecessor handed on, for the pool on their file system
+    /// to adopt when it opens.
+    handed: Mutex<Option<PathBuf>>,
 }
 
 /// The stashes on one file system.
 pub struct Pool {
     path: PathBuf,
+    dev: u64,
     dir: DirFd,
     trash: Trash,
     next: AtomicU64,
@@ -107,7 +117,72 @@ impl Stashes {
             limit,
             native_dir: native_dir.to_owned(),
             pools: Mutex::default(),
+            handed: Mutex::default(),
         }
+    }
+
+    /// Has the pool that opens on the file system of `dir` adopt the
+    /// stashes a predecessor handed on there; `dir` is removed then
+    /// (or at once, if a pool there is open already).
+    pub fn adopt_from(&self, dir: PathBuf) {
+        let open = device_of_path(&dir)
+            .and_then(|dev| self.pools.lock().get(&dev).cloned())
+            .flatten();
+        match open {
+            Some(pool) => pool.adopt(&dir),
+            None => *self.handed.lock() = Some(dir),
+        }
+    }
+
+    /// Moves the stashes kept on the file system of `to` into `to` (made
+    /// anew), with an index of their shapes and stamps, for the next
+    /// daemon to adopt; a stash with a link below `own` (which goes with
+    /// this daemon) is deleted instead, as is every stash elsewhere when
+    /// the pools are removed. Returns how many were handed on.
+    pub fn hand_on(&self, to: &Path, own: &Path) -> Result<usize, Error> {
+        if to.exists() {
+            materialize::remove_tree(to)?;
+        }
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(to)
+            .map_err(|e| Error::new("mkdir", to, e))?;
+        let dev = device_of_path(to);
+        let mut handed = Vec::new();
+        for pool in self.pools.lock().values().flatten() {
+            if Some(pool.dev) != dev {
+                continue;
+            }
+            let stashes = {
+                let mut kept = pool.kept.lock();
+                kept.bytes = 0;
+                std::mem::take(&mut kept.stashes)
+            };
+            for stash in stashes {
+                if links_below(&stash.shape, own) {
+                    pool.discard_stash(stash);
+                    continue;
+                }
+                let name = format!("stash-{}", handed.len());
+                let dest = to.join(&name);
+                if let Err(err) = std::fs::rename(&stash.path, &dest) {
+                    log::warn!("cannot hand stash {:?} on: rename: {err}", stash.path);
+                    pool.discard_stash(stash);
+                    continue;
+                }
+                handed.push(Handed {
+                    name: name.into(),
+                    stamps: stash.stamps,
+                    shape: stash.shape,
+                });
+            }
+        }
+        // Written whole, then named: the next daemon reads all or nothing.
+        let (index, partial) = (to.join(INDEX), to.join(".index.new"));
+        std::fs::write(&partial, handoff::encode(&handed))
+            .and_then(|()| std::fs::rename(&partial, &index))
+            .map_err(|e| Error::new("write", &index, e))?;
+        Ok(handed.len())
     }
 
     /// The pool for writable directory `root`, made at first use; `None`
@@ -120,6 +195,13 @@ impl Stashes {
             .or_insert_with(|| match self.open_pool(root.path(), dev) {
                 Ok(pool) => {
                     log::debug!("stashes for device {dev} in {:?}", pool.path);
+                    let mut handed = self.handed.lock();
+                    if handed
+                        .as_deref()
+                        .is_some_and(|dir| device_of_path(dir) == Some(dev))
+                    {
+                        pool.adopt(&handed.take().expect("checked"));
+                    }
                     Some(Arc::new(pool))
                 }
                 Err(why) => {
@@ -145,7 +227,7 @@ impl Stashes {
             ours_alone(parent, dev)?;
             parent.to_owned()
         };
-        Pool::open(&parent.join(name), self.limit).map_err(|e| e.to_string())
+        Pool::open(&parent.join(name), dev, self.limit).map_err(|e| e.to_string())
     }
 
     /// Stashes kept now, on every file system.
@@ -166,12 +248,29 @@ impl Stashes {
         }
     }
 
-    /// Deletes every pool (at shutdown), waiting for their trash.
+    /// Deletes every pool (at shutdown), waiting for their trash, and
+    /// stashes handed on that no pool adopted.
     pub fn remove_all(&self) {
         for pool in self.pools.lock().drain().filter_map(|(_, pool)| pool) {
             pool.remove();
         }
+        if let Some(dir) = self.handed.lock().take() {
+            if let Err(err) = materialize::remove_tree(&dir) {
+                log::warn!("cannot remove the stashes handed on in {dir:?}: {err}");
+            }
+        }
     }
+}
+
+/// The name of a hand-off's index in its directory.
+const INDEX: &str = "index";
+
+/// Whether a symlink of `dir` or below points below `own`.
+fn links_below(dir: &Dir, own: &Path) -> bool {
+    dir.entries().values().any(|node| match node {
+        Node::Link(target) => Path::new(target).starts_with(own),
+        Node::Dir(sub) => links_below(sub, own),
+    })
 }
 
 /// The links a reshape of `have` into `want` removes and makes.
@@ -226,7 +325,7 @@ fn device_of_path(path: &Path) -> Option<u64> {
 }
 
 impl Pool {
-    fn open(path: &Path, limit: usize) -> Result<Pool, Error> {
+    fn open(path: &Path, dev: u64, limit: usize) -> Result<Pool, Error> {
         if path.exists() {
             // Left by a process of the same pid that died.
             materialize::remove_tree(path)?;
@@ -238,6 +337,7 @@ impl Pool {
         let trash = Trash::open(&path.join("trash"), 1)?;
         Ok(Pool {
             path: path.to_owned(),
+            dev,
             dir,
             trash,
             next: AtomicU64::new(0),
@@ -254,9 +354,73 @@ impl Pool {
         &self.trash
     }
 
+    /// Keeps the stashes handed on in `dir` (see [`Stashes::hand_on`])
+    /// whose roots are as they were left but for the renames, then
+    /// removes `dir`; says what it did in the log.
+    fn adopt(&self, dir: &Path) {
+        let read = std::fs::read(dir.join(INDEX))
+            .map_err(|e| format!("read {:?}: {e}", dir.join(INDEX)))
+            .and_then(|bytes| handoff::decode(&bytes));
+        match read {
+            Ok(handed) => {
+                let offered = handed.len();
+                let kept = handed
+                    .into_iter()
+                    .filter(|stash| self.adopt_one(dir, stash))
+                    .count();
+                log::info!("adopted {kept} of {offered} stashes handed on in {dir:?}");
+            }
+            Err(why) => log::warn!("stashes handed on in {dir:?} not adopted: {why}"),
+        }
+        if let Err(err) = materialize::remove_tree(dir) {
+            log::warn!("cannot remove the stashes handed on in {dir:?}: {err}");
+        }
+    }
+
+    /// Moves stash `handed` of hand-off directory `from` into this pool
+    /// and keeps it, if its root has not changed but by being renamed.
+    fn adopt_one(&self, from: &Path, handed: &Handed) -> bool {
+        let mut names = Path::new(&handed.name).components();
+        let plain = matches!(
+            (names.next(), names.next()),
+            (Some(std::path::Component::Normal(_)), None)
+        );
+        let left = handed.stamps.get(Path::new(""));
+        let (Some(left), true) = (left, plain) else {
+            return false;
+        };
+        let path = self.new_path();
+        if std::fs::rename(from.join(&handed.name), &path).is_err() {
+            return false;
+        }
+        let opened = DirFd::open(&path).ok();
+        let now = opened.as_ref().and_then(|dir| Stamp::of_dir(dir).ok());
+        match (opened, now) {
+            (Some(dir), Some(now)) if left.same_but_renamed(&now) => {
+                let mut stamps = handed.stamps.clone();
+                stamps.insert(PathBuf::new(), now);
+                self.keep(path, dir, handed.shape.clone(), stamps);
+                true
+            }
+            _ => {
+                self.discard(&path, None);
+                false
+            }
+        }
+    }
+
+    /// A name in the pool for a new stash.
+    fn new_name(&self) -> String {
+        format!("stash-{}", self.next.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn new_path(&self) -> PathBuf {
+        self.path.join(self.new_name())
+    }
+
     /// A new, empty stash directory.
     pub fn new_dir(&self) -> Result<(PathBuf, DirFd), Error> {
-        let name = format!("stash-{}", self.next.fetch_add(1, Ordering::Relaxed));
+        let name = self.new_name();
         let path = self.path.join(&name);
         let cname = CString::new(name).expect("no NUL in a number");
         self.dir
@@ -409,7 +573,7 @@ mod tests {
     #[test]
     fn a_build_takes_the_stash_that_differs_least_not_the_one_sharing_most() {
         let base = tempfile::tempdir().unwrap();
-        let pool = Pool::open(&base.path().join("pool"), 8).unwrap();
+        let pool = Pool::open(&base.path().join("pool"), 0, 8).unwrap();
         // A chain of builds: each wants a few more inputs than the last.
         stash_shaped(&pool, links_up_to(600));
         stash_shaped(&pool, links_up_to(150));
@@ -424,5 +588,74 @@ mod tests {
         // 600 into 400: 200 removals, fewer than 400 links afresh.
         assert_eq!(pool.take(&links_up_to(400)).unwrap().shape.links(), 600);
         pool.remove();
+    }
+
+    /// A real stash in `pool`: one directory holding a link to `target`.
+    fn stash_linking_to(pool: &Pool, target: &str) {
+        let (path, dir) = pool.new_dir().unwrap();
+        std::fs::create_dir(path.join("inc")).unwrap();
+        std::os::unix::fs::symlink(target, path.join("inc/a.h")).unwrap();
+        let inc = Dir::new(
+            [("a.h".into(), Node::Link(target.into()))]
+                .into_iter()
+                .collect(),
+        );
+        let shape = Dir::new(
+            [("inc".into(), Node::Dir(Arc::new(inc)))]
+                .into_iter()
+                .collect(),
+        );
+        let inc_dir = DirFd::open(&path.join("inc")).unwrap();
+        let stamps = Stamps::from([
+            (PathBuf::new(), Stamp::of_dir(&dir).unwrap()),
+            (PathBuf::from("inc"), Stamp::of_dir(&inc_dir).unwrap()),
+        ]);
+        pool.keep(path, dir, shape, stamps);
+    }
+
+    #[test]
+    fn stashes_handed_on_are_adopted_unless_they_link_into_the_old_daemon_or_changed() {
+        let base = tempfile::tempdir().unwrap();
+        let dev = device_of_path(base.path()).unwrap();
+        let own = base.path().join("actionfs-serve-1");
+        let pool = Pool::open(&base.path().join("pool"), dev, 8).unwrap();
+        stash_linking_to(&pool, "/store/c/abc");
+        stash_linking_to(&pool, &own.join("links/0").display().to_string());
+        stash_linking_to(&pool, "/exec/root/ws/b.h");
+        let stashes = Stashes {
+            limit: 8,
+            native_dir: base.path().to_owned(),
+            pools: Mutex::new(HashMap::from([(dev, Some(Arc::new(pool)))])),
+            handed: Mutex::default(),
+        };
+        let to = base.path().join("handed");
+        assert_eq!(
+            stashes.hand_on(&to, &own).unwrap(),
+            2,
+            "not the one into {own:?}"
+        );
+        assert_eq!(stashes.kept(), 0);
+        // One of the two changes while handed on: an entry added.
+        std::fs::write(to.join("stash-1/intruder"), "x").unwrap();
+
+        let next = Pool::open(&base.path().join("next"), dev, 8).unwrap();
+        next.adopt(&to);
+        assert!(!to.exists(), "taken");
+        assert_eq!(next.kept(), 1, "the changed one is not");
+        let mut targets = Vec::new();
+        for stash in &next.kept.lock().stashes {
+            let Some(Node::Link(target)) = stash.shape.at(Path::new("inc/a.h")) else {
+                panic!("shape read back: {:?}", stash.shape);
+            };
+            targets.push(target.clone());
+            assert!(reuse_is_possible(stash), "its stamps hold where it is now");
+        }
+        assert_eq!(targets, ["/store/c/abc"]);
+        next.remove();
+        stashes.remove_all();
+    }
+
+    fn reuse_is_possible(stash: &Stash) -> bool {
+        crate::sandbox::materialize::reuse::unchanged_tree(&stash.dir, &stash.shape, &stash.stamps)
     }
 }

@@ -70,6 +70,45 @@ impl Stamp {
     }
 }
 
+impl Stamp {
+    /// The stamp as numbers, for handing a stash on to another process.
+    pub fn to_words(self) -> [i64; 7] {
+        [
+            self.ino as i64,
+            self.ctime.0,
+            self.ctime.1,
+            self.mtime.0,
+            self.mtime.1,
+            self.size,
+            self.nlink as i64,
+        ]
+    }
+
+    pub fn from_words(words: [i64; 7]) -> Stamp {
+        Stamp {
+            ino: words[0] as u64,
+            ctime: (words[1], words[2]),
+            mtime: (words[3], words[4]),
+            size: words[5],
+            nlink: words[6] as u64,
+        }
+    }
+
+    /// The stamp of directory `dir` now.
+    pub fn of_dir(dir: &DirFd) -> io::Result<Stamp> {
+        Ok(Stamp::of(&nix::sys::stat::fstat(dir)?))
+    }
+
+    /// Whether `other` differs from this at most in its change time, as a
+    /// directory that was only renamed does.
+    pub fn same_but_renamed(&self, other: &Stamp) -> bool {
+        Stamp {
+            ctime: other.ctime,
+            ..*self
+        } == *other
+    }
+}
+
 /// Stamps of the directories a build made, by path below the writable
 /// directory.
 pub type Stamps = HashMap<PathBuf, Stamp>;

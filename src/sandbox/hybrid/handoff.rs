@@ -1,0 +1,236 @@
+//! The index of stashes handed on to the next daemon (see
+//! [`super::stash::Stashes::hand_on`]): for each stash directory, its
+//! name, its directories' stamps and its shape, in a binary form read
+//! back with every length checked. The directories are ours alone; the
+//! checks are so that a truncated or foreign file is refused whole rather
+//! than half believed.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::sandbox::materialize::reuse::{Stamp, Stamps};
+use crate::sandbox::materialize::shape::{Dir, Node};
+
+/// The first bytes of an index, naming its format.
+const MAGIC: &[u8] = b"actionfs-stashes 1\n";
+
+/// Deeper than any tree a sandbox holds; a bound for reading, so that no
+/// file can make the reader recurse without end.
+const MAX_DEPTH: usize = 4096;
+
+/// One stash as handed on: its directory's name in the hand-off
+/// directory, its stamps and its shape.
+#[derive(Debug, PartialEq)]
+pub struct Handed {
+    pub name: OsString,
+    pub stamps: Stamps,
+    pub shape: Dir,
+}
+
+/// The index of `stashes`.
+pub fn encode(stashes: &[Handed]) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    put_len(&mut out, stashes.len());
+    for stash in stashes {
+        put_bytes(&mut out, stash.name.as_bytes());
+        put_len(&mut out, stash.stamps.len());
+        for (path, stamp) in &stash.stamps {
+            put_bytes(&mut out, path.as_os_str().as_bytes());
+            for word in stamp.to_words() {
+                out.extend_from_slice(&word.to_le_bytes());
+            }
+        }
+        put_dir(&mut out, &stash.shape);
+    }
+    out
+}
+
+/// The stashes of index `bytes`, or why it cannot be read.
+pub fn decode(bytes: &[u8]) -> Result<Vec<Handed>, String> {
+    let mut reader = Reader { bytes, at: 0 };
+    if reader.take(MAGIC.len())? != MAGIC {
+        return Err("not a stash index of this version".into());
+    }
+    let count = reader.len()?;
+    let mut stashes = Vec::new();
+    for _ in 0..count {
+        let name = OsString::from_vec(reader.bytes()?.to_vec());
+        let mut stamps = Stamps::new();
+        for _ in 0..reader.len()? {
+            let path = PathBuf::from(OsString::from_vec(reader.bytes()?.to_vec()));
+            let mut words = [0i64; 7];
+            for word in &mut words {
+                *word = i64::from_le_bytes(reader.take(8)?.try_into().expect("8 bytes"));
+            }
+            stamps.insert(path, Stamp::from_words(words));
+        }
+        let shape = reader.dir(0)?;
+        stashes.push(Handed {
+            name,
+            stamps,
+            shape,
+        });
+    }
+    if reader.at != bytes.len() {
+        return Err(format!(
+            "{} bytes after the last stash",
+            bytes.len() - reader.at
+        ));
+    }
+    Ok(stashes)
+}
+
+fn put_len(out: &mut Vec<u8>, len: usize) {
+    out.extend_from_slice(&(len as u64).to_le_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_len(out, bytes.len());
+    out.extend_from_slice(bytes);
+}
+
+const LINK: u8 = 0;
+const DIR: u8 = 1;
+
+fn put_dir(out: &mut Vec<u8>, dir: &Dir) {
+    put_len(out, dir.entries().len());
+    for (name, node) in dir.entries() {
+        put_bytes(out, name.as_bytes());
+        match node {
+            Node::Link(target) => {
+                out.push(LINK);
+                put_bytes(out, target.as_bytes());
+            }
+            Node::Dir(sub) => {
+                out.push(DIR);
+                put_dir(out, sub);
+            }
+        }
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&end| end <= self.bytes.len())
+            .ok_or_else(|| format!("cut short at byte {}", self.at))?;
+        let taken = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(taken)
+    }
+
+    /// A length, which cannot exceed the bytes left (every counted item
+    /// takes at least one).
+    fn len(&mut self) -> Result<usize, String> {
+        let len = u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes"));
+        usize::try_from(len)
+            .ok()
+            .filter(|&len| len <= self.bytes.len() - self.at)
+            .ok_or_else(|| format!("a length of {len} at byte {}", self.at - 8))
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], String> {
+        let len = self.len()?;
+        self.take(len)
+    }
+
+    fn dir(&mut self, depth: usize) -> Result<Dir, String> {
+        if depth > MAX_DEPTH {
+            return Err(format!("directories nested deeper than {MAX_DEPTH}"));
+        }
+        let mut entries = BTreeMap::new();
+        for _ in 0..self.len()? {
+            let name = OsString::from_vec(self.bytes()?.to_vec());
+            let node = match self.take(1)?[0] {
+                LINK => Node::Link(OsString::from_vec(self.bytes()?.to_vec())),
+                DIR => Node::Dir(Arc::new(self.dir(depth + 1)?)),
+                tag => return Err(format!("an entry of kind {tag} at byte {}", self.at - 1)),
+            };
+            if entries.insert(name, node).is_some() {
+                return Err("a name twice in one directory".into());
+            }
+        }
+        Ok(Dir::new(entries))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> Dir {
+        let sub = Dir::new(BTreeMap::from([(
+            OsString::from("a.h"),
+            Node::Link("/store/c/abc".into()),
+        )]));
+        Dir::new(BTreeMap::from([
+            (OsString::from("inc"), Node::Dir(Arc::new(sub))),
+            (
+                OsString::from("odd\nname"),
+                Node::Link(OsString::from_vec(vec![0xff, b'x'])),
+            ),
+        ]))
+    }
+
+    #[test]
+    fn stashes_read_back_as_they_were_written() {
+        let stamps = Stamps::from([
+            (PathBuf::new(), Stamp::from_words([1, 2, 3, 4, 5, 6, 7])),
+            (
+                PathBuf::from("inc"),
+                Stamp::from_words([8, -1, 0, 9, 10, 4096, 2]),
+            ),
+        ]);
+        let stashes = vec![
+            Handed {
+                name: "stash-0".into(),
+                stamps,
+                shape: shape(),
+            },
+            Handed {
+                name: "stash-1".into(),
+                stamps: Stamps::new(),
+                shape: Dir::default(),
+            },
+        ];
+        let read = decode(&encode(&stashes)).unwrap();
+        assert_eq!(read, stashes);
+        assert_eq!(read[0].shape.digest(), shape().digest());
+        assert_eq!(read[0].shape.links(), 2);
+    }
+
+    #[test]
+    fn a_cut_or_foreign_index_is_refused_whole() {
+        let stashes = vec![Handed {
+            name: "stash-0".into(),
+            stamps: Stamps::new(),
+            shape: shape(),
+        }];
+        let bytes = encode(&stashes);
+        for cut in [0, MAGIC.len(), bytes.len() / 2, bytes.len() - 1] {
+            assert!(decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode(&longer)
+            .unwrap_err()
+            .contains("after the last stash"));
+        let mut foreign = bytes.clone();
+        foreign[MAGIC.len() - 2] = b'9';
+        assert!(decode(&foreign).unwrap_err().contains("version"));
+        // A huge count is refused before anything is allocated for it.
+        let mut huge = MAGIC.to_vec();
+        huge.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode(&huge).unwrap_err().contains("length"));
+    }
+}

@@ -1,0 +1,181 @@
+//! Where a backend that keeps warm state (`--keep_state=on`) keeps it
+//! while it runs: `BASE/actionfs-state-UID`, claimed by a lock held for
+//! the backend's life. Its store lives there, so that content handed on
+//! comes back to the next backend at the same paths, and the native trees
+//! one backend stashed, whose symlinks name those paths, can be handed on
+//! too (`stashes/`). Of two backends on one base, the second finds the
+//! directory held and keeps its store in its own directory (its content
+//! is still handed on; its stashes are not). A lock dies with its holder,
+//! so a killed backend's leftovers are found by the next claim and
+//! removed as the store opens. A backend that hands no stashes on
+//! removes the directory as it ends.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+/// The state directory, claimed.
+pub struct Claimed {
+    path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl Claimed {
+    /// Claims the state directory of this user on `base` (making it if
+    /// missing): `None` if another live backend holds it.
+    pub fn claim(base: &Path) -> Result<Option<Claimed>, String> {
+        let path = base.join(format!("actionfs-state-{}", nix::unistd::geteuid()));
+        // A holder that ends removes the lock file and the directory: a
+        // claim that raced with that finds its lock unlinked, and again.
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Claimed::try_claim(&path) {
+                Ok(claimed) => return Ok(claimed),
+                Err(Retry::Raced(why)) => last = why,
+                Err(Retry::No(why)) => return Err(why),
+            }
+        }
+        Err(last)
+    }
+
+    fn try_claim(path: &Path) -> Result<Option<Claimed>, Retry> {
+        let path = path.to_owned();
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(Retry::No(format!("mkdir {path:?}: {err}")))
+            }
+            _ => {}
+        }
+        ours_alone(&path).map_err(Retry::No)?;
+        let lock_path = path.join("lock");
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&lock_path)
+            .map_err(|err| {
+                let why = format!("open {lock_path:?}: {err}");
+                match err.kind() {
+                    std::io::ErrorKind::NotFound => Retry::Raced(why),
+                    _ => Retry::No(why),
+                }
+            })?;
+        let lock = match Flock::lock(lock, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => lock,
+            Err((_, Errno::EWOULDBLOCK)) => return Ok(None),
+            Err((_, errno)) => return Err(Retry::No(format!("flock {lock_path:?}: {errno}"))),
+        };
+        let held = nix::sys::stat::fstat(&*lock).map(|st| (st.st_dev, st.st_ino));
+        let named = nix::sys::stat::lstat(&lock_path).map(|st| (st.st_dev, st.st_ino));
+        match (held, named) {
+            (Ok(held), Ok(named)) if held == named => Ok(Some(Claimed { path, _lock: lock })),
+            _ => Err(Retry::Raced(format!(
+                "{lock_path:?} was removed as it was locked"
+            ))),
+        }
+    }
+
+    /// Ends the claim: the store's directory goes (its content was handed
+    /// on, or is not to be), and, unless stashes were handed on, the
+    /// whole directory, the lock last, while still held.
+    pub fn release(self) {
+        let store = self.store();
+        if store.exists() {
+            if let Err(err) = crate::sandbox::materialize::remove_tree(&store) {
+                log::warn!("cannot remove the store's directory: {err}");
+            }
+        }
+        if self.stashes().exists() {
+            return;
+        }
+        let _ = std::fs::remove_file(self.path.join("lock"));
+        if let Err(err) = std::fs::remove_dir(&self.path) {
+            log::warn!("cannot remove {:?}: {err}", self.path);
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The store's directory.
+    pub fn store(&self) -> PathBuf {
+        self.path.join("store")
+    }
+
+    /// Where stashed native trees are handed on.
+    pub fn stashes(&self) -> PathBuf {
+        self.path.join("stashes")
+    }
+}
+
+enum Retry {
+    /// Raced with a holder that was ending: try again.
+    Raced(String),
+    No(String),
+}
+
+/// Checks that `dir` is a directory (not a symlink to one) that we own
+/// and no one else may enter: another user on a shared base must not be
+/// able to swap what the next backend adopts.
+fn ours_alone(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::symlink_metadata(dir).map_err(|err| format!("lstat {dir:?}: {err}"))?;
+    if !meta.is_dir() {
+        return Err(format!("{dir:?} is not a directory"));
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() || meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "{dir:?} is not ours alone (owner uid {}, mode {:o})",
+            meta.uid(),
+            meta.permissions().mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_claim_at_a_time_and_a_released_one_is_claimed_again() {
+        let base = tempfile::tempdir().unwrap();
+        let first = Claimed::claim(base.path()).unwrap().expect("free");
+        assert!(first.path().starts_with(base.path()));
+        // flock locks belong to the open file: a second open is refused
+        // even in the same process, as another backend's would be.
+        assert!(Claimed::claim(base.path()).unwrap().is_none(), "held");
+        drop(first);
+        let again = Claimed::claim(base.path()).unwrap().expect("released");
+        // Released with nothing handed on: nothing left.
+        std::fs::create_dir_all(again.store().join("c")).unwrap();
+        again.release();
+        assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
+        // With stashes handed on, they and the lock stay.
+        let last = Claimed::claim(base.path()).unwrap().expect("free");
+        std::fs::create_dir(last.stashes()).unwrap();
+        let dir = last.path().to_owned();
+        last.release();
+        assert!(dir.join("stashes").is_dir() && dir.join("lock").is_file());
+        assert!(!dir.join("store").exists());
+    }
+
+    #[test]
+    fn a_state_directory_others_may_enter_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let dir = base
+            .path()
+            .join(format!("actionfs-state-{}", nix::unistd::geteuid()));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let why = Claimed::claim(base.path()).err().expect("refused");
+        assert!(why.contains("not ours alone"), "{why}");
+    }
+}
