@@ -40,6 +40,7 @@
 
 #[cfg(target_os = "linux")]
 pub mod allocator;
+mod background;
 pub mod cli;
 pub mod daemon;
 pub mod fuse;

@@ -13,12 +13,11 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
+use crate::background::Background;
 use crate::sandbox::default_place;
 use crate::sandbox::merkle::{FileEntry, Walked};
 use crate::sandbox::store::{ContentStore, Digest, Lookup, Retention};
@@ -171,54 +170,52 @@ impl Meetings {
 type Job = (Box<str>, PathBuf);
 
 struct Capturer {
-    queue: Mutex<Option<Sender<Job>>>,
+    /// `None` if the thread could not be started.
+    thread: Option<Background<Job>>,
     /// Digests queued and not captured yet: queued once.
     pending: Arc<Mutex<HashSet<Box<str>>>>,
     /// Set at the stop: what is still queued is dropped.
     stopping: Arc<AtomicBool>,
-    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Capturer {
     fn start(store: Arc<ContentStore>) -> Capturer {
-        let (queue, jobs) = mpsc::channel::<Job>();
         let pending: Arc<Mutex<HashSet<Box<str>>>> = Arc::default();
-        let done = pending.clone();
         let stopping = Arc::new(AtomicBool::new(false));
-        let stopped = stopping.clone();
-        let thread = std::thread::Builder::new()
-            .name("capture".into())
-            .spawn(move || {
-                lowest_priority();
-                for (hash, place) in jobs {
-                    if stopped.load(Ordering::Relaxed) {
-                        break;
-                    }
+        let (done, stopped) = (pending.clone(), stopping.clone());
+        let thread = Background::start("capture", 1, move || {
+            lowest_priority();
+            let (store, done, stopped) = (store.clone(), done.clone(), stopped.clone());
+            move |(hash, place): Job| {
+                if !stopped.load(Ordering::Relaxed) {
                     // A default place that fails goes on being looked at,
                     // and refused by size where it differs.
                     if let Err(err) = store.capture(&hash, &place, Retention::Keep) {
                         log::debug!("{}", default_place::capture_refusal(&err));
                     }
-                    done.lock().remove(&hash);
                 }
-            })
-            .ok();
+                done.lock().remove(&hash);
+            }
+        })
+        .map_err(|err| log::warn!("cannot start the capture thread ({err}); Creates capture"))
+        .ok();
         Capturer {
-            queue: Mutex::new(thread.is_some().then_some(queue)),
+            thread,
             pending,
             stopping,
-            thread: Mutex::new(thread),
         }
     }
 
     /// Queues digest `hash`'s capture from `place`, unless it is queued.
     /// False if nothing captures any more (stopped, or no thread).
     fn queue(&self, hash: &str, place: PathBuf) -> bool {
-        let queue = self.queue.lock();
-        let Some(queue) = queue.as_ref() else {
+        let Some(thread) = &self.thread else {
             return false;
         };
-        if self.pending.lock().insert(hash.into()) && queue.send((hash.into(), place)).is_err() {
+        if !self.pending.lock().insert(hash.into()) {
+            return true;
+        }
+        if thread.send((hash.into(), place)).is_err() {
             self.pending.lock().remove(hash);
             return false;
         }
@@ -229,16 +226,9 @@ impl Capturer {
     /// backend is ending, and what is still queued is left uncaptured.
     fn stop(&self) {
         self.stopping.store(true, Ordering::Relaxed);
-        drop(self.queue.lock().take());
-        if let Some(thread) = self.thread.lock().take() {
-            let _ = thread.join();
+        if let Some(thread) = &self.thread {
+            thread.stop();
         }
-    }
-}
-
-impl Drop for Capturer {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

@@ -8,17 +8,18 @@
 //! it; so does the end of the session.
 
 use std::collections::HashSet;
-use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
+
+use crate::background::Background;
 
 /// What is left of destroying a sandbox, given its id.
 type Work = Box<dyn FnOnce(&str) + Send>;
 
 pub struct Departures {
     /// `None` if the thread could not be started.
-    queue: Option<Sender<(String, Work)>>,
+    thread: Option<Background<(String, Work)>>,
     leaving: Arc<Leaving>,
 }
 
@@ -41,35 +42,30 @@ impl Departures {
     /// each departure runs in its Destroy, as before.
     pub fn start() -> Departures {
         let leaving = Arc::new(Leaving::default());
-        let (queue, work) = channel::<(String, Work)>();
         let done = leaving.clone();
-        let started = std::thread::Builder::new()
-            .name("departures".into())
-            .spawn(move || {
-                for (id, work) in work {
-                    work(&id);
-                    done.done(&id);
-                }
-            });
-        let queue = match started {
-            Ok(_) => Some(queue),
+        let started = Background::start("departures", 1, move || {
+            let done = done.clone();
+            move |(id, work): (String, Work)| {
+                work(&id);
+                done.done(&id);
+            }
+        });
+        let thread = match started {
+            Ok(thread) => Some(thread),
             Err(err) => {
                 log::warn!("cannot start the departures thread ({err}); destroys finish inline");
                 None
             }
         };
-        Departures { queue, leaving }
+        Departures { thread, leaving }
     }
 
     /// Runs `work`, what is left of destroying sandbox `id`, on the
     /// departures thread (inline if there is none).
     pub fn send(&self, id: &str, work: Work) {
         self.leaving.ids.lock().insert(id.to_owned());
-        let unsent = match &self.queue {
-            Some(queue) => queue
-                .send((id.to_owned(), work))
-                .err()
-                .map(|back| back.0 .1),
+        let unsent = match &self.thread {
+            Some(thread) => thread.send((id.to_owned(), work)).err().map(|back| back.1),
             None => Some(work),
         };
         if let Some(work) = unsent {
@@ -100,6 +96,7 @@ impl Departures {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc::channel;
     use std::time::Duration;
 
     #[test]

@@ -748,8 +748,6 @@ impl Service {
         withdrawn.map_err(|why| format!("sandbox {id:?}: destroy: {why}"))
     }
 
-    /// Destroys every sandbox still there (the client went away), and
-    /// waits until every scratch directory is deleted.
     /// Hands the stashed native trees on to the next backend (see
     /// [`Sandboxes::hand_on_stashes`]), once every sandbox is gone.
     pub fn hand_on_stashes(
@@ -760,6 +758,8 @@ impl Service {
         self.core.hand_on_stashes(to, own)
     }
 
+    /// Destroys every sandbox still there (the client went away), and
+    /// waits until every scratch directory is deleted.
     pub fn destroy_all(&self) {
         let all: Vec<(String, Live)> = self.live.lock().drain().collect();
         for (id, live) in all {

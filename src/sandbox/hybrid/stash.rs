@@ -140,6 +140,9 @@ impl Stashes {
     /// this daemon) is deleted instead, as is every stash elsewhere when
     /// the pools are removed. Returns how many were handed on.
     pub fn hand_on(&self, to: &Path, own: &Path) -> Result<usize, Error> {
+        // A predecessor's stashes not adopted (no pool opened on their file
+        // system) are replaced, not removed later with this hand-off.
+        self.handed.lock().take();
         if to.exists() {
             materialize::remove_tree(to)?;
         }

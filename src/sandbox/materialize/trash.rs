@@ -5,30 +5,17 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Arc;
-
-use parking_lot::{Condvar, Mutex};
-use std::thread::JoinHandle;
 
 use super::remove::remove_tree_within;
 use super::Error;
-
-/// Trees waiting to be deleted, and a way to wait until there are none.
-#[derive(Default)]
-struct Pending {
-    count: Mutex<usize>,
-    idle: Condvar,
-}
+use crate::background::Background;
 
 /// A tree to delete, with what to free once it is gone.
 type Job = (PathBuf, Option<Box<dyn Send>>);
 
 pub struct Trash {
     dir: PathBuf,
-    queue: Mutex<Option<Sender<Job>>>,
-    pending: Arc<Pending>,
-    workers: Vec<JoinHandle<()>>,
+    deleting: Background<Job>,
     next: AtomicU64,
 }
 
@@ -38,23 +25,20 @@ impl Trash {
     /// whatever is already in it.
     pub fn open(dir: &Path, threads: usize) -> Result<Trash, Error> {
         std::fs::create_dir_all(dir).map_err(|e| Error::new("mkdir", dir, e))?;
-        let (tx, rx) = channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        let pending = Arc::new(Pending::default());
-        let workers = (0..threads.max(1))
-            .map(|n| {
-                let (rx, pending, dir) = (rx.clone(), pending.clone(), dir.to_owned());
-                std::thread::Builder::new()
-                    .name(format!("trash-{n}"))
-                    .spawn(move || delete_queued(&dir, &rx, &pending))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Error::new("pthread_create", dir, e))?;
+        let within = dir.to_owned();
+        let deleting = Background::start("trash", threads, move || {
+            let within = within.clone();
+            move |(path, along): Job| {
+                if let Err(err) = remove_tree_within(&within, &path) {
+                    log::warn!("cannot empty trash entry: {err}");
+                }
+                drop(along);
+            }
+        })
+        .map_err(|e| Error::new("pthread_create", dir, e))?;
         let trash = Trash {
             dir: dir.to_owned(),
-            queue: Mutex::new(Some(tx)),
-            pending,
-            workers,
+            deleting,
             next: AtomicU64::new(0),
         };
         let leftovers = std::fs::read_dir(dir).map_err(|e| Error::new("opendir", dir, e))?;
@@ -98,43 +82,14 @@ impl Trash {
     }
 
     fn enqueue(&self, job: Job) {
-        *self.pending.count.lock() += 1;
-        if let Some(queue) = self.queue.lock().as_ref() {
-            let _ = queue.send(job);
+        // Taken until the trash is dropped, which finishes what is queued.
+        if let Err((path, _)) = self.deleting.send(job) {
+            log::warn!("trash {:?} is closed: {path:?} is left", self.dir);
         }
     }
 
     /// Waits until everything queued so far has been deleted.
     pub fn wait_idle(&self) {
-        let mut count = self.pending.count.lock();
-        while *count > 0 {
-            self.pending.idle.wait(&mut count);
-        }
-    }
-}
-
-impl Drop for Trash {
-    /// Finishes the queued deletions before returning.
-    fn drop(&mut self) {
-        self.queue.lock().take();
-        for worker in self.workers.drain(..) {
-            let _ = worker.join();
-        }
-    }
-}
-
-fn delete_queued(dir: &Path, queue: &Mutex<Receiver<Job>>, pending: &Pending) {
-    loop {
-        let next = queue.lock().recv();
-        let Ok((path, along)) = next else { return };
-        if let Err(err) = remove_tree_within(dir, &path) {
-            log::warn!("cannot empty trash entry: {err}");
-        }
-        drop(along);
-        let mut count = pending.count.lock();
-        *count -= 1;
-        if *count == 0 {
-            pending.idle.notify_all();
-        }
+        self.deleting.wait_idle();
     }
 }
