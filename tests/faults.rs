@@ -797,7 +797,15 @@ fn out_of_descriptors(args: &[&str]) {
             fx.log()
         );
     }
-    // Once they are closed, everything is served again.
+    // Once they are closed, everything is served again. The helper's
+    // files close as it dies, but the kernel sends each RELEASE to the
+    // daemon after that: its descriptors come back a moment later (on a
+    // loaded machine, after the first read below was refused EMFILE).
+    assert!(
+        wait_for(PATIENCE, || fs::read_to_string(dir.join("f0")).is_ok()),
+        "never served again\n{}",
+        fx.log()
+    );
     for n in 0..FILES {
         assert_eq!(
             fs::read_to_string(dir.join(format!("f{n}"))).unwrap(),
