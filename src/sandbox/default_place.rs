@@ -13,7 +13,7 @@
 //! `serve` captures most default places into its store instead (hashed
 //! as copied, so any change is caught); this look is for the rest.
 
-use std::ffi::CString;
+use std::ffi::CStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
@@ -52,9 +52,11 @@ pub fn look<'a>(dir: &Path, files: impl IntoIterator<Item = (&'a str, i64)>) -> 
         Mode::empty(),
     )
     .map(File::from);
+    // One buffer for every name: no allocation per file.
+    let mut c_name = Vec::with_capacity(256);
     files
         .map(|(name, size)| match &opened {
-            Ok(fd) => look_at(fd, dir, name, size),
+            Ok(fd) => look_at(fd, dir, name, size, &mut c_name),
             Err(err) => Refused(format!(
                 "missing from its default place: open {}: {err}",
                 dir.display()
@@ -65,26 +67,31 @@ pub fn look<'a>(dir: &Path, files: impl IntoIterator<Item = (&'a str, i64)>) -> 
 
 use Place::Refused;
 
-fn look_at(dir_fd: &File, dir: &Path, name: &str, size: i64) -> Place {
-    let path = dir.join(name);
-    let st = CString::new(name.as_bytes())
+/// Looks at `name` of `dir` (open as `dir_fd`); `c_name` is a buffer for
+/// its C form. The path is made only for a symlink or a refusal.
+fn look_at(dir_fd: &File, dir: &Path, name: &str, size: i64, c_name: &mut Vec<u8>) -> Place {
+    c_name.clear();
+    c_name.extend_from_slice(name.as_bytes());
+    c_name.push(0);
+    let st = CStr::from_bytes_with_nul(c_name)
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-        .and_then(|c| stat_at(dir_fd.as_fd(), &c));
+        .and_then(|c| stat_at(dir_fd.as_fd(), c));
     let st = match st {
         Ok(st) => st,
         Err(err) => {
             return Refused(format!(
                 "missing from its default place: lstat {}: {err}",
-                path.display()
+                dir.join(name).display()
             ))
         }
     };
     match kind_of(&st) {
-        FileKind::RegularFile => checked_size(&path, st.st_size, size, Place::Here),
-        FileKind::Symlink => follow(&path, size),
+        FileKind::RegularFile if st.st_size == size => Place::Here,
+        FileKind::RegularFile => checked_size(&dir.join(name), st.st_size, size, Place::Here),
+        FileKind::Symlink => follow(&dir.join(name), size),
         kind => Refused(format!(
             "its default place {} is a {}, not a file",
-            path.display(),
+            dir.join(name).display(),
             kind.describe()
         )),
     }
