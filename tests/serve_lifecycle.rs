@@ -76,6 +76,16 @@ impl Place {
         tb.build()
     }
 
+    /// Pushes `tree` (made by `self.tree(files)`) to `b`, creates sandbox
+    /// `id` of it, checks that input `n` reads right there, destroys it.
+    fn serve_tree(&self, b: &Backend, tree: &Tree, id: &str, (files, n): (usize, usize)) {
+        b.push_tree(tree);
+        let root = b.create_ok(id, self.manifest(tree));
+        let read = fs::read_to_string(root.join(WS).join(format!("in{files}/f{n}"))).unwrap();
+        assert_eq!(read, format!("input {n} of {files}\n"), "{}", b.log());
+        assert!(b.client().destroy(id).is_ok());
+    }
+
     fn manifest(&self, tree: &Tree) -> Manifest {
         Manifest {
             mnemonic: "Test".into(),
@@ -440,13 +450,7 @@ fn closing_stdin_hands_the_store_on_and_the_next_backend_adopts_it() {
     let place = Place::new();
     let warm = place.base().join(warm_name());
     let tree = place.tree(3);
-    let serve_the_tree = |b: &Backend, id: &str| {
-        b.push_tree(&tree);
-        let root = b.create_ok(id, place.manifest(&tree));
-        let read = fs::read_to_string(root.join(WS).join("in3/f1")).unwrap();
-        assert_eq!(read, "input 1 of 3\n", "{}", b.log());
-        assert!(b.client().destroy(id).is_ok());
-    };
+    let serve_the_tree = |b: &Backend, id: &str| place.serve_tree(b, &tree, id, (3, 1));
 
     let mut killed = Backend::start(&place, "killed", &[NATIVE_BELOW]);
     serve_the_tree(&killed, "k");
@@ -519,13 +523,7 @@ fn stashed_trees_are_handed_on_to_the_next_backend() {
     let tree = place.tree(40);
     let native = "--native_below=1000";
     let built = |b: &Backend, how: &str| b.stats()["built"][how].as_u64().unwrap();
-    let serve_the_tree = |b: &Backend, id: &str| {
-        b.push_tree(&tree);
-        let root = b.create_ok(id, place.manifest(&tree));
-        let read = fs::read_to_string(root.join(WS).join("in40/f7")).unwrap();
-        assert_eq!(read, "input 7 of 40\n", "{}", b.log());
-        assert!(b.client().destroy(id).is_ok());
-    };
+    let serve_the_tree = |b: &Backend, id: &str| place.serve_tree(b, &tree, id, (40, 7));
 
     let first = Backend::start(&place, "first", &[native]);
     serve_the_tree(&first, "1");

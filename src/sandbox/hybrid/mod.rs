@@ -121,11 +121,7 @@ impl Sandboxes {
     pub fn adopt_stashes(&self, dir: PathBuf) {
         match self.native.as_ref().and_then(|n| n.stashes.as_ref()) {
             Some(stashes) => stashes.adopt_from(dir),
-            None => {
-                if let Err(err) = materialize::remove_tree(&dir) {
-                    log::warn!("cannot remove the stashes handed on in {dir:?}: {err}");
-                }
-            }
+            None => stash::remove_handed(&dir),
         }
     }
 

@@ -258,10 +258,15 @@ impl Stashes {
             pool.remove();
         }
         if let Some(dir) = self.handed.lock().take() {
-            if let Err(err) = materialize::remove_tree(&dir) {
-                log::warn!("cannot remove the stashes handed on in {dir:?}: {err}");
-            }
+            remove_handed(&dir);
         }
+    }
+}
+
+/// Removes a hand-off directory (adopted, refused or not wanted).
+pub fn remove_handed(dir: &Path) {
+    if let Err(err) = materialize::remove_tree(dir) {
+        log::warn!("cannot remove the stashes handed on in {dir:?}: {err}");
     }
 }
 
@@ -375,9 +380,7 @@ impl Pool {
             }
             Err(why) => log::warn!("stashes handed on in {dir:?} not adopted: {why}"),
         }
-        if let Err(err) = materialize::remove_tree(dir) {
-            log::warn!("cannot remove the stashes handed on in {dir:?}: {err}");
-        }
+        remove_handed(dir);
     }
 
     /// Moves stash `handed` of hand-off directory `from` into this pool
