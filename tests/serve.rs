@@ -1751,6 +1751,57 @@ fn a_default_place_that_changed_since_bazel_hashed_it_is_refused() {
     }
 }
 
+/// A tree created before, its default places looked at (not captured):
+/// a change between its Creates is refused at the next one, though the
+/// backend remembers what it found while nothing changed there.
+#[test]
+fn a_default_place_changed_after_a_create_is_refused_at_the_next() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    type Change = (&'static str, fn(&Backend));
+    let changes: [Change; 3] = [
+        ("grown in place", |b| {
+            let path = b.exec_root().join("ws/src/a.txt");
+            fs::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .unwrap()
+                .write_all(b"more")
+                .unwrap();
+        }),
+        ("replaced by a rename", |b| {
+            let src = b.exec_root().join("ws/src");
+            fs::write(src.join("new"), b"other bytes\n").unwrap();
+            fs::rename(src.join("new"), src.join("a.txt")).unwrap();
+        }),
+        ("its directory moved, another in its place", |b| {
+            let ws = b.exec_root().join("ws");
+            fs::rename(ws.join("src"), ws.join("old")).unwrap();
+            fs::create_dir(ws.join("src")).unwrap();
+            fs::write(ws.join("src/a.txt"), b"x").unwrap();
+        }),
+    ];
+    for (change, make) in changes {
+        let b = Backend::start(&["--native_below=1000000000", "--capture_below=0"]);
+        let hashed = b.write_input("src/a.txt", b"as hashed\n");
+        let tree = b.push_files([("ws/src/a.txt", hashed)]);
+        for id in ["1", "2"] {
+            let root = b.create_ok(id, b.manifest(&tree, &[("/ws/out/x", "file")]));
+            assert_eq!(fs::read(root.join("ws/src/a.txt")).unwrap(), b"as hashed\n");
+            b.destroy_ok(id);
+        }
+        make(&b);
+        let why = b.create_error("3", b.manifest(&tree, &[("/ws/out/x", "file")]));
+        assert!(
+            why.contains("ws/src/a.txt")
+                && (why.contains("changed since Bazel hashed it") || why.contains("missing")),
+            "{change}: {why}"
+        );
+        b.close();
+    }
+}
+
 /// Default places are captured into the store once per digest, hashed
 /// as they are copied: a change of the same size is caught (a look by
 /// size alone would serve other bytes under the digest), a later Create

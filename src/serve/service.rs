@@ -31,7 +31,7 @@ use super::kept::{Found, InStore, Kept, KeptTrees, TreeContent};
 use super::outputs::{self, Output};
 use crate::daemon::reconfig::Backend;
 use crate::daemon::stats::RequestKind;
-use crate::sandbox::default_place::{self, Place};
+use crate::sandbox::default_place::{Batch, Looks, Place};
 use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::layout::Draft;
@@ -110,6 +110,9 @@ pub struct Service {
     jail: Jail,
     /// Which default places are captured into the store, and how.
     default_places: DefaultPlaces,
+    /// Looks at the default places not captured, remembered while
+    /// nothing changed there.
+    looks: Looks,
 }
 
 impl Service {
@@ -139,6 +142,7 @@ impl Service {
             locations_root,
             jail,
             default_places: DefaultPlaces::new(store_for_captures, capture_below),
+            looks: Looks::new(),
         }
     }
 
@@ -582,6 +586,7 @@ impl Service {
         under.push(b'/');
         let under_base = under.len();
         let mut first_file = 0;
+        let looks = self.looks.batch();
         for (dir, entries) in &walked.dirs {
             let files = first_file..first_file + entries.files.len();
             first_file = files.end;
@@ -605,7 +610,7 @@ impl Service {
             let base = path.len();
             let in_store = &content.each[files];
             let mut found = self
-                .look_at_default_places(exec_root, dir, &entries.files, in_store)
+                .look_at_default_places(&looks, exec_root, dir, &entries.files, in_store)
                 .into_iter();
             for (entry, &stored) in entries.files.iter().zip(in_store) {
                 path.truncate(base);
@@ -652,6 +657,7 @@ impl Service {
     /// has no content in the store (`in_store` is false), in order.
     fn look_at_default_places(
         &self,
+        looks: &Batch,
         exec_root: &Path,
         dir: &str,
         files: &[FileEntry],
@@ -660,12 +666,13 @@ impl Service {
         if !in_store.contains(&false) {
             return Vec::new();
         }
-        let defaults = files
+        let defaults: Vec<_> = files
             .iter()
             .zip(in_store)
             .filter(|(_, &stored)| !stored)
-            .map(|(file, _)| (&*file.name, file.size));
-        default_place::look(&exec_root.join(dir), defaults)
+            .map(|(file, _)| (&*file.name, file.size))
+            .collect();
+        looks.look(&exec_root.join(dir), &defaults)
     }
 
     /// MissingContent for `hashes`, unless a Push brought bad bytes for

@@ -11,7 +11,14 @@
 //! are the build's to keep still, as with any staged input).
 //!
 //! `serve` captures most default places into its store instead (hashed
-//! as copied, so any change is caught); this look is for the rest.
+//! as copied, so any change is caught); this look is for the rest, and
+//! [`Looks`] remembers what it found while nothing changed there.
+
+mod remembered;
+#[cfg(target_os = "linux")]
+mod watch;
+
+pub use remembered::{Batch, Looks};
 
 use std::ffi::CStr;
 use std::fs::File;

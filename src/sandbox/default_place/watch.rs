@@ -1,0 +1,233 @@
+//! Which directories changed since a look: an inotify watch on every
+//! directory a default place's path passes through, and a count of the
+//! events each has seen. Reads of files make no event (none is asked
+//! for), so watching costs nothing while a build only reads its sources.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+
+/// File systems whose changes inotify reports whoever makes them: the
+/// local ones (an overlay's through itself, as a container makes them).
+/// On a network file system another machine's writes make no event, so
+/// its default places are looked at every time.
+const LOCAL: [i64; 7] = [
+    0xEF53,      // ext2, ext3, ext4
+    0x5846_5342, // xfs
+    0x9123_683E, // btrfs
+    0x0102_1994, // tmpfs
+    0xF2F5_2010, // f2fs
+    0x8584_58F6, // ramfs
+    0x794C_7630, // overlayfs
+];
+
+/// What changes a directory's entries or a file in it: its entries made,
+/// removed, renamed; a file written, truncated or its mode changed; the
+/// directory itself moved or removed.
+fn changes() -> AddWatchFlags {
+    AddWatchFlags::IN_MODIFY
+        | AddWatchFlags::IN_ATTRIB
+        | AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_MOVED_FROM
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_DELETE_SELF
+        | AddWatchFlags::IN_MOVE_SELF
+        | AddWatchFlags::IN_ONLYDIR
+}
+
+/// Events after which some events may be lost: everything concluded
+/// from the watches is void.
+fn lost_track() -> AddWatchFlags {
+    AddWatchFlags::IN_Q_OVERFLOW | AddWatchFlags::IN_UNMOUNT
+}
+
+/// Events after which a watch is gone or watches a directory no longer
+/// at its path (its parent's event, on the way, says so).
+fn gone() -> AddWatchFlags {
+    AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF | AddWatchFlags::IN_IGNORED
+}
+
+/// An entry of a watched directory: the directory's watch and a hash of
+/// the entry's name (two names sharing a hash only look again sooner).
+type Entry = (WatchDescriptor, u64);
+
+fn entry(wd: WatchDescriptor, name: &OsStr) -> Entry {
+    let mut hasher = DefaultHasher::new();
+    name.hash(&mut hasher);
+    (wd, hasher.finish())
+}
+
+pub struct Watch {
+    inotify: Inotify,
+    /// Events seen in each watched directory.
+    events: HashMap<WatchDescriptor, u64>,
+    /// Events seen on each entry some chain passes through.
+    on_way: HashMap<Entry, u64>,
+    /// The watch on each directory, by its path with no symlink in it.
+    watching: HashMap<PathBuf, WatchDescriptor>,
+}
+
+impl Watch {
+    /// None where inotify cannot be had (the instances limit reached).
+    pub fn new() -> Option<Watch> {
+        match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
+            Ok(inotify) => Some(Watch {
+                inotify,
+                events: HashMap::new(),
+                on_way: HashMap::new(),
+                watching: HashMap::new(),
+            }),
+            Err(err) => {
+                log::info!("inotify_init1: {err}: default places are looked at every time");
+                None
+            }
+        }
+    }
+
+    /// Counts every queued event against its directory and entry. False
+    /// if events were lost (see [`lost_track`]): then every watch is
+    /// forgotten, and so must be whatever was concluded from them.
+    pub fn settle(&mut self) -> bool {
+        let mut kept_track = true;
+        loop {
+            match self.inotify.read_events() {
+                Ok(events) => {
+                    for event in events {
+                        if event.mask.intersects(lost_track()) {
+                            kept_track = false;
+                            continue;
+                        }
+                        if let Some(count) = self.events.get_mut(&event.wd) {
+                            *count += 1;
+                        }
+                        if let Some(name) = &event.name {
+                            if let Some(count) = self.on_way.get_mut(&entry(event.wd, name)) {
+                                *count += 1;
+                            }
+                        }
+                        if event.mask.intersects(gone()) {
+                            // Watched afresh when next reached by its path.
+                            self.watching.retain(|_, wd| *wd != event.wd);
+                        }
+                    }
+                }
+                Err(Errno::EAGAIN) => break,
+                Err(Errno::EINTR) => continue,
+                Err(err) => {
+                    log::warn!("reading inotify events: {err}");
+                    kept_track = false;
+                    break;
+                }
+            }
+        }
+        if !kept_track {
+            self.forget();
+        }
+        kept_track
+    }
+
+    /// Drops every watch (the kernel's and ours), so that each directory
+    /// is watched afresh when next looked at.
+    fn forget(&mut self) {
+        for (_, wd) in self.watching.drain() {
+            // Gone already if its directory was.
+            let _ = self.inotify.rm_watch(wd);
+        }
+        self.events.clear();
+        self.on_way.clear();
+    }
+
+    /// What a change to `dir` is seen by: the watch on `dir` itself (an
+    /// entry made, removed or written there), and the entries its path
+    /// passes through, as written and as each symlink on it resolves (a
+    /// link on the way re-pointed, a directory on the way moved). None
+    /// if `dir` cannot be watched: not there, not on a local file
+    /// system, out of watches, or changing while watched.
+    pub fn chain(&mut self, dir: &Path) -> Option<Chain> {
+        let resolved = std::fs::canonicalize(dir).ok()?;
+        // f_type's width differs between libcs and architectures.
+        #[allow(clippy::unnecessary_cast)]
+        let local =
+            rustix::fs::statfs(&resolved).is_ok_and(|fs| LOCAL.contains(&(fs.f_type as i64)));
+        if !local {
+            return None;
+        }
+        let leaf = self.watch(&resolved)?;
+        let mut way = Vec::new();
+        let mut written = PathBuf::new();
+        let mut resolved_parent: Option<PathBuf> = None;
+        for component in dir.components() {
+            written.push(component);
+            let resolved_prefix = std::fs::canonicalize(&written).ok()?;
+            // The entry as written, a link perhaps, in its resolved parent.
+            if let (Some(parent), Some(name)) = (&resolved_parent, written.file_name()) {
+                way.push(entry(self.watch(parent)?, name));
+            }
+            // And every entry of the path it resolves to.
+            for ancestor in resolved_prefix.ancestors() {
+                if let (Some(parent), Some(name)) = (ancestor.parent(), ancestor.file_name()) {
+                    way.push(entry(self.watch(parent)?, name));
+                }
+            }
+            resolved_parent = Some(resolved_prefix);
+        }
+        // A link re-pointed while watches were added: not to be trusted.
+        if std::fs::canonicalize(dir).ok()? != resolved {
+            return None;
+        }
+        way.sort_unstable();
+        way.dedup();
+        for &entry in &way {
+            self.on_way.entry(entry).or_insert(0);
+        }
+        Some(Chain {
+            leaf,
+            way: way.into(),
+        })
+    }
+
+    fn watch(&mut self, resolved: &Path) -> Option<WatchDescriptor> {
+        if let Some(&wd) = self.watching.get(resolved) {
+            return Some(wd);
+        }
+        match self.inotify.add_watch(resolved, changes()) {
+            Ok(wd) => {
+                self.events.entry(wd).or_insert(0);
+                self.watching.insert(resolved.to_owned(), wd);
+                Some(wd)
+            }
+            Err(err) => {
+                log::debug!("inotify_add_watch {}: {err}", resolved.display());
+                None
+            }
+        }
+    }
+
+    /// The events seen so far in `chain`'s directory and on its way:
+    /// what was concluded at one count holds while it stays the same.
+    pub fn count(&self, chain: &Chain) -> (u64, u64) {
+        let leaf = self.events.get(&chain.leaf).copied().unwrap_or(0);
+        let way = chain
+            .way
+            .iter()
+            .map(|entry| self.on_way.get(entry).copied().unwrap_or(0))
+            .sum();
+        (leaf, way)
+    }
+}
+
+/// What a directory's looks depend on.
+pub struct Chain {
+    /// The directory itself: its events change what is in it.
+    leaf: WatchDescriptor,
+    /// The entries on its way: their events may change which directory
+    /// its path names, so the chain is made again after one.
+    way: Box<[Entry]>,
+}
