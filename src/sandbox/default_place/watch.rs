@@ -26,6 +26,12 @@ const LOCAL: [i64; 7] = [
     0x794C_7630, // overlayfs
 ];
 
+/// Watches held at most: the limit is per user (`max_user_watches`,
+/// 8,192 on older kernels) and shared with editors and IDEs, which must
+/// not run out because a build ran. Beyond, directories are looked at
+/// every time.
+const MOST_WATCHES: usize = 4096;
+
 /// What changes a directory's entries or a file in it: its entries made,
 /// removed, renamed; a file written, truncated or its mode changed; the
 /// directory itself moved or removed.
@@ -196,6 +202,9 @@ impl Watch {
     fn watch(&mut self, resolved: &Path) -> Option<WatchDescriptor> {
         if let Some(&wd) = self.watching.get(resolved) {
             return Some(wd);
+        }
+        if self.watching.len() >= MOST_WATCHES {
+            return None;
         }
         match self.inotify.add_watch(resolved, changes()) {
             Ok(wd) => {
