@@ -2229,6 +2229,36 @@ fn inaccessible_paths_are_unreadable_in_the_landlock_jail() {
     b.close();
 }
 
+/// An inaccessible path below /dev makes the jail rule every other entry
+/// of /dev one by one; /dev/stdout and its like lead to the action's
+/// pipes there, which are no file system objects to rule: the jail must
+/// still start (it failed every action with EBADFD).
+#[test]
+fn an_inaccessible_path_below_dev_leaves_the_jail_working_with_piped_output() {
+    if !require(&[Need::Mount, Need::Landlock]) {
+        return;
+    }
+    if !Path::new("/dev/shm").is_dir() {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    }
+    let b = Backend::start(&[]);
+    let hidden = tempfile::tempdir_in("/dev/shm").unwrap();
+    fs::write(hidden.path().join("key"), b"key\n").unwrap();
+    let (root, jail, _) = jailed_sandbox(&b, "1", |scratch| sandbox::ConfinementSetting {
+        inaccessible_paths: vec![hidden.path().display().to_string()],
+        ..bazels_confinement(scratch)
+    });
+    // stdout and stderr are pipes (Command::output).
+    let out = sh_jailed(&root, &jail, "cat src/a.txt src/b.txt");
+    assert_eq!(out.stdout, b"source\npushed\n", "{}", shown(&out));
+    let key = hidden.path().join("key");
+    let out = sh_jailed(&root, &jail, &format!("cat {}", key.display()));
+    assert!(!out.status.success(), "{key:?} was read: {}", shown(&out));
+    b.destroy_ok("1");
+    b.close();
+}
+
 /// Without `allow_network`: no TCP connect or bind (loopback included),
 /// no UDP or raw socket; Unix sockets work. With it, all work.
 #[test]

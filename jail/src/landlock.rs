@@ -3,6 +3,7 @@
 //! `exec`. Both are inherited by every child and cannot be lifted.
 
 use std::ffi::OsString;
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
@@ -93,7 +94,16 @@ pub fn confine(rules: &Rules) -> Result<(), String> {
             Err(_) if path.symlink_metadata().is_err() => continue,
             Err(err) => return Err(format!("open {path:?} (O_PATH): {err}")),
         };
-        let is_dir = std::fs::metadata(&path).is_ok_and(|m| m.is_dir());
+        let meta = std::fs::metadata(&path);
+        // A pipe or socket (/dev/stdin's end, when /dev is expanded
+        // around a hidden path) is no file system object to rule.
+        if meta
+            .as_ref()
+            .is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_socket())
+        {
+            continue;
+        }
+        let is_dir = meta.is_ok_and(|m| m.is_dir());
         let access = if is_dir { access } else { access & file_only };
         created = created
             .add_rule(PathBeneath::new(fd, access))
