@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
@@ -78,6 +79,14 @@ pub struct Watch {
     on_way: HashMap<Entry, u64>,
     /// The watch on each directory, by its path with no symlink in it.
     watching: HashMap<PathBuf, WatchDescriptor>,
+    /// Each path's way as last made; void after an event on any way.
+    ways: HashMap<PathBuf, Arc<Way>>,
+}
+
+/// Where a path resolves, and the entries it passes through.
+struct Way {
+    resolved: PathBuf,
+    entries: Vec<Entry>,
 }
 
 impl Watch {
@@ -89,6 +98,7 @@ impl Watch {
                 events: HashMap::new(),
                 on_way: HashMap::new(),
                 watching: HashMap::new(),
+                ways: HashMap::new(),
             }),
             Err(err) => {
                 log::info!("inotify_init1: {err}: default places are looked at every time");
@@ -116,11 +126,14 @@ impl Watch {
                         if let Some(name) = &event.name {
                             if let Some(count) = self.on_way.get_mut(&entry(event.wd, name)) {
                                 *count += 1;
+                                // Some way changed: made again when next asked.
+                                self.ways.clear();
                             }
                         }
                         if event.mask.intersects(gone()) {
                             // Watched afresh when next reached by its path.
                             self.watching.retain(|_, wd| *wd != event.wd);
+                            self.ways.clear();
                         }
                     }
                 }
@@ -148,6 +161,7 @@ impl Watch {
         }
         self.events.clear();
         self.on_way.clear();
+        self.ways.clear();
     }
 
     /// What a change to `dir` is seen by: the watch on `dir` itself (an
@@ -157,46 +171,74 @@ impl Watch {
     /// if `dir` cannot be watched: not there, not on a local file
     /// system, out of watches, or changing while watched.
     pub fn chain(&mut self, dir: &Path) -> Option<Chain> {
-        let resolved = std::fs::canonicalize(dir).ok()?;
+        let way = self.way_to(dir)?;
         // f_type's width differs between libcs and architectures.
         #[allow(clippy::unnecessary_cast)]
         let local =
-            rustix::fs::statfs(&resolved).is_ok_and(|fs| LOCAL.contains(&(fs.f_type as i64)));
+            rustix::fs::statfs(&way.resolved).is_ok_and(|fs| LOCAL.contains(&(fs.f_type as i64)));
         if !local {
             return None;
         }
-        let leaf = self.watch(&resolved)?;
-        let mut way = Vec::new();
-        let mut written = PathBuf::new();
-        let mut resolved_parent: Option<PathBuf> = None;
-        for component in dir.components() {
-            written.push(component);
-            let resolved_prefix = std::fs::canonicalize(&written).ok()?;
-            // The entry as written, a link perhaps, in its resolved parent.
-            if let (Some(parent), Some(name)) = (&resolved_parent, written.file_name()) {
-                way.push(entry(self.watch(parent)?, name));
-            }
-            // And every entry of the path it resolves to.
-            for ancestor in resolved_prefix.ancestors() {
-                if let (Some(parent), Some(name)) = (ancestor.parent(), ancestor.file_name()) {
-                    way.push(entry(self.watch(parent)?, name));
-                }
-            }
-            resolved_parent = Some(resolved_prefix);
-        }
-        // A link re-pointed while watches were added: not to be trusted.
-        if std::fs::canonicalize(dir).ok()? != resolved {
-            return None;
-        }
-        way.sort_unstable();
-        way.dedup();
-        for &entry in &way {
-            self.on_way.entry(entry).or_insert(0);
-        }
+        let leaf = self.watch(&way.resolved)?;
+        let mut entries = way.entries.clone();
+        entries.sort_unstable();
+        entries.dedup();
         Some(Chain {
             leaf,
-            way: way.into(),
+            way: entries.into(),
         })
+    }
+
+    /// Where `written` (absolute, no `.` or `..`) resolves, and the
+    /// entries on its way, each watched: its parent's way, then its own
+    /// entry in the parent's resolved directory, and where a link there
+    /// leads, every entry of that path. Made once per prefix while no
+    /// event came on a way: a directory's chain costs an `lstat` and the
+    /// watch on its parent when its parent's is known.
+    fn way_to(&mut self, written: &Path) -> Option<Arc<Way>> {
+        if let Some(way) = self.ways.get(written) {
+            return Some(way.clone());
+        }
+        let way = match (written.parent(), written.file_name()) {
+            (Some(parent), Some(name)) => {
+                let parent_way = self.way_to(parent)?;
+                let mut entries = parent_way.entries.clone();
+                entries.push(entry(self.watch(&parent_way.resolved)?, name));
+                // Watched before it is read: a change from here on is seen.
+                let here = parent_way.resolved.join(name);
+                let kind = std::fs::symlink_metadata(&here).ok()?.file_type();
+                let resolved = if kind.is_symlink() {
+                    let target = std::fs::canonicalize(&here).ok()?;
+                    for ancestor in target.ancestors() {
+                        if let (Some(parent), Some(name)) =
+                            (ancestor.parent(), ancestor.file_name())
+                        {
+                            entries.push(entry(self.watch(parent)?, name));
+                        }
+                    }
+                    // Re-pointed while its target's way was watched.
+                    if std::fs::canonicalize(&here).ok()? != target {
+                        return None;
+                    }
+                    target
+                } else {
+                    here
+                };
+                Way { resolved, entries }
+            }
+            _ if written == Path::new("/") => Way {
+                resolved: written.to_owned(),
+                entries: Vec::new(),
+            },
+            _ => return None,
+        };
+        // Counted from now on, whether or not a chain comes of it.
+        for &entry in &way.entries {
+            self.on_way.entry(entry).or_insert(0);
+        }
+        let way = Arc::new(way);
+        self.ways.insert(written.to_owned(), way.clone());
+        Some(way)
     }
 
     fn watch(&mut self, resolved: &Path) -> Option<WatchDescriptor> {
