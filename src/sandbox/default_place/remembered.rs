@@ -120,6 +120,8 @@ mod memo {
     /// Names remembered at most (about 100 bytes each); beyond, all are
     /// forgotten and looked at again.
     const MOST_NAMES: usize = 1 << 20;
+    /// Directories remembered at most, watched or not.
+    const MOST_DIRS: usize = 1 << 18;
 
     /// When a directory's files were looked at: the memory's generation,
     /// which making of the directory's entry, and the events seen on the
@@ -193,6 +195,10 @@ mod memo {
             answers: &mut [Option<Place>],
         ) -> Option<SeenAt> {
             if !self.dirs.contains_key(dir) {
+                if self.dirs.len() >= MOST_DIRS {
+                    self.dirs.clear();
+                    self.names = 0;
+                }
                 self.made += 1;
                 let chain = self.watch.chain(dir);
                 let at = self.seen_at(&chain);

@@ -33,6 +33,9 @@ const LOCAL: [i64; 7] = [
 /// every time.
 const MOST_WATCHES: usize = 4096;
 
+/// Paths whose way is kept at most (each made again when next asked).
+const MOST_WAYS: usize = 1 << 18;
+
 /// What changes a directory's entries or a file in it: its entries made,
 /// removed, renamed; a file written, truncated or its mode changed; the
 /// directory itself moved or removed.
@@ -237,6 +240,9 @@ impl Watch {
             self.on_way.entry(entry).or_insert(0);
         }
         let way = Arc::new(way);
+        if self.ways.len() >= MOST_WAYS {
+            self.ways.clear();
+        }
         self.ways.insert(written.to_owned(), way.clone());
         Some(way)
     }
