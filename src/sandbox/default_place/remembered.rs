@@ -210,11 +210,17 @@ mod memo {
                 made: seen.at.made,
                 ..self.seen_at(&seen.chain)
             };
-            if now != seen.at {
+            // Not watchable when last asked (missing, say, after a clean):
+            // asked again, cheaply, as the ways up to it are kept.
+            let unwatched = seen.chain.is_none();
+            if now != seen.at || unwatched {
                 self.made += 1;
                 // Something changed: on the way, the path may name
                 // another directory, whose chain is another.
-                let chain = match now.way != seen.at.way || now.generation != seen.at.generation {
+                let chain = match now.way != seen.at.way
+                    || now.generation != seen.at.generation
+                    || unwatched
+                {
                     true => self.watch.chain(dir),
                     false => self.dirs.get_mut(dir).and_then(|seen| seen.chain.take()),
                 };
@@ -338,6 +344,27 @@ mod tests {
             "holds 2 bytes"
         ));
         assert!(looks.made() > made);
+    }
+
+    #[test]
+    fn a_directory_missing_when_first_looked_at_is_watched_once_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("out/pkg");
+        let looks = Looks::new();
+        assert!(refused(&look(&looks, &dir, &[("f", 3)])[0], "missing"));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("f"), b"123").unwrap();
+        assert_eq!(look(&looks, &dir, &[("f", 3)]), [Place::Here]);
+        assert_eq!(look(&looks, &dir, &[("f", 3)]), [Place::Here]);
+        assert_eq!(looks.made(), 2, "remembered once its directory is there");
+        // Removed and made again (a clean, then a build): the same.
+        fs::remove_dir_all(tmp.path().join("out")).unwrap();
+        assert!(refused(&look(&looks, &dir, &[("f", 3)])[0], "missing"));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("f"), b"1234").unwrap();
+        assert_eq!(look(&looks, &dir, &[("f", 4)]), [Place::Here]);
+        assert_eq!(look(&looks, &dir, &[("f", 4)]), [Place::Here]);
+        assert_eq!(looks.made(), 4);
     }
 
     #[test]
