@@ -15,6 +15,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 #[cfg(target_os = "linux")]
+use std::cell::Cell;
+
+#[cfg(target_os = "linux")]
 use memo::Memo;
 #[cfg(target_os = "linux")]
 use parking_lot::Mutex;
@@ -44,13 +47,15 @@ impl Looks {
         }
     }
 
-    /// A batch of looks (one Create's): what changed until now counts.
+    /// A batch of looks (one Create's): what changed until its first
+    /// look counts (the queued events are read then, not for a Create
+    /// whose inputs are all in the store).
     pub fn batch(&self) -> Batch<'_> {
-        #[cfg(target_os = "linux")]
-        if let Some(memo) = &self.memo {
-            memo.lock().settle();
+        Batch {
+            looks: self,
+            #[cfg(target_os = "linux")]
+            settled: Cell::new(false),
         }
-        Batch { looks: self }
     }
 
     /// How many files were looked at so far.
@@ -68,9 +73,12 @@ impl Looks {
     }
 }
 
-/// Looks made after the changes seen when the batch began.
+/// Looks made after the changes seen when the batch's first was.
 pub struct Batch<'a> {
     looks: &'a Looks,
+    /// The events queued were read, at the batch's first look.
+    #[cfg(target_os = "linux")]
+    settled: Cell<bool>,
 }
 
 impl Batch<'_> {
@@ -87,8 +95,15 @@ impl Batch<'_> {
     #[cfg(target_os = "linux")]
     fn remembered(&self, memo: &Mutex<Memo>, dir: &Path, files: &[(&str, i64)]) -> Vec<Place> {
         let mut answers: Vec<Option<Place>> = vec![None; files.len()];
+        let recalled = {
+            let mut memo = memo.lock();
+            if !self.settled.replace(true) {
+                memo.settle();
+            }
+            memo.recall(dir, files, &mut answers)
+        };
         // Not under the lock while looking: the other Creates go on.
-        let Some(seen_at) = memo.lock().recall(dir, files, &mut answers) else {
+        let Some(seen_at) = recalled else {
             return self.looks.look_afresh(dir, files.iter().copied());
         };
         let todo: Vec<usize> = (0..files.len()).filter(|&i| answers[i].is_none()).collect();
