@@ -129,7 +129,7 @@ mod memo {
     use std::collections::HashMap;
     use std::path::{Path, PathBuf};
 
-    use super::super::watch::{Chain, Watch};
+    use super::super::watch::{Chain, Unwatched, Watch};
     use super::Place;
 
     /// Names remembered at most (about 100 bytes each); beyond, all are
@@ -162,8 +162,8 @@ mod memo {
     }
 
     struct Seen {
-        /// None: the directory cannot be watched.
-        chain: Option<Chain>,
+        /// Or why the directory cannot be watched.
+        chain: Result<Chain, Unwatched>,
         at: SeenAt,
         /// Files found at their default place, with the size found.
         files: HashMap<Box<str>, i64>,
@@ -189,7 +189,7 @@ mod memo {
             }
         }
 
-        fn seen_at(&self, chain: &Option<Chain>) -> SeenAt {
+        fn seen_at(&self, chain: &Result<Chain, Unwatched>) -> SeenAt {
             let (leaf, way) = chain.as_ref().map_or((0, 0), |c| self.watch.count(c));
             SeenAt {
                 generation: self.generation,
@@ -225,9 +225,9 @@ mod memo {
                 made: seen.at.made,
                 ..self.seen_at(&seen.chain)
             };
-            // Not watchable when last asked (missing, say, after a clean):
-            // asked again, cheaply, as the ways up to it are kept.
-            let unwatched = seen.chain.is_none();
+            // Not watchable when last asked for now (missing, say, after a
+            // clean): asked again, cheaply, as the ways up to it are kept.
+            let unwatched = seen.chain.as_ref().err() == Some(&Unwatched::ForNow);
             if now != seen.at || unwatched {
                 self.made += 1;
                 // Something changed: on the way, the path may name
@@ -237,7 +237,10 @@ mod memo {
                     || unwatched
                 {
                     true => self.watch.chain(dir),
-                    false => self.dirs.get_mut(dir).and_then(|seen| seen.chain.take()),
+                    false => {
+                        let seen = self.dirs.get_mut(dir).expect("just made");
+                        std::mem::replace(&mut seen.chain, Err(Unwatched::ForNow))
+                    }
                 };
                 let at = self.seen_at(&chain);
                 let seen = self.dirs.get_mut(dir).expect("just made");
@@ -249,7 +252,7 @@ mod memo {
                 };
             }
             let seen = &self.dirs[dir];
-            seen.chain.as_ref()?;
+            seen.chain.as_ref().ok()?;
             for ((name, size), answer) in files.iter().zip(answers.iter_mut()) {
                 if seen.files.get(*name) == Some(size) {
                     *answer = Some(Place::Here);
@@ -380,6 +383,18 @@ mod tests {
         assert_eq!(look(&looks, &dir, &[("f", 4)]), [Place::Here]);
         assert_eq!(look(&looks, &dir, &[("f", 4)]), [Place::Here]);
         assert_eq!(looks.made(), 4);
+    }
+
+    /// On a file system whose changes inotify may not report (here
+    /// /proc, as a network one would be), nothing is remembered.
+    #[test]
+    fn a_directory_on_a_file_system_not_watched_is_looked_at_each_time() {
+        let dir = Path::new("/proc/sys/fs/inotify");
+        let looks = Looks::new();
+        for made in 1..=3 {
+            assert_eq!(look(&looks, dir, &[("max_user_watches", 0)]), [Place::Here]);
+            assert_eq!(looks.made(), made);
+        }
     }
 
     #[test]

@@ -170,23 +170,22 @@ impl Watch {
     /// What a change to `dir` is seen by: the watch on `dir` itself (an
     /// entry made, removed or written there), and the entries its path
     /// passes through, as written and as each symlink on it resolves (a
-    /// link on the way re-pointed, a directory on the way moved). None
-    /// if `dir` cannot be watched: not there, not on a local file
-    /// system, out of watches, or changing while watched.
-    pub fn chain(&mut self, dir: &Path) -> Option<Chain> {
+    /// link on the way re-pointed, a directory on the way moved); else
+    /// why `dir` cannot be watched.
+    pub fn chain(&mut self, dir: &Path) -> Result<Chain, Unwatched> {
         let way = self.way_to(dir)?;
         // f_type's width differs between libcs and architectures.
         #[allow(clippy::unnecessary_cast)]
         let local =
             rustix::fs::statfs(&way.resolved).is_ok_and(|fs| LOCAL.contains(&(fs.f_type as i64)));
         if !local {
-            return None;
+            return Err(Unwatched::ForGood);
         }
         let leaf = self.watch(&way.resolved)?;
         let mut entries = way.entries.clone();
         entries.sort_unstable();
         entries.dedup();
-        Some(Chain {
+        Ok(Chain {
             leaf,
             way: entries.into(),
         })
@@ -198,9 +197,9 @@ impl Watch {
     /// leads, every entry of that path. Made once per prefix while no
     /// event came on a way: a directory's chain costs an `lstat` and the
     /// watch on its parent when its parent's is known.
-    fn way_to(&mut self, written: &Path) -> Option<Arc<Way>> {
+    fn way_to(&mut self, written: &Path) -> Result<Arc<Way>, Unwatched> {
         if let Some(way) = self.ways.get(written) {
-            return Some(way.clone());
+            return Ok(way.clone());
         }
         let way = match (written.parent(), written.file_name()) {
             (Some(parent), Some(name)) => {
@@ -209,9 +208,11 @@ impl Watch {
                 entries.push(entry(self.watch(&parent_way.resolved)?, name));
                 // Watched before it is read: a change from here on is seen.
                 let here = parent_way.resolved.join(name);
-                let kind = std::fs::symlink_metadata(&here).ok()?.file_type();
+                let kind = std::fs::symlink_metadata(&here)
+                    .map_err(|_| Unwatched::ForNow)?
+                    .file_type();
                 let resolved = if kind.is_symlink() {
-                    let target = std::fs::canonicalize(&here).ok()?;
+                    let target = std::fs::canonicalize(&here).map_err(|_| Unwatched::ForNow)?;
                     for ancestor in target.ancestors() {
                         if let (Some(parent), Some(name)) =
                             (ancestor.parent(), ancestor.file_name())
@@ -220,8 +221,8 @@ impl Watch {
                         }
                     }
                     // Re-pointed while its target's way was watched.
-                    if std::fs::canonicalize(&here).ok()? != target {
-                        return None;
+                    if std::fs::canonicalize(&here).ok() != Some(target.clone()) {
+                        return Err(Unwatched::ForNow);
                     }
                     target
                 } else {
@@ -233,7 +234,7 @@ impl Watch {
                 resolved: written.to_owned(),
                 entries: Vec::new(),
             },
-            _ => return None,
+            _ => return Err(Unwatched::ForGood),
         };
         // Counted from now on, whether or not a chain comes of it.
         for &entry in &way.entries {
@@ -244,25 +245,27 @@ impl Watch {
             self.ways.clear();
         }
         self.ways.insert(written.to_owned(), way.clone());
-        Some(way)
+        Ok(way)
     }
 
-    fn watch(&mut self, resolved: &Path) -> Option<WatchDescriptor> {
+    /// The watch on `resolved`; out of watches (ours or the user's), or
+    /// refused, it stays so until the watches are forgotten.
+    fn watch(&mut self, resolved: &Path) -> Result<WatchDescriptor, Unwatched> {
         if let Some(&wd) = self.watching.get(resolved) {
-            return Some(wd);
+            return Ok(wd);
         }
         if self.watching.len() >= MOST_WATCHES {
-            return None;
+            return Err(Unwatched::ForGood);
         }
         match self.inotify.add_watch(resolved, changes()) {
             Ok(wd) => {
                 self.events.entry(wd).or_insert(0);
                 self.watching.insert(resolved.to_owned(), wd);
-                Some(wd)
+                Ok(wd)
             }
             Err(err) => {
                 log::debug!("inotify_add_watch {}: {err}", resolved.display());
-                None
+                Err(Unwatched::ForGood)
             }
         }
     }
@@ -278,6 +281,16 @@ impl Watch {
             .sum();
         (leaf, way)
     }
+}
+
+/// Why a directory has no chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unwatched {
+    /// Not there, or changing while watched: worth asking again.
+    ForNow,
+    /// Not on a local file system, or out of watches: asking again
+    /// would cost system calls at every look for the same answer.
+    ForGood,
 }
 
 /// What a directory's looks depend on.
