@@ -124,6 +124,17 @@ fn take_jobs<J>(jobs: &Mutex<Receiver<J>>, pending: &Pending, mut work: impl FnM
     }
 }
 
+/// This thread yields the CPU to everything else (nice 19): for work done
+/// ahead for later requests while the build's actions run beside it.
+pub fn lowest_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority on this thread's own id has no memory effects.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -505,6 +505,60 @@ fn closing_stdin_hands_the_store_on_and_the_next_backend_adopts_it() {
     assert!(warm.join("index").is_file(), "handed on again");
 }
 
+/// Where a backend's looks at default places found files is handed on as
+/// its stdin closes; the next backend looks at each again as it starts (a
+/// file changed meanwhile is found changed), takes the list, and hands on
+/// its own. A signal hands nothing on.
+#[test]
+fn where_looks_found_files_is_handed_on_and_looked_at_again() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let place = Place::new();
+    let looks = place.base().join(state_name()).join("looks");
+    let tree = place.tree(3);
+    // Nothing captured: every input is looked at where it is.
+    let options = [NATIVE_BELOW, "--capture_below=0"];
+    let looked_again =
+        |b: &Backend, what: &str| wait_for(Duration::from_secs(10), || b.log().contains(what));
+
+    let first = Backend::start(&place, "first", &options);
+    place.serve_tree(&first, &tree, "1", (3, 1));
+    first.close();
+    assert!(
+        looks.is_file(),
+        "{:?}",
+        fs::read_dir(place.base()).unwrap().collect::<Vec<_>>()
+    );
+
+    // Grown while no backend watched: found so by the look again.
+    let changed = place.exec_root().join(WS).join("in3/f2");
+    let bytes = fs::read(&changed).unwrap();
+    fs::write(&changed, b"grown while handed on\n").unwrap();
+    let mut second = Backend::start(&place, "second", &options);
+    assert!(
+        looked_again(
+            &second,
+            "looked again at 3 files in 1 directories a previous backend found: 2 still there"
+        ),
+        "{}",
+        second.log()
+    );
+    assert!(!looks.exists(), "taken by the second backend");
+    fs::write(&changed, &bytes).unwrap();
+    place.serve_tree(&second, &tree, "2", (3, 2));
+    second.signal(libc::SIGTERM);
+    assert_eq!(signal_of(second.wait()), Some(libc::SIGTERM));
+    assert!(!looks.exists(), "a signal hands nothing on");
+
+    let third = Backend::start(&place, "third", &options);
+    place.serve_tree(&third, &tree, "3", (3, 0));
+    third.close();
+    let fourth = Backend::start(&place, "fourth", &options);
+    assert!(looked_again(&fourth, "3 still there"), "{}", fourth.log());
+    fourth.close();
+}
+
 /// A backend whose stdin closes hands the native trees it stashed on to
 /// the next backend on the base, which builds its first sandbox of the
 /// same tree from one (reading the right bytes); a stash changed while

@@ -184,7 +184,11 @@ impl Capturer {
         let stopping = Arc::new(AtomicBool::new(false));
         let (done, stopped) = (pending.clone(), stopping.clone());
         let thread = Background::start("capture", 1, move || {
-            lowest_priority();
+            // Captures are work done once per digest for later Creates,
+            // while the actions of this build run beside them (measured
+            // on mixed, 2 CPUs: at normal priority the cold replay's run
+            // step was 1.42x unsandboxed).
+            crate::background::lowest_priority();
             let (store, done, stopped) = (store.clone(), done.clone(), stopped.clone());
             move |(hash, place): Job| {
                 if !stopped.load(Ordering::Relaxed) {
@@ -229,19 +233,6 @@ impl Capturer {
         if let Some(thread) = &self.thread {
             thread.stop();
         }
-    }
-}
-
-/// This thread yields the CPU to everything else: captures are work done
-/// once per digest for later Creates, while the actions of this build run
-/// beside them (measured on mixed, 2 CPUs: at normal priority the cold
-/// replay's run step was 1.42x unsandboxed).
-fn lowest_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: setpriority on this thread's own id has no memory effects.
-    unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
     }
 }
 

@@ -21,6 +21,7 @@ pub mod confine;
 mod departures;
 mod jail;
 mod kept;
+mod looks_handed;
 pub mod options;
 mod outputs;
 mod service;
@@ -46,6 +47,7 @@ use crate::sandbox::materialize::Trash;
 use crate::sandbox::store::ContentStore;
 use base::Base;
 use confine::Jail;
+use looks_handed::LookingAgain;
 use options::BackendOptions;
 use service::{Dirs, Service};
 use session::{Answers, Halt};
@@ -211,6 +213,7 @@ fn serve_in(
     let store_dir = claimed.map_or_else(|| base.join("store"), Claimed::store);
     let store = Arc::new(open_store(&store_dir, warm, options, base).map_err(refuse)?);
     let stashes = claimed.map(Claimed::stashes);
+    let looks = claimed.map(Claimed::looks);
     let handing_on = warm.map(|warm| (store.clone(), warm));
     // Beside the scratch directories, so that a rename takes one there.
     let trash = Trash::open(&base.join("trash"), 1).map_err(|err| refuse(err.to_string()))?;
@@ -252,20 +255,32 @@ fn serve_in(
                 jail,
                 capture_below,
             ));
+            let looking_again = looks
+                .as_deref()
+                .and_then(|file| LookingAgain::start(&service, file));
             *serving.lock() = Some(service.clone());
             served.store(true, Ordering::SeqCst);
             answers.send(rid, negotiated(Ok(())));
             log::info!("sandboxes appear in {mount:?}");
             // One more than apply at once: the one that reads meanwhile.
             let ended = session::serve(input, service.clone(), answers, workers + 1, halt.clone());
+            if let Some(looking) = looking_again {
+                looking.stop();
+            }
             service.destroy_all();
-            // Bazel closed stdin: the trees stashed go to the next backend
-            // (a signal or an error hands nothing on).
-            if let (Some(to), Ok(()), false) = (&stashes, &ended, halt.is_halted()) {
-                match service.hand_on_stashes(to, &own) {
-                    Some(Ok(n)) => log::info!("handed {n} stashed trees on in {to:?}"),
-                    Some(Err(err)) => log::warn!("cannot hand stashed trees on: {err}"),
-                    None => {}
+            // Bazel closed stdin: the trees stashed and where looks found
+            // files go to the next backend (a signal or an error hands
+            // nothing on).
+            if ended.is_ok() && !halt.is_halted() {
+                if let Some(to) = &stashes {
+                    match service.hand_on_stashes(to, &own) {
+                        Some(Ok(n)) => log::info!("handed {n} stashed trees on in {to:?}"),
+                        Some(Err(err)) => log::warn!("cannot hand stashed trees on: {err}"),
+                        None => {}
+                    }
+                }
+                if let Some(file) = &looks {
+                    looks_handed::hand_on(&service, file);
                 }
             }
             *fatal.lock() = ended.err();

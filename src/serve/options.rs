@@ -56,8 +56,9 @@ struct BackendFlags {
     #[arg(long = "capture_below", value_name = "BYTES", default_value_t = 1 << 20)]
     capture_below: u64,
     /// on: when stdin closes, hand the store's content
-    /// (`BASE/actionfs-warm-UID`) and stashed native trees
-    /// (`BASE/actionfs-state-UID`) on to the next backend on this base,
+    /// (`BASE/actionfs-warm-UID`), stashed native trees and where looks
+    /// at default places found files (`BASE/actionfs-state-UID`) on to
+    /// the next backend on this base,
     /// and adopt what a predecessor handed on at start; off: neither,
     /// nothing left behind
     #[arg(long = "keep_state", value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]

@@ -755,6 +755,11 @@ impl Service {
         withdrawn.map_err(|why| format!("sandbox {id:?}: destroy: {why}"))
     }
 
+    /// The looks at default places remembered.
+    pub fn looks(&self) -> &Looks {
+        &self.looks
+    }
+
     /// Hands the stashed native trees on to the next backend (see
     /// [`Sandboxes::hand_on_stashes`]), once every sandbox is gone.
     pub fn hand_on_stashes(

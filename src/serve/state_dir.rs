@@ -3,12 +3,13 @@
 //! the backend's life. Its store lives there, so that content handed on
 //! comes back to the next backend at the same paths, and the native trees
 //! one backend stashed, whose symlinks name those paths, can be handed on
-//! too (`stashes/`). Of two backends on one base, the second finds the
+//! too (`stashes/`), as can where its looks at default places found files
+//! (`looks`). Of two backends on one base, the second finds the
 //! directory held and keeps its store in its own directory (its content
-//! is still handed on; its stashes are not). A lock dies with its holder,
+//! is still handed on; its stashes and looks are not). A lock dies with its holder,
 //! so a killed backend's leftovers are found by the next claim and
-//! removed as the store opens. A backend that hands no stashes on
-//! removes the directory as it ends.
+//! removed as the store opens. A backend that hands neither stashes nor
+//! looks on removes the directory as it ends.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -81,8 +82,8 @@ impl Claimed {
     }
 
     /// Ends the claim: the store's directory goes (its content was handed
-    /// on, or is not to be), and, unless stashes were handed on, the
-    /// whole directory, the lock last, while still held.
+    /// on, or is not to be), and, unless stashes or looks were handed on,
+    /// the whole directory, the lock last, while still held.
     pub fn release(self) {
         let store = self.store();
         if store.exists() {
@@ -90,7 +91,7 @@ impl Claimed {
                 log::warn!("cannot remove the store's directory: {err}");
             }
         }
-        if self.stashes().exists() {
+        if self.stashes().exists() || self.looks().exists() {
             return;
         }
         let _ = std::fs::remove_file(self.path.join("lock"));
@@ -111,6 +112,11 @@ impl Claimed {
     /// Where stashed native trees are handed on.
     pub fn stashes(&self) -> PathBuf {
         self.path.join("stashes")
+    }
+
+    /// Where the looks at default places are handed on.
+    pub fn looks(&self) -> PathBuf {
+        self.path.join("looks")
     }
 }
 
@@ -164,6 +170,12 @@ mod tests {
         last.release();
         assert!(dir.join("stashes").is_dir() && dir.join("lock").is_file());
         assert!(!dir.join("store").exists());
+        // So do looks handed on, without stashes.
+        let looks = Claimed::claim(base.path()).unwrap().expect("free");
+        std::fs::remove_dir(looks.stashes()).unwrap();
+        std::fs::write(looks.looks(), b"").unwrap();
+        looks.release();
+        assert!(dir.join("looks").is_file() && dir.join("lock").is_file());
     }
 
     #[test]

@@ -14,10 +14,12 @@
 //! as copied, so any change is caught); this look is for the rest, and
 //! [`Looks`] remembers what it found while nothing changed there.
 
+mod handed;
 mod remembered;
 #[cfg(target_os = "linux")]
 mod watch;
 
+pub use handed::Found;
 pub use remembered::{Batch, Looks};
 
 use std::ffi::CStr;

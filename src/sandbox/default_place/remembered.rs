@@ -12,7 +12,7 @@
 //! Files reached through a symlink, and refusals, are looked at each time.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[cfg(target_os = "linux")]
 use std::cell::Cell;
@@ -22,7 +22,7 @@ use memo::Memo;
 #[cfg(target_os = "linux")]
 use parking_lot::Mutex;
 
-use super::{look, Place};
+use super::{look, Found, Place};
 
 /// Remembered looks for one backend.
 pub struct Looks {
@@ -56,6 +56,34 @@ impl Looks {
             #[cfg(target_os = "linux")]
             settled: Cell::new(false),
         }
+    }
+
+    /// The files remembered, by directory, for a successor to look at
+    /// again ([`Looks::look_again`]).
+    pub fn found(&self) -> Found {
+        #[cfg(target_os = "linux")]
+        if let Some(memo) = &self.memo {
+            return memo.lock().found();
+        }
+        Found::default()
+    }
+
+    /// Looks again at the files a predecessor found (its
+    /// [`Looks::found`]), as a Create would, so that those still there
+    /// are remembered before a Create asks; until `stop` is set. Returns
+    /// how many were found.
+    pub fn look_again(&self, found: &Found, stop: &AtomicBool) -> usize {
+        let batch = self.batch();
+        let mut here = 0;
+        for (dir, files) in &found.dirs {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let files: Vec<(&str, i64)> = files.iter().map(|(n, s)| (&**n, *s)).collect();
+            let places = batch.look(dir, &files);
+            here += places.iter().filter(|p| **p == Place::Here).count();
+        }
+        here
     }
 
     /// How many files were looked at so far.
@@ -130,13 +158,16 @@ mod memo {
     use std::path::{Path, PathBuf};
 
     use super::super::watch::{Chain, Unwatched, Watch};
-    use super::Place;
+    use super::{Found, Place};
 
     /// Names remembered at most (about 100 bytes each); beyond, all are
     /// forgotten and looked at again.
     const MOST_NAMES: usize = 1 << 20;
     /// Directories remembered at most, watched or not.
     const MOST_DIRS: usize = 1 << 18;
+    /// Names handed on at most: a successor looks at each again as it
+    /// starts (about 2 us each), where a build might need a few.
+    const MOST_HANDED_ON: usize = 1 << 18;
 
     /// When a directory's files were looked at: the memory's generation,
     /// which making of the directory's entry, and the events seen on the
@@ -197,6 +228,30 @@ mod memo {
                 leaf,
                 way,
             }
+        }
+
+        /// The files remembered, directories in the order they were
+        /// (last) made, up to [`MOST_HANDED_ON`] files.
+        pub fn found(&self) -> Found {
+            let mut dirs: Vec<(&PathBuf, &Seen)> = self
+                .dirs
+                .iter()
+                .filter(|(_, seen)| seen.chain.is_ok() && !seen.files.is_empty())
+                .collect();
+            dirs.sort_by_key(|(_, seen)| seen.at.made);
+            let mut names = 0;
+            let dirs = dirs
+                .into_iter()
+                .take_while(|(_, seen)| {
+                    names += seen.files.len();
+                    names <= MOST_HANDED_ON
+                })
+                .map(|(dir, seen)| {
+                    let files = seen.files.iter().map(|(n, s)| (n.clone(), *s)).collect();
+                    (dir.clone(), files)
+                })
+                .collect();
+            Found { dirs }
         }
 
         /// Answers from memory each file of `files` a look found in `dir`
@@ -383,6 +438,42 @@ mod tests {
         assert_eq!(look(&looks, &dir, &[("f", 4)]), [Place::Here]);
         assert_eq!(look(&looks, &dir, &[("f", 4)]), [Place::Here]);
         assert_eq!(looks.made(), 4);
+    }
+
+    /// What one backend's looks found, handed to the next, is looked at
+    /// again there, once: what is still there is remembered, what
+    /// changed while no backend watched is found changed.
+    #[test]
+    fn looks_handed_on_are_looked_at_again_and_remembered() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("in");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("a"), b"12345").unwrap();
+        fs::write(dir.join("b"), b"123").unwrap();
+        let files = [("a", 5), ("b", 3)];
+        let first = Looks::new();
+        assert_eq!(look(&first, &dir, &files), [Place::Here, Place::Here]);
+        let found = first.found();
+        assert_eq!(found.dirs.len(), 1);
+        assert_eq!(found.files(), 2);
+        drop(first);
+        // While no backend watched, b grew.
+        fs::write(dir.join("b"), b"1234").unwrap();
+
+        let stopped = Looks::new();
+        assert_eq!(stopped.look_again(&found, &AtomicBool::new(true)), 0);
+        assert_eq!(stopped.made(), 0, "stopped before any look");
+
+        let next = Looks::new();
+        assert_eq!(next.look_again(&found, &AtomicBool::new(false)), 1);
+        assert_eq!(next.made(), 2);
+        let again = look(&next, &dir, &files);
+        assert_eq!(again[0], Place::Here);
+        assert!(refused(&again[1], "holds 4 bytes"), "{again:?}");
+        assert_eq!(next.made(), 3, "a remembered, b looked at");
+        // Watched from the look again on: a change is seen as ever.
+        fs::write(dir.join("a"), b"123456").unwrap();
+        assert!(refused(&look(&next, &dir, &[("a", 5)])[0], "holds 6 bytes"));
     }
 
     /// On a file system whose changes inotify may not report (here
