@@ -188,8 +188,8 @@ impl Drop for Backend {
 
 /// Nothing left below `base` but the store handed on to the next
 /// backend (`actionfs-warm-UID`: its index and content directories) and
-/// the state directory (`actionfs-state-UID`: its lock, and the stashed
-/// trees handed on).
+/// the state directory (`actionfs-state-UID`: its lock, the stashed
+/// trees and the list of where looks found files handed on).
 fn assert_nothing_left(base: &Path, log: &str) {
     let warm = base.join(format!("actionfs-warm-{}", nix::unistd::geteuid()));
     let state = base.join(format!("actionfs-state-{}", nix::unistd::geteuid()));
@@ -211,7 +211,7 @@ fn assert_nothing_left(base: &Path, log: &str) {
         for entry in fs::read_dir(&state).unwrap() {
             let name = entry.unwrap().file_name();
             assert!(
-                name == "lock" || name == "stashes",
+                name == "lock" || name == "stashes" || name == "looks",
                 "{name:?} left in {state:?}\n{log}"
             );
         }
@@ -2147,6 +2147,13 @@ fn an_action_in_the_landlock_jail_writes_its_outputs_and_never_its_inputs() {
                 format!("cp /etc/hostname {input}"),
                 format!("echo changed > {target}"),
                 format!("truncate -s 0 {target}"),
+                // truncate(2) by path, and an open for reading with
+                // O_TRUNC (which truncates): Landlock's truncate right,
+                // not its write right, is what refuses these.
+                format!("perl -e 'truncate(\"{target}\", 0) or die \"$!\"'"),
+                format!(
+                    "perl -MFcntl -e 'sysopen(F, \"{input}\", O_RDONLY|O_TRUNC) or die \"$!\"'"
+                ),
                 format!("mv {target} out/stolen"),
                 format!("mv out/x {target}"),
                 format!("ln {target} out/h && echo changed > out/h"),
