@@ -557,6 +557,21 @@ fn where_looks_found_files_is_handed_on_and_looked_at_again() {
     let fourth = Backend::start(&place, "fourth", &options);
     assert!(looked_again(&fourth, "3 still there"), "{}", fourth.log());
     fourth.close();
+
+    // A damaged list is not looked at, says why, and goes.
+    fs::write(&looks, b"actionfs looks 1\n/d\x00many\x00").unwrap();
+    let fifth = Backend::start(&place, "fifth", &options);
+    assert!(
+        looked_again(&fifth, "not looked at again")
+            && fifth.log().contains("a number that is none"),
+        "{}",
+        fifth.log()
+    );
+    fifth.close();
+    assert!(
+        !looks.exists(),
+        "a backend that looked at nothing hands nothing on"
+    );
 }
 
 /// A backend whose stdin closes hands the native trees it stashed on to

@@ -23,26 +23,15 @@ pub struct LookingAgain {
 }
 
 impl LookingAgain {
-    /// Reads the looks handed on in `file` (which is removed: a
-    /// successor gets this backend's own) and looks at them again in
-    /// the background; `None` if there are none.
+    /// Looks again, on a thread of its own, at the looks handed on in
+    /// `file` (read there, not before Negotiate is answered, and removed:
+    /// a successor gets this backend's own); `None` if there are none.
     pub fn start(service: &Arc<Service>, file: &Path) -> Option<LookingAgain> {
         if !file.exists() {
             return None;
         }
-        let found = Found::read(file);
-        if let Err(err) = std::fs::remove_file(file) {
-            log::warn!("cannot remove {file:?}: {err}");
-        }
-        let found = match found {
-            Ok(found) => found,
-            Err(why) => {
-                log::warn!("looks handed on are not looked at again: {why}");
-                return None;
-            }
-        };
         let stop = Arc::new(AtomicBool::new(false));
-        let (service, stopping) = (service.clone(), stop.clone());
+        let (service, stopping, file) = (service.clone(), stop.clone(), file.to_owned());
         let thread = std::thread::Builder::new()
             .name("looks-again".into())
             .spawn(move || {
@@ -50,6 +39,17 @@ impl LookingAgain {
                 // build's first actions (measured on mixed and stress, 4
                 // rounds: setup alike at nice 0 and nice 19).
                 crate::background::lowest_priority();
+                let found = Found::read(&file);
+                if let Err(err) = std::fs::remove_file(&file) {
+                    log::warn!("cannot remove {file:?}: {err}");
+                }
+                let found = match found {
+                    Ok(found) => found,
+                    Err(why) => {
+                        log::warn!("looks handed on are not looked at again: {why}");
+                        return;
+                    }
+                };
                 let began = Instant::now();
                 let here = service.looks().look_again(&found, &stopping);
                 log::info!(
