@@ -73,6 +73,10 @@ impl Looks {
     /// are remembered before a Create asks; until `stop` is set. Returns
     /// how many were found.
     pub fn look_again(&self, found: &Found, stop: &AtomicBool) -> usize {
+        if !self.remembers() {
+            // Each look would be made again by the Create that asks.
+            return 0;
+        }
         let batch = self.batch();
         let mut here = 0;
         for (dir, files) in &found.dirs {
@@ -84,6 +88,14 @@ impl Looks {
             here += places.iter().filter(|p| **p == Place::Here).count();
         }
         here
+    }
+
+    /// Whether looks are remembered here (Linux, with inotify).
+    fn remembers(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.memo.is_some();
+        #[cfg(not(target_os = "linux"))]
+        false
     }
 
     /// How many files were looked at so far.
