@@ -161,8 +161,13 @@ impl std::ops::DerefMut for Backend {
 
 impl Backend {
     fn start(place: &Place, name: &str, options: &[&str]) -> Backend {
+        Backend::start_for(place, WS, name, options)
+    }
+
+    /// A backend of workspace `ws` (another output base's, say).
+    fn start_for(place: &Place, ws: &str, name: &str, options: &[&str]) -> Backend {
         let log = place.root.path().join(format!("{name}.log"));
-        let serve = ServeProcess::spawn(bin(), &place.exec_root().join(WS), Some(&log), LOGGED);
+        let serve = ServeProcess::spawn(bin(), &place.exec_root().join(ws), Some(&log), LOGGED);
         serve.negotiate_or_panic(&place.base(), transport(), options);
         Backend(serve)
     }
@@ -506,9 +511,10 @@ fn closing_stdin_hands_the_store_on_and_the_next_backend_adopts_it() {
 }
 
 /// Where a backend's looks at default places found files is handed on as
-/// its stdin closes; the next backend looks at each again as it starts (a
-/// file changed meanwhile is found changed), takes the list, and hands on
-/// its own. A signal hands nothing on.
+/// its stdin closes; the next backend of the same workspace looks at each
+/// again as it starts (a file changed meanwhile is found changed), takes
+/// the list, and hands on its own; one of another workspace does not look.
+/// A signal hands nothing on; a damaged list is refused.
 #[test]
 fn where_looks_found_files_is_handed_on_and_looked_at_again() {
     if !require(&[Need::Mount]) {
@@ -558,8 +564,19 @@ fn where_looks_found_files_is_handed_on_and_looked_at_again() {
     assert!(looked_again(&fourth, "3 still there"), "{}", fourth.log());
     fourth.close();
 
+    // A backend of another workspace does not look at this one's.
+    let other = Backend::start_for(&place, "other", "other", &options);
+    assert!(
+        looked_again(&other, "are of another workspace"),
+        "{}",
+        other.log()
+    );
+    assert!(!other.log().contains("still there"), "{}", other.log());
+    other.close();
+    assert!(!looks.exists(), "taken, and nothing looked at to hand on");
+
     // A damaged list is not looked at, says why, and goes.
-    fs::write(&looks, b"actionfs looks 1\n/d\x00many\x00").unwrap();
+    fs::write(&looks, b"actionfs looks 1\n/ws\x00/d\x00many\x00").unwrap();
     let fifth = Backend::start(&place, "fifth", &options);
     assert!(
         looked_again(&fifth, "not looked at again")

@@ -26,12 +26,13 @@ impl LookingAgain {
     /// Looks again, on a thread of its own, at the looks handed on in
     /// `file` (read there, not before Negotiate is answered, and removed:
     /// a successor gets this backend's own); `None` if there are none.
-    pub fn start(service: &Arc<Service>, file: &Path) -> Option<LookingAgain> {
+    pub fn start(service: &Arc<Service>, file: &Path, workspace: &Path) -> Option<LookingAgain> {
         if !file.exists() {
             return None;
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let (service, stopping, file) = (service.clone(), stop.clone(), file.to_owned());
+        let (service, stopping) = (service.clone(), stop.clone());
+        let (file, workspace) = (file.to_owned(), workspace.to_owned());
         let thread = std::thread::Builder::new()
             .name("looks-again".into())
             .spawn(move || {
@@ -50,6 +51,16 @@ impl LookingAgain {
                         return;
                     }
                 };
+                if found.workspace != workspace {
+                    // Another output base's: its directories would take
+                    // watches this workspace's need.
+                    log::info!(
+                        target: LOG,
+                        "looks handed on are of another workspace ({:?}): not looked at again",
+                        found.workspace
+                    );
+                    return;
+                }
                 let began = Instant::now();
                 let here = service.looks().look_again(&found, &stopping);
                 log::info!(
@@ -77,9 +88,10 @@ impl LookingAgain {
     }
 }
 
-/// Hands the looks `service` remembers on in `file`, for the next backend.
-pub fn hand_on(service: &Service, file: &Path) {
-    let found = service.looks().found();
+/// Hands the looks `service` remembers on in `file`, for the next backend
+/// of `workspace`.
+pub fn hand_on(service: &Service, file: &Path, workspace: &Path) {
+    let found = service.looks().found(workspace);
     if found.dirs.is_empty() {
         return;
     }

@@ -242,6 +242,7 @@ fn serve_in(
         let (served, halt) = (served.clone(), halt.clone());
         let serving = serving.clone();
         let own = base.to_owned();
+        let workspace = args.workspace.clone();
         Box::new(move |sandboxes: Arc<Sandboxes>| {
             if let Some(handed) = stashes.as_ref().filter(|dir| dir.exists()) {
                 sandboxes.adopt_stashes(handed.clone());
@@ -257,7 +258,7 @@ fn serve_in(
             ));
             let looking_again = looks
                 .as_deref()
-                .and_then(|file| LookingAgain::start(&service, file));
+                .and_then(|file| LookingAgain::start(&service, file, &workspace));
             *serving.lock() = Some(service.clone());
             served.store(true, Ordering::SeqCst);
             answers.send(rid, negotiated(Ok(())));
@@ -280,7 +281,7 @@ fn serve_in(
                     }
                 }
                 if let Some(file) = &looks {
-                    looks_handed::hand_on(&service, file);
+                    looks_handed::hand_on(&service, file, &workspace);
                 }
             }
             *fatal.lock() = ended.err();

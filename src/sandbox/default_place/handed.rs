@@ -4,9 +4,10 @@
 //! before remembering it. What the file says is only where to look: a
 //! file changed, missing or made up is found so by that look.
 //!
-//! Format: the line `actionfs looks 1`, then for each directory its path,
-//! the number of its files and each file's name and size, every field
-//! ended by a NUL (no path or name holds one).
+//! Format: the line `actionfs looks 1`, the workspace the looks were made
+//! for, then for each directory its path, the number of its files and
+//! each file's name and size, every field ended by a NUL (no path or name
+//! holds one).
 
 use std::ffi::OsStr;
 use std::io::{self, BufWriter, Write};
@@ -21,6 +22,9 @@ pub type Files = Vec<(Box<str>, i64)>;
 /// Files found at their default places, each with the size found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Found {
+    /// The workspace whose builds made the looks (`serve --workspace`):
+    /// another's directories are not worth a look or a watch.
+    pub workspace: PathBuf,
     /// Directories in the order they were first looked at, so that a
     /// successor looks first where the build looks first.
     pub dirs: Vec<(PathBuf, Files)>,
@@ -38,6 +42,7 @@ impl Found {
         let file = std::fs::File::create(&partial)?;
         let mut out = BufWriter::new(file);
         out.write_all(HEADER)?;
+        field(&mut out, self.workspace.as_os_str().as_bytes())?;
         for (dir, files) in &self.dirs {
             field(&mut out, dir.as_os_str().as_bytes())?;
             field(&mut out, files.len().to_string().as_bytes())?;
@@ -62,7 +67,10 @@ impl Found {
             from,
             at: HEADER.len(),
         };
-        let mut found = Found::default();
+        let mut found = Found {
+            workspace: PathBuf::from(OsStr::from_bytes(fields.next()?)),
+            dirs: Vec::new(),
+        };
         while !fields.rest.is_empty() {
             let dir = PathBuf::from(OsStr::from_bytes(fields.next()?));
             let count: usize = fields.number()?;
@@ -133,6 +141,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let file = tmp.path().join("looks");
         let found = Found {
+            workspace: PathBuf::from("/out/execroot/ws"),
             dirs: vec![
                 (
                     PathBuf::from("/exec/ws/pkg"),
@@ -152,19 +161,26 @@ mod tests {
     fn a_damaged_file_is_refused_saying_where() {
         let tmp = tempfile::tempdir().unwrap();
         let file = tmp.path().join("looks");
-        let cases: [(&[u8], &str); 6] = [
+        let cases: [(&[u8], &str); 7] = [
             (b"something else\n", "not a list of looks"),
-            (b"actionfs looks 1\n/d\x001\x00ab\x0012", "no NUL"),
-            (b"actionfs looks 1\n/d\x00x\x00", "a number that is none"),
+            (b"actionfs looks 1\n/ws", "no NUL"),
+            (b"actionfs looks 1\n/ws\x00/d\x001\x00ab\x0012", "no NUL"),
             (
-                b"actionfs looks 1\n/d\x00999\x00a\x001\x00",
+                b"actionfs looks 1\n/ws\x00/d\x00x\x00",
+                "a number that is none",
+            ),
+            (
+                b"actionfs looks 1\n/ws\x00/d\x00999\x00a\x001\x00",
                 "longer than the file",
             ),
             (
-                b"actionfs looks 1\n/d\x001\x00a/b\x001\x00",
+                b"actionfs looks 1\n/ws\x00/d\x001\x00a/b\x001\x00",
                 "one path component",
             ),
-            (b"actionfs looks 1\n/d\x001\x00\xff\x001\x00", "not UTF-8"),
+            (
+                b"actionfs looks 1\n/ws\x00/d\x001\x00\xff\x001\x00",
+                "not UTF-8",
+            ),
         ];
         for (bytes, why) in cases {
             std::fs::write(&file, bytes).unwrap();

@@ -58,14 +58,20 @@ impl Looks {
         }
     }
 
-    /// The files remembered, by directory, for a successor to look at
-    /// again ([`Looks::look_again`]).
-    pub fn found(&self) -> Found {
+    /// The files remembered, by directory, for a successor serving
+    /// `workspace` to look at again ([`Looks::look_again`]).
+    pub fn found(&self, workspace: &Path) -> Found {
         #[cfg(target_os = "linux")]
         if let Some(memo) = &self.memo {
-            return memo.lock().found();
+            return Found {
+                workspace: workspace.to_owned(),
+                dirs: memo.lock().found(),
+            };
         }
-        Found::default()
+        Found {
+            workspace: workspace.to_owned(),
+            dirs: Vec::new(),
+        }
     }
 
     /// Looks again at the files a predecessor found (its
@@ -169,8 +175,9 @@ mod memo {
     use std::collections::HashMap;
     use std::path::{Path, PathBuf};
 
+    use super::super::handed::Files;
     use super::super::watch::{Chain, Unwatched, Watch};
-    use super::{Found, Place};
+    use super::Place;
 
     /// Names remembered at most (about 100 bytes each); beyond, all are
     /// forgotten and looked at again.
@@ -244,7 +251,7 @@ mod memo {
 
         /// The files remembered, directories in the order they were
         /// (last) made, up to [`MOST_HANDED_ON`] files.
-        pub fn found(&self) -> Found {
+        pub fn found(&self) -> Vec<(PathBuf, Files)> {
             let mut dirs: Vec<(&PathBuf, &Seen)> = self
                 .dirs
                 .iter()
@@ -252,8 +259,7 @@ mod memo {
                 .collect();
             dirs.sort_by_key(|(_, seen)| seen.at.made);
             let mut names = 0;
-            let dirs = dirs
-                .into_iter()
+            dirs.into_iter()
                 .take_while(|(_, seen)| {
                     names += seen.files.len();
                     names <= MOST_HANDED_ON
@@ -262,8 +268,7 @@ mod memo {
                     let files = seen.files.iter().map(|(n, s)| (n.clone(), *s)).collect();
                     (dir.clone(), files)
                 })
-                .collect();
-            Found { dirs }
+                .collect()
         }
 
         /// Answers from memory each file of `files` a look found in `dir`
@@ -465,7 +470,7 @@ mod tests {
         let files = [("a", 5), ("b", 3)];
         let first = Looks::new();
         assert_eq!(look(&first, &dir, &files), [Place::Here, Place::Here]);
-        let found = first.found();
+        let found = first.found(Path::new("/ws"));
         assert_eq!(found.dirs.len(), 1);
         assert_eq!(found.files(), 2);
         drop(first);
