@@ -6,9 +6,9 @@
 //! too (`stashes/`), as can where its looks at default places found files
 //! (`looks`). Of two backends on one base, the second finds the
 //! directory held and keeps its store in its own directory (its content
-//! is still handed on; its stashes and looks are not). A lock dies with its holder,
-//! so a killed backend's leftovers are found by the next claim and
-//! removed as the store opens. A backend that hands neither stashes nor
+//! is still handed on; its stashes and looks are not). A lock dies with
+//! its holder, so a killed backend's leftovers are found by the next
+//! claim and removed as the store opens. A backend that hands neither stashes nor
 //! looks on removes the directory as it ends.
 
 use std::fs::{File, OpenOptions};

@@ -20,7 +20,7 @@ const HEADER: &[u8] = b"actionfs looks 1\n";
 pub type Files = Vec<(Box<str>, i64)>;
 
 /// Files found at their default places, each with the size found.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
     /// The workspace whose builds made the looks (`serve --workspace`):
     /// another's directories are not worth a look or a watch.

@@ -62,15 +62,15 @@ impl Looks {
     /// `workspace` to look at again ([`Looks::look_again`]).
     pub fn found(&self, workspace: &Path) -> Found {
         #[cfg(target_os = "linux")]
-        if let Some(memo) = &self.memo {
-            return Found {
-                workspace: workspace.to_owned(),
-                dirs: memo.lock().found(),
-            };
-        }
+        let dirs = self
+            .memo
+            .as_ref()
+            .map_or_else(Vec::new, |m| m.lock().found());
+        #[cfg(not(target_os = "linux"))]
+        let dirs = Vec::new();
         Found {
             workspace: workspace.to_owned(),
-            dirs: Vec::new(),
+            dirs,
         }
     }
 
