@@ -249,7 +249,9 @@ impl Watch {
     }
 
     /// The watch on `resolved`; out of watches (ours or the user's), or
-    /// refused, it stays so until the watches are forgotten.
+    /// refused, it stays so until the watches are forgotten. A directory
+    /// gone since its path was read (removed between the `lstat` and the
+    /// watch) is missing, as if the `lstat` had found it so.
     fn watch(&mut self, resolved: &Path) -> Result<WatchDescriptor, Unwatched> {
         if let Some(&wd) = self.watching.get(resolved) {
             return Ok(wd);
@@ -263,6 +265,7 @@ impl Watch {
                 self.watching.insert(resolved.to_owned(), wd);
                 Ok(wd)
             }
+            Err(Errno::ENOENT | Errno::ENOTDIR) => Err(Unwatched::ForNow),
             Err(err) => {
                 log::debug!("inotify_add_watch {}: {err}", resolved.display());
                 Err(Unwatched::ForGood)
@@ -300,4 +303,24 @@ pub struct Chain {
     /// The entries on its way: their events may change which directory
     /// its path names, so the chain is made again after one.
     way: Box<[Entry]>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory removed as it was being watched is missing for now, to
+    /// be asked again, not unwatchable for good (which would have it
+    /// looked at every time until the watches are forgotten).
+    #[test]
+    fn a_directory_gone_before_its_watch_is_missing_for_now() {
+        let mut watch = Watch::new().expect("inotify");
+        let tmp = tempfile::tempdir().unwrap();
+        let gone = tmp.path().join("gone");
+        assert_eq!(watch.watch(&gone).err(), Some(Unwatched::ForNow));
+        std::fs::write(&gone, b"").unwrap();
+        let below_a_file = gone.join("dir");
+        assert_eq!(watch.watch(&below_a_file).err(), Some(Unwatched::ForNow));
+        assert!(watch.watch(tmp.path()).is_ok());
+    }
 }
