@@ -11,7 +11,7 @@
 //! invalidated, which makes the kernel forget their nodes and the daemon's
 //! memory return.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Weak;
@@ -60,8 +60,60 @@ struct Retained {
     since: Instant,
 }
 
+#[derive(Default)]
+struct Queue {
+    oldest_first: VecDeque<Retained>,
+    /// Nodes kept, summed.
+    nodes: usize,
+    /// How many kept sandboxes have each name: a create (every one
+    /// forgets its id) asks this, not the queue, which holds every
+    /// sandbox destroyed in the last `max_age` (thousands in a busy
+    /// build of small native sandboxes, one node each).
+    names: HashMap<OsString, usize>,
+}
+
+impl Queue {
+    fn push(&mut self, retained: Retained) {
+        self.nodes += retained.nodes;
+        *self
+            .names
+            .entry(retained.departed.name.clone())
+            .or_default() += 1;
+        self.oldest_first.push_back(retained);
+    }
+
+    fn pop_oldest(&mut self) -> Option<Departed> {
+        let oldest = self.oldest_first.pop_front()?;
+        Some(self.unlist(oldest))
+    }
+
+    /// Takes out the oldest kept sandbox named `name`, if any.
+    fn take(&mut self, name: &OsString) -> Option<Departed> {
+        if !self.names.contains_key(name) {
+            return None;
+        }
+        let at = self
+            .oldest_first
+            .iter()
+            .position(|r| &r.departed.name == name)?;
+        let taken = self.oldest_first.remove(at).expect("just found");
+        Some(self.unlist(taken))
+    }
+
+    fn unlist(&mut self, gone: Retained) -> Departed {
+        self.nodes -= gone.nodes;
+        if let Some(count) = self.names.get_mut(&gone.departed.name) {
+            *count -= 1;
+            if *count == 0 {
+                self.names.remove(&gone.departed.name);
+            }
+        }
+        gone.departed
+    }
+}
+
 pub struct Retention {
-    retained: Mutex<(VecDeque<Retained>, usize)>,
+    retained: Mutex<Queue>,
     budget: usize,
     /// Nanoseconds; set once the open mode is known.
     max_age: AtomicU64,
@@ -84,23 +136,19 @@ impl Retention {
     /// the budget, or too old. A sandbox larger than the whole budget is
     /// dropped at once.
     pub fn retain(&self, departed: Departed, nodes: usize, now: Instant) -> Vec<Departed> {
-        let mut retained = self.retained.lock();
-        let (queue, total) = &mut *retained;
-        queue.push_back(Retained {
+        let mut queue = self.retained.lock();
+        queue.push(Retained {
             departed,
             nodes,
             since: now,
         });
-        *total += nodes;
         let mut dropped = Vec::new();
-        while let Some(oldest) = queue.front() {
+        while let Some(oldest) = queue.oldest_first.front() {
             let too_old = now.duration_since(oldest.since) > self.max_age();
-            if *total <= self.budget && !too_old {
+            if queue.nodes <= self.budget && !too_old {
                 break;
             }
-            let oldest = queue.pop_front().expect("just seen");
-            *total -= oldest.nodes;
-            dropped.push(oldest.departed);
+            dropped.extend(queue.pop_oldest());
         }
         dropped
     }
@@ -109,18 +157,15 @@ impl Retention {
     /// destroy comes to do it; returns the names to drop, and when to look
     /// again (if anything is still kept).
     pub fn expire(&self, now: Instant) -> (Vec<Departed>, Option<Instant>) {
-        let mut retained = self.retained.lock();
-        let (queue, total) = &mut *retained;
+        let mut queue = self.retained.lock();
         let mut dropped = Vec::new();
-        while let Some(oldest) = queue.front() {
+        while let Some(oldest) = queue.oldest_first.front() {
             if now.duration_since(oldest.since) <= self.max_age() {
                 break;
             }
-            let oldest = queue.pop_front().expect("just seen");
-            *total -= oldest.nodes;
-            dropped.push(oldest.departed);
+            dropped.extend(queue.pop_oldest());
         }
-        let next = queue.front().map(|r| r.since + self.max_age());
+        let next = queue.oldest_first.front().map(|r| r.since + self.max_age());
         (dropped, next)
     }
 
@@ -142,15 +187,15 @@ impl Retention {
     /// kept meanwhile and the caller must schedule the sweep again.
     pub fn end_sweep(&self) -> bool {
         self.sweeping.store(false, Ordering::Release);
-        !self.retained.lock().0.is_empty() && self.claim_sweep()
+        !self.retained.lock().oldest_first.is_empty() && self.claim_sweep()
     }
 
     /// The `n` most recently kept sandboxes the kernel still knows the top
     /// of, newest first, for a new sandbox to choose one to take over.
     pub fn latest(&self, n: usize) -> Vec<(OsString, super::adoption::Candidate)> {
-        let retained = self.retained.lock();
-        retained
-            .0
+        let queue = self.retained.lock();
+        queue
+            .oldest_first
             .iter()
             .rev()
             .filter_map(|r| {
@@ -166,29 +211,20 @@ impl Retention {
 
     /// Takes kept sandbox `name` out (a new sandbox takes over its cache).
     pub fn take(&self, name: &OsString) -> Option<Departed> {
-        let mut retained = self.retained.lock();
-        let (queue, total) = &mut *retained;
-        let at = queue.iter().position(|r| &r.departed.name == name)?;
-        let taken = queue.remove(at).expect("just found");
-        *total -= taken.nodes;
-        Some(taken.departed)
+        self.retained.lock().take(name)
     }
 
     /// Forgets `name` if it is kept (its id is being used again, and the
     /// new sandbox's cache must not be dropped for the old one).
     pub fn forget(&self, name: &OsString) {
-        let mut retained = self.retained.lock();
-        let (queue, total) = &mut *retained;
-        if let Some(at) = queue.iter().position(|r| &r.departed.name == name) {
-            let gone = queue.remove(at).expect("just found");
-            *total -= gone.nodes;
-        }
+        self.retained.lock().take(name);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsStr;
 
     fn names(list: Vec<Departed>) -> Vec<String> {
         list.into_iter()
@@ -219,7 +255,30 @@ mod tests {
         assert!(retention.retain(gone("d"), 1, start).is_empty());
         assert_eq!(names(retention.retain(gone("e"), 1, later)), ["d"]);
         retention.forget(&"e".into());
-        assert_eq!(retention.retained.lock().1, 0, "e forgotten, d dropped");
+        let queue = retention.retained.lock();
+        assert_eq!(queue.nodes, 0, "e forgotten, d dropped");
+        assert!(queue.names.is_empty(), "no name listed: {:?}", queue.names);
+    }
+
+    #[test]
+    fn a_name_kept_twice_is_taken_once_at_a_time_oldest_first() {
+        let retention = Retention::new(100, Duration::from_secs(10));
+        let start = Instant::now();
+        retention.retain(gone("a"), 10, start);
+        retention.retain(gone("b"), 20, start);
+        retention.retain(gone("a"), 30, start);
+        retention.forget(&"a".into());
+        {
+            let queue = retention.retained.lock();
+            assert_eq!(queue.nodes, 50, "the first a (10 nodes) forgotten");
+            assert_eq!(queue.names.get(OsStr::new("a")), Some(&1));
+        }
+        assert!(retention.take(&"c".into()).is_none());
+        assert_eq!(retention.take(&"a".into()).unwrap().name, "a");
+        assert!(retention.take(&"a".into()).is_none());
+        let queue = retention.retained.lock();
+        assert_eq!(queue.nodes, 20);
+        assert_eq!(queue.names.len(), 1, "only b: {:?}", queue.names);
     }
 
     #[test]
