@@ -279,7 +279,14 @@ impl Service {
                         outputs: plan.outs.into(),
                     },
                 );
-                Ok(self.dirs.mount.join(id))
+                // A native tree is answered by the symlink `MOUNT/ID` maps,
+                // not through the view: Bazel's `exists` on the root and
+                // the action's first walk to its working directory would
+                // each be a FUSE round trip (two an action, counted).
+                Ok(self
+                    .core
+                    .native_link(id)
+                    .unwrap_or_else(|| self.dirs.mount.join(id)))
             }
             Err(why) => {
                 self.store.release(id);
@@ -374,7 +381,9 @@ impl Service {
     }
 
     /// Default places are read below `exec_root`, which must be absolute
-    /// and outside the mount (the daemon would read its own view).
+    /// and outside the mount (the daemon would read its own view) and the
+    /// rest of the backend's own directory (a native sandbox's link, say:
+    /// its tree goes with its destroy).
     fn check_default_places_readable(&self, exec_root: &Path) -> Result<(), String> {
         if !exec_root.is_absolute() {
             return Err(format!(
@@ -382,14 +391,18 @@ impl Service {
                 exec_root
             ));
         }
-        if exec_root.starts_with(&self.dirs.mount) {
-            return Err(format!(
-                "exec_root {:?} is inside the mount point {:?}, and inputs without pushed \
-                 content are read below it",
-                exec_root, self.dirs.mount
-            ));
-        }
-        Ok(())
+        let own = self.dirs.mount.parent().unwrap_or(&self.dirs.mount);
+        let inside = if exec_root.starts_with(&self.dirs.mount) {
+            format!("the mount point {:?}", self.dirs.mount)
+        } else if exec_root.starts_with(own) {
+            format!("the backend's own directory {own:?}")
+        } else {
+            return Ok(());
+        };
+        Err(format!(
+            "exec_root {exec_root:?} is inside {inside}, and inputs without pushed content are \
+             read below it"
+        ))
     }
 
     /// Pins in the store, for sandbox `id`, the content of tree `root`'s

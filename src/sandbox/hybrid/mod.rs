@@ -125,6 +125,14 @@ impl Sandboxes {
         }
     }
 
+    /// If sandbox `id` was built natively, the real symlink to its tree
+    /// that the view shows as `MOUNT/ID`, for a client that would rather
+    /// not cross the view to reach it. Like `MOUNT/ID`, it is gone once
+    /// the sandbox's destroy returns (its tree may linger a while).
+    pub fn native_link(&self, id: &str) -> Option<PathBuf> {
+        self.native.as_ref()?.link(id)
+    }
+
     /// Whether sandbox `id` of `mappings` mappings, whose files a native
     /// build would make in `made_in`, would be built natively.
     pub fn builds_natively(&self, id: &str, made_in: &Path, mappings: usize) -> bool {
@@ -527,6 +535,17 @@ impl NativeSandboxes {
     /// The mapping count of native sandbox `id`.
     fn mappings(&self, id: &str) -> Option<usize> {
         self.live.lock().get(id).map(|live| live.mappings)
+    }
+
+    /// `links/ID`, the symlink to native sandbox `id`'s tree.
+    fn link(&self, id: &str) -> Option<PathBuf> {
+        let Some(Some(dir)) = self.opened.get() else {
+            return None;
+        };
+        self.live
+            .lock()
+            .contains_key(id)
+            .then(|| dir.links.path().join(id))
     }
 
     /// Builds sandbox `id` (a validated id, not yet in use) from `draft`
