@@ -518,6 +518,16 @@ impl SandboxFs {
         let alias = removed
             .as_ref()
             .and_then(|top| self.kernel_names.lock().remove(&top.ino()));
+        // A native sandbox's name is one symlink node: nothing below it for
+        // the kernel to have cached, for a later sandbox to take over, or
+        // to take long to free. Kept and disposed of like a tree, it woke
+        // the reaper at every destroy, beside the actions running.
+        if removed
+            .as_ref()
+            .is_some_and(|top| top.kind() == FileKind::Symlink)
+        {
+            return Ok(());
+        }
         let departed = cache::retention::Departed {
             name,
             alias,

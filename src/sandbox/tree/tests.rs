@@ -381,3 +381,33 @@ fn a_lazy_directory_is_made_once_at_the_first_lookup_into_it() {
     fs.destroy_sandbox("t").unwrap();
     assert_eq!(made(&second), 0);
 }
+
+#[test]
+fn a_destroyed_native_sandboxs_link_is_not_kept_for_its_cache() {
+    // A symlink has nothing below it for the kernel to cache: keeping it
+    // in the retention queue (and sending it to the reaper) only made work
+    // at every destroy. A tree is kept, for the next sandbox to take over.
+    let dir = tempfile::tempdir().unwrap();
+    let links = dir.path().join("links");
+    fs::create_dir(&links).unwrap();
+    std::os::unix::fs::symlink(dir.path(), links.join("n")).unwrap();
+    let fs = new_fs(dir.path());
+    let anchor = Arc::new(crate::sandbox::dirfd::Anchor::open(&links, None).unwrap());
+    fs.create_sandbox_link("n", anchor, OsStr::new("n"))
+        .unwrap();
+    walk(&fs, "/n").unwrap();
+    fs.destroy_sandbox("n").unwrap();
+    assert_eq!(walk(&fs, "/n"), Err(Errno::ENOENT));
+    assert!(fs.retention.latest(8).is_empty(), "the link was kept");
+    fs.create_sandbox("t", &[mapping("/f", &links, false)])
+        .unwrap();
+    walk(&fs, "/t/f").unwrap();
+    fs.destroy_sandbox("t").unwrap();
+    let kept: Vec<_> = fs
+        .retention
+        .latest(8)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(kept, ["t"], "a tree is kept");
+}
