@@ -367,6 +367,22 @@ struct Live {
     mappings: usize,
     /// How to stash its inputs when it is destroyed.
     reusable: Option<Reusable>,
+    /// What is left of the stash it was built from, discarded when it
+    /// departs: discarding wakes a deleting thread, which on two vCPUs
+    /// costs the Create that did it tens of microseconds.
+    shell: Option<Shell>,
+}
+
+/// A stash whose inputs went into a sandbox.
+struct Shell {
+    pool: Arc<Pool>,
+    stash: Stash,
+}
+
+impl Shell {
+    fn discard(self) {
+        self.pool.discard_stash(self.stash);
+    }
 }
 
 /// A native sandbox taken out of view, its inputs and tree still where
@@ -390,6 +406,9 @@ impl Departure {
             trash,
         } = self;
         let keep = arriving.is_some();
+        if let Some(shell) = live.shell {
+            shell.discard();
+        }
         let stashed = live.reusable.map(|reusable| {
             stash(reusable, keep).map_err(|err| log::info!("sandbox {id:?}: not stashed: {err}"))
         });
@@ -568,13 +587,14 @@ impl NativeSandboxes {
                 .map_err(|why| log::info!("sandbox {id:?}: built afresh, as {why}"))
                 .ok()
         });
-        let (built, how, stamps) = match from_stash {
-            Some((built, stamps)) => (built, Built::Stash, stamps),
+        let (built, how, stamps, shell) = match from_stash {
+            Some((built, stamps, shell)) => (built, Built::Stash, stamps, Some(shell)),
             None => {
                 let plan = typed(draft, None, &root)?;
                 (
                     materialize::materialize(&plan, &root, self.options())?,
                     Built::Native,
+                    None,
                     None,
                 )
             }
@@ -584,6 +604,9 @@ impl NativeSandboxes {
             if let Err(cleanup) = materialize::teardown(&built, Some(&dir.trash)) {
                 log::error!("sandbox {id:?}: cannot undo a native build: {cleanup}");
             }
+            if let Some(shell) = shell {
+                shell.discard();
+            }
             return Err(materialize::Error::new("symlink", &link, err));
         }
         let reusable = target.and_then(|target| reusable(target, &built, stamps));
@@ -591,6 +614,7 @@ impl NativeSandboxes {
             built,
             mappings: draft.mapping_count(),
             reusable,
+            shell,
         };
         self.live.lock().insert(id.to_owned(), live);
         Ok((dir.links.clone(), how))
@@ -625,15 +649,16 @@ impl NativeSandboxes {
 
     /// Builds `draft` at `root` with the inputs of its writable directory
     /// taken from `stash`, reshaped; returns it with the stamps of what
-    /// the stash brought (`None` if they could not be taken). On error
-    /// nothing is left and the stash is discarded.
+    /// the stash brought (`None` if they could not be taken) and what is
+    /// left of the stash, for the sandbox's departure to discard. On
+    /// error nothing is left and the stash is discarded.
     fn build_from_stash(
         &self,
         draft: &Draft,
         root: &Path,
         target: &ReuseTarget,
         mut stash: Stash,
-    ) -> Result<(Materialized, Option<Stamps>), materialize::Error> {
+    ) -> Result<(Materialized, Option<Stamps>, Shell), materialize::Error> {
         let pool = &target.pool;
         let built = if reuse::unchanged_tree(&stash.dir, &stash.shape, &stash.stamps) {
             Ok(())
@@ -676,8 +701,12 @@ impl NativeSandboxes {
             })
             .collect();
         let carried = std::mem::take(&mut stash.stamps);
-        pool.discard_stash(stash);
+        let shell = Shell {
+            pool: pool.clone(),
+            stash,
+        };
         if let Err(err) = outcome {
+            shell.discard();
             if let Err(cleanup) = materialize::teardown(&built, self.opened_trash()) {
                 log::error!("cannot undo a build from a stash: {cleanup}");
             }
@@ -686,7 +715,7 @@ impl NativeSandboxes {
         let stamps = reuse::restamped(&target.root, &target.want, carried, restamp)
             .map_err(|err| log::debug!("inputs not stamped, so not reused: {err}"))
             .ok();
-        Ok((built, stamps))
+        Ok((built, stamps, shell))
     }
 
     /// Whether live sandbox `id`'s stamps agree with a walk of what it

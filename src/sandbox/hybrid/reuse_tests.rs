@@ -428,3 +428,32 @@ fn a_small_sandbox_is_built_afresh_and_not_stashed() {
     }
     native.destroy_all();
 }
+
+#[test]
+fn what_is_left_of_a_stash_leaves_with_the_sandbox_built_from_it() {
+    // Discarding it wakes a deleting thread, which costs the Create that
+    // does it; the sandbox's departure does it instead.
+    let mut lab = Lab::new();
+    let native = lab.native(STASHES);
+    let all = u16::MAX;
+    stash_one(&mut lab, &native);
+    let stashes = stash_dirs(&lab);
+    assert_eq!(stashes.len(), 1);
+    let second = lab.scratch();
+    let (_, built) = native
+        .create("second", &lab.draft(&second, all, 0))
+        .unwrap();
+    assert_eq!(built, Built::Stash);
+    assert!(
+        stashes[0].is_dir(),
+        "the stash's shell went with the create"
+    );
+    native.destroy("second").unwrap();
+    assert!(
+        !stashes[0].exists(),
+        "the stash's shell outlived the departure"
+    );
+    assert_eq!(stash_dirs(&lab).len(), 1, "the departed inputs are stashed");
+    native.destroy_all();
+    assert!(stash_dirs(&lab).is_empty());
+}
