@@ -354,13 +354,17 @@ fn stash_dirs(lab: &Lab) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Builds and destroys a sandbox of every input, leaving one stash.
-fn stash_one(lab: &mut Lab, native: &NativeSandboxes) {
+/// Builds and destroys a sandbox of every input, leaving one stash:
+/// its directory.
+fn stash_one(lab: &mut Lab, native: &NativeSandboxes) -> PathBuf {
     let first = lab.scratch();
     native
         .create("first", &lab.draft(&first, u16::MAX, 0))
         .unwrap();
     native.destroy("first").unwrap();
+    let mut stashes = stash_dirs(lab);
+    assert_eq!(stashes.len(), 1, "{stashes:?}");
+    stashes.pop().unwrap()
 }
 
 #[test]
@@ -368,11 +372,9 @@ fn a_stash_that_changed_is_not_used() {
     let mut lab = Lab::new();
     let native = lab.native(STASHES);
     let all = u16::MAX;
-    stash_one(&mut lab, &native);
-    let stashes = stash_dirs(&lab);
-    assert_eq!(stashes.len(), 1);
+    let stash = stash_one(&mut lab, &native);
     // Someone who got into the stash swaps an input.
-    let swapped = stashes[0].join("a/f1");
+    let swapped = stash.join("a/f1");
     fs::remove_file(&swapped).unwrap();
     std::os::unix::fs::symlink("/etc/hostname", &swapped).unwrap();
 
@@ -391,7 +393,6 @@ fn a_stash_that_cannot_go_in_leaves_nothing_behind() {
     let native = lab.native(STASHES);
     let all = u16::MAX;
     stash_one(&mut lab, &native);
-    assert_eq!(stash_dirs(&lab).len(), 1);
 
     // A file of the owner's where an input directory would go: neither
     // the stash nor a fresh build can make the sandbox.
@@ -436,23 +437,15 @@ fn what_is_left_of_a_stash_leaves_with_the_sandbox_built_from_it() {
     let mut lab = Lab::new();
     let native = lab.native(STASHES);
     let all = u16::MAX;
-    stash_one(&mut lab, &native);
-    let stashes = stash_dirs(&lab);
-    assert_eq!(stashes.len(), 1);
+    let stash = stash_one(&mut lab, &native);
     let second = lab.scratch();
     let (_, built) = native
         .create("second", &lab.draft(&second, all, 0))
         .unwrap();
     assert_eq!(built, Built::Stash);
-    assert!(
-        stashes[0].is_dir(),
-        "the stash's shell went with the create"
-    );
+    assert!(stash.is_dir(), "the stash's shell went with the create");
     native.destroy("second").unwrap();
-    assert!(
-        !stashes[0].exists(),
-        "the stash's shell outlived the departure"
-    );
+    assert!(!stash.exists(), "the stash's shell outlived the departure");
     assert_eq!(stash_dirs(&lab).len(), 1, "the departed inputs are stashed");
     native.destroy_all();
     assert!(stash_dirs(&lab).is_empty());
