@@ -42,6 +42,7 @@ use parking_lot::Mutex;
 use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
 use crate::daemon::{self, FrontEnd, Owner, Stopped};
 use crate::sandbox::hybrid::cutoff::{self, NativeBelow};
+use crate::sandbox::hybrid::handoff;
 use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::materialize::Trash;
 use crate::sandbox::store::ContentStore;
@@ -211,8 +212,14 @@ fn serve_in(
     // In the claimed state directory, its files keep their paths from one
     // backend to the next, as the stashes handed on there need.
     let store_dir = claimed.map_or_else(|| base.join("store"), Claimed::store);
-    let store = Arc::new(open_store(&store_dir, warm, options, base).map_err(refuse)?);
     let stashes = claimed.map(Claimed::stashes);
+    // Read beside the store's adoption and the mount, not by the first
+    // Create (see `handoff`).
+    let handed_stashes = stashes
+        .as_ref()
+        .filter(|dir| dir.exists())
+        .map(|dir| handoff::Reading::start(dir.clone()));
+    let store = Arc::new(open_store(&store_dir, warm, options, base).map_err(refuse)?);
     let looks = claimed.map(Claimed::looks);
     let handing_on = warm.map(|warm| (store.clone(), warm));
     // Beside the scratch directories, so that a rename takes one there.
@@ -244,8 +251,8 @@ fn serve_in(
         let own = base.to_owned();
         let workspace = args.workspace.clone();
         Box::new(move |sandboxes: Arc<Sandboxes>| {
-            if let Some(handed) = stashes.as_ref().filter(|dir| dir.exists()) {
-                sandboxes.adopt_stashes(handed.clone());
+            if let Some(handed) = handed_stashes {
+                sandboxes.adopt_stashes(handed);
             }
             let service = Arc::new(Service::new(
                 sandboxes,

@@ -15,7 +15,7 @@
 //! directory, a failing system call) falls back to FUSE, logged.
 
 pub mod cutoff;
-mod handoff;
+pub mod handoff;
 pub mod stash;
 
 use stash::{Pool, Stash, Stashes};
@@ -116,12 +116,12 @@ impl Sandboxes {
     }
 
     /// Has the native sandboxes adopt the stashes a predecessor handed on
-    /// in `dir` (see [`Stashes::adopt_from`]); removes `dir` where
-    /// nothing is stashed.
-    pub fn adopt_stashes(&self, dir: PathBuf) {
+    /// in the hand-off directory being read (see [`Stashes::adopt_from`]);
+    /// removes that directory where nothing is stashed.
+    pub fn adopt_stashes(&self, handed: handoff::Reading) {
         match self.native.as_ref().and_then(|n| n.stashes.as_ref()) {
-            Some(stashes) => stashes.adopt_from(dir),
-            None => stash::remove_handed(&dir),
+            Some(stashes) => stashes.adopt_from(handed),
+            None => stash::remove_handed(&handed.finish().0),
         }
     }
 

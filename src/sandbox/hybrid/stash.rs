@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::handoff::{self, Handed};
+use super::handoff::{self, Handed, Reading, INDEX};
 use crate::sandbox::dirfd::{Anchor, DirFd};
 use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::materialize::reuse::{Stamp, Stamps};
@@ -52,7 +52,7 @@ pub struct Stashes {
     pools: Mutex<HashMap<u64, Option<Arc<Pool>>>>,
     /// Stashes a predecessor handed on, for the pool on their file system
     /// to adopt when it opens.
-    handed: Mutex<Option<PathBuf>>,
+    handed: Mutex<Option<Reading>>,
 }
 
 /// The stashes on one file system.
@@ -121,16 +121,17 @@ impl Stashes {
         }
     }
 
-    /// Has the pool that opens on the file system of `dir` adopt the
-    /// stashes a predecessor handed on there; `dir` is removed then
-    /// (or at once, if a pool there is open already).
-    pub fn adopt_from(&self, dir: PathBuf) {
-        let open = device_of_path(&dir)
+    /// Has the pool that opens on the file system of the hand-off
+    /// directory being read adopt the stashes a predecessor handed on
+    /// there; the directory is removed then (or at once, if a pool there
+    /// is open already).
+    pub fn adopt_from(&self, handed: Reading) {
+        let open = device_of_path(handed.dir())
             .and_then(|dev| self.pools.lock().get(&dev).cloned())
             .flatten();
         match open {
-            Some(pool) => pool.adopt(&dir),
-            None => *self.handed.lock() = Some(dir),
+            Some(pool) => pool.adopt(handed),
+            None => *self.handed.lock() = Some(handed),
         }
     }
 
@@ -141,8 +142,11 @@ impl Stashes {
     /// the pools are removed. Returns how many were handed on.
     pub fn hand_on(&self, to: &Path, own: &Path) -> Result<usize, Error> {
         // A predecessor's stashes not adopted (no pool opened on their file
-        // system) are replaced, not removed later with this hand-off.
-        self.handed.lock().take();
+        // system) are replaced, not removed later with this hand-off; the
+        // read of their index ends first.
+        if let Some(reading) = self.handed.lock().take() {
+            drop(reading.finish());
+        }
         if to.exists() {
             materialize::remove_tree(to)?;
         }
@@ -200,10 +204,10 @@ impl Stashes {
                     log::debug!("stashes for device {dev} in {:?}", pool.path);
                     let mut handed = self.handed.lock();
                     if handed
-                        .as_deref()
-                        .is_some_and(|dir| device_of_path(dir) == Some(dev))
+                        .as_ref()
+                        .is_some_and(|reading| device_of_path(reading.dir()) == Some(dev))
                     {
-                        pool.adopt(&handed.take().expect("checked"));
+                        pool.adopt(handed.take().expect("checked"));
                     }
                     Some(Arc::new(pool))
                 }
@@ -257,8 +261,8 @@ impl Stashes {
         for pool in self.pools.lock().drain().filter_map(|(_, pool)| pool) {
             pool.remove();
         }
-        if let Some(dir) = self.handed.lock().take() {
-            remove_handed(&dir);
+        if let Some(reading) = self.handed.lock().take() {
+            remove_handed(&reading.finish().0);
         }
     }
 }
@@ -269,9 +273,6 @@ pub fn remove_handed(dir: &Path) {
         log::warn!("cannot remove the stashes handed on in {dir:?}: {err}");
     }
 }
-
-/// The name of a hand-off's index in its directory.
-const INDEX: &str = "index";
 
 /// Whether a symlink of `dir` or below points below `own`.
 fn links_below(dir: &Dir, own: &Path) -> bool {
@@ -362,13 +363,12 @@ impl Pool {
         &self.trash
     }
 
-    /// Keeps the stashes handed on in `dir` (see [`Stashes::hand_on`])
-    /// whose roots are as they were left but for the renames, then
-    /// removes `dir`; says what it did in the log.
-    fn adopt(&self, dir: &Path) {
-        let read = std::fs::read(dir.join(INDEX))
-            .map_err(|e| format!("read {:?}: {e}", dir.join(INDEX)))
-            .and_then(|bytes| handoff::decode(&bytes));
+    /// Keeps the stashes handed on in the directory `handed` reads (see
+    /// [`Stashes::hand_on`]) whose roots are as they were left but for the
+    /// renames, then removes that directory; says what it did in the log.
+    fn adopt(&self, handed: Reading) {
+        let (dir, read) = handed.finish();
+        let dir = dir.as_path();
         match read {
             Ok(handed) => {
                 let offered = handed.len();
@@ -645,7 +645,7 @@ mod tests {
         std::fs::write(to.join("stash-1/intruder"), "x").unwrap();
 
         let next = Pool::open(&base.path().join("next"), dev, 8).unwrap();
-        next.adopt(&to);
+        next.adopt(Reading::start(to.clone()));
         assert!(!to.exists(), "taken");
         assert_eq!(next.kept(), 1, "the changed one is not");
         let mut targets = Vec::new();

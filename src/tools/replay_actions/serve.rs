@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actionfs_protocol::backend::client::{Client, ClientError};
 use actionfs_protocol::backend::digest::{digest_of, HASH_FUNCTION};
@@ -134,6 +134,9 @@ pub struct Serve<'a> {
     /// A request went unanswered: kill the backend at the end.
     timed_out: AtomicBool,
     reports: BackendReports,
+    /// From its spawn to Negotiate's answer: what Bazel's first action
+    /// waits for beyond its own sandbox (untimed in the steps).
+    ready_in: Duration,
 }
 
 /// The user's backend options, and the jail's unless they name one: with
@@ -165,6 +168,7 @@ impl<'a> Serve<'a> {
         let mut command = Command::new(backend);
         command.arg("serve").arg("--workspace").arg(&plan.exec_root);
         let reports = BackendReports::forward(&mut command)?;
+        let spawned = Instant::now();
         let client = Client::spawn(command)
             .map_err(|err| format!("cannot start {} serve: {err}", backend.display()))?;
         let timeout = Duration::from_secs(
@@ -186,6 +190,7 @@ impl<'a> Serve<'a> {
             timeout,
             timed_out: AtomicBool::new(false),
             reports,
+            ready_in: Duration::ZERO,
         };
         let negotiated = serve.call(
             "",
@@ -194,6 +199,7 @@ impl<'a> Serve<'a> {
                 versions: vec![sandbox::Version::Version1 as i32],
             }),
         );
+        let ready_in = spawned.elapsed();
         let refused = match negotiated {
             Ok(response::Result::Negotiate(negotiate::Result {
                 outcome: Some(negotiate::result::Outcome::Ok(_)),
@@ -205,7 +211,7 @@ impl<'a> Serve<'a> {
             Err(err) => Some(format!("Negotiate: {err}")),
         };
         match refused {
-            None => Ok(serve),
+            None => Ok(Serve { ready_in, ..serve }),
             Some(why) => {
                 let status = Box::new(serve).finish();
                 Err(match status {
@@ -590,9 +596,10 @@ impl Session for Serve<'_> {
                 super::report::backend_summary(&stats, self.plan.actions.len())
             });
         match self.client.close() {
-            Ok(Some(status)) if status.success() => {
-                Ok(Some(format!("backend {status}; {summary}")))
-            }
+            Ok(Some(status)) if status.success() => Ok(Some(format!(
+                "backend {status}, ready in {:.1} ms; {summary}",
+                self.ready_in.as_secs_f64() * 1e3
+            ))),
             Ok(Some(status)) => Err(format!("the backend ended with {status}")),
             Ok(None) => Ok(None),
             Err(err) => Err(format!("closing the backend: {err}")),
