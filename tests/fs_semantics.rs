@@ -224,6 +224,38 @@ fn writable_mapping_passes_every_change_through() {
     }
 }
 
+/// What an action creates through the mount has exactly the mode it
+/// asked for under its own umask, whatever the daemon's: the daemon keeps
+/// the umask it started with (so that what it makes itself follows it)
+/// and creates requests' files, directories and FIFOs from threads whose
+/// own umask is 0.
+#[test]
+fn creates_through_the_mount_keep_the_callers_modes_exactly() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let scratch = fx.path("scratch");
+    let d = fx.start(&[]);
+    d.create(sandbox("s", vec![rw("/ws", &scratch)]));
+    let ws = d.path("s/ws");
+    // Group-writable: bits the daemon's umask (the test's, 022 or
+    // stricter) would strip again.
+    let status = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg("umask 002 && mkdir d && : > f && mkfifo p")
+        .current_dir(&ws)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{}", fx.log());
+    for (name, mode) in [("d", 0o775), ("f", 0o664), ("p", 0o664)] {
+        let underlying = fs::symlink_metadata(scratch.join(name)).unwrap().mode() & 0o7777;
+        assert_eq!(underlying, mode, "{name}: {underlying:o}");
+        let seen = fs::symlink_metadata(ws.join(name)).unwrap().mode() & 0o7777;
+        assert_eq!(seen, mode, "{name} through the mount: {seen:o}");
+    }
+}
+
 fn writable_mapping_changes(open_mode: &str) {
     let fx = Fixture::new();
     let scratch = fx.path("scratch");

@@ -5,6 +5,7 @@
 //! directory, and destroying removes what actionfs made and nothing else.
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use actionfs_testkit::tier::{require, Need};
@@ -102,6 +103,35 @@ fn small_sandboxes_are_native_large_ones_fuse_and_both_look_the_same() {
     );
     d.destroy("large");
     assert_eq!(listing(&fx.path("scratch")), ["owned-by-user"]);
+    assert_eq!(d.terminate(), BY_SIGTERM);
+}
+
+/// No one but the daemon's user may change a native sandbox: its
+/// directories, and those holding every tree and link, follow the umask
+/// the daemon started with. A process-wide umask of 0 once made them all
+/// writable by everyone, so that another user could swap an action's
+/// inputs (or the link that is its root).
+#[test]
+fn native_sandboxes_are_not_writable_by_other_users() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let fx = Fixture::new();
+    let d = fx.start(&["--native_below=1000"]);
+    d.create(bazel_like(&fx, "small", 3));
+    let native = native_dir(&fx);
+    let tree = native.join("trees/small");
+    for dir in [
+        native.clone(),
+        native.join("trees"),
+        native.join("links"),
+        tree.clone(),
+        tree.join("ws/pkg"),
+    ] {
+        let mode = fs::symlink_metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o022, 0, "{dir:?}: {mode:o}");
+    }
+    d.destroy("small");
     assert_eq!(d.terminate(), BY_SIGTERM);
 }
 

@@ -407,6 +407,77 @@ fn a_tree_becomes_a_sandbox_whose_outputs_are_collected() {
     }
 }
 
+/// What the backend makes for an action follows the umask it was started
+/// with, as Bazel's own directories would: the daemon runs with umask 0
+/// (the kernel has masked the modes FUSE requests carry), which once
+/// made the action's workspace and output directories, and the
+/// directories Collect makes in Bazel's exec root, writable by everyone.
+#[test]
+fn what_the_backend_makes_follows_the_umask_it_started_with() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    // The backend inherits the test's umask (read, not set: tests share it).
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let umask = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Umask:"))
+        .map(|mask| u32::from_str_radix(mask.trim(), 8).unwrap())
+        .expect("Umask in /proc/self/status");
+    let dir_mode = 0o777 & !umask;
+    assert_ne!(
+        dir_mode & 0o022,
+        0o022,
+        "umask {umask:o}: nothing to tell apart"
+    );
+    for (mode, option) in modes() {
+        let b = Backend::start(&[option]);
+        let input = b.write_input("src/a.txt", b"input\n");
+        let mut tb = TreeBuilder::new();
+        tb.add_file("ws/src/a.txt", input, false).unwrap();
+        let tree = tb.build();
+        b.client()
+            .push(Push {
+                blobs: tree.blobs.clone(),
+                content: HashMap::new(),
+            })
+            .unwrap();
+        let manifest = b.manifest(
+            &tree,
+            &[("/ws/out/deep/result", "file"), ("/ws/out/tree", "dir")],
+        );
+        let root = b.create_ok("1", manifest);
+        let ws = root.join(WS);
+        let mode_of = |path: &Path| {
+            fs::metadata(path)
+                .unwrap_or_else(|err| panic!("{mode}: stat {path:?}: {err}"))
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        for dir in [
+            &ws,
+            &ws.join("out"),
+            &ws.join("out/deep"),
+            &ws.join("out/tree"),
+        ] {
+            assert_eq!(mode_of(dir), dir_mode, "{mode}: {dir:?} in the sandbox");
+        }
+        fs::write(ws.join("out/deep/result"), b"out\n").unwrap();
+        let collected = b.collect_ok("1");
+        for dir in [
+            collected.clone(),
+            collected.join(WS),
+            collected.join("ws/out"),
+            collected.join("ws/out/deep"),
+        ] {
+            assert_eq!(mode_of(&dir), dir_mode, "{mode}: {dir:?}, made by Collect");
+        }
+        b.destroy_ok("1");
+        b.close();
+    }
+}
+
 /// Every entry below `dir`, sorted by path, as an action sees it: its
 /// type, and a file's bytes and x bit or a symlink's target. A native
 /// sandbox's inputs are symlinks with absolute targets: followed.

@@ -20,12 +20,49 @@ pub struct Caller {
 /// other file-system ones) are raised again for the call: the underlying
 /// file system must not decide differently, e.g. for a caller allowed in
 /// by a supplementary group this thread does not have.
+///
+/// The thread also creates with exactly the modes it is given (see
+/// [`exact_modes_on_this_thread`]).
 pub fn as_caller<T>(caller: Caller, create: impl FnOnce() -> T) -> T {
+    exact_modes_on_this_thread();
     if !daemon_is_root() || (caller.uid == 0 && caller.gid == 0) {
         return create();
     }
     let _switched = FsIdentity::switch(caller);
     create()
+}
+
+/// Gives the calling thread a umask of its own, 0, once: a FUSE request's
+/// mode already has the caller's umask applied, and the daemon's must not
+/// mask it again. Per thread (unshare(CLONE_FS)) because the process keeps
+/// the umask it started with for everything the daemon makes itself: a
+/// process-wide 0 once made native sandboxes' directories (and the
+/// directories Collect makes in Bazel's exec root) writable by everyone.
+/// Where unshare is refused, modes are masked again (less than asked,
+/// never more).
+fn exact_modes_on_this_thread() {
+    thread_local! {
+        static EXACT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if EXACT.get() {
+        return;
+    }
+    EXACT.set(true);
+    // SAFETY: unshare(CLONE_FS) takes an integer and acts on this thread:
+    // its own cwd, root and umask from now on (none of which it shares on
+    // purpose with another thread).
+    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        let err = std::io::Error::last_os_error();
+        WARNED.call_once(|| {
+            log::warn!(
+                "unshare(CLONE_FS): {err}; what requests create through the mount has the \
+                 daemon's umask applied too"
+            )
+        });
+        return;
+    }
+    nix::sys::stat::umask(nix::sys::stat::Mode::empty());
 }
 
 fn daemon_is_root() -> bool {

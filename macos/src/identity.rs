@@ -21,7 +21,10 @@ const KAUTH_GID_NONE: libc::gid_t = !0 - 100;
 
 /// Runs `create` with the calling thread's credentials switched to
 /// `caller`'s, so that what it creates belongs to the caller (only when the
-/// daemon runs as root).
+/// daemon runs as root). macOS has no umask per thread: what a request
+/// creates has the daemon's umask applied on top of the caller's (a
+/// process-wide 0 would leave what the daemon makes itself writable by
+/// everyone).
 pub fn as_caller<T>(caller: Caller, create: impl FnOnce() -> T) -> T {
     if !nix::unistd::geteuid().is_root() || (caller.uid == 0 && caller.gid == 0) {
         return create();

@@ -89,9 +89,9 @@ pub fn run(options: DaemonConfig) -> Result<Stopped, DaemonError> {
 
 /// [`run`], with sandboxes asked for by `front_end`.
 pub fn run_with(options: DaemonConfig, front_end: FrontEnd) -> Result<Stopped, DaemonError> {
-    // Modes from the kernel already have the caller's umask applied; ours
-    // must not mask them again.
-    nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+    // The umask stays the user's: what the daemon makes itself follows it.
+    // Requests' creates, whose modes the kernel has masked already, are
+    // made by threads with a umask of their own (`sys::as_caller`).
     raise_fd_limit();
     one_malloc_arena();
     crate::sys::no_huge_pages();
