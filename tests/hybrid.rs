@@ -133,6 +133,24 @@ fn native_sandboxes_are_not_writable_by_other_users() {
     }
     d.destroy("small");
     assert_eq!(d.terminate(), BY_SIGTERM);
+
+    // What such a daemon left is mended by the next one.
+    for dir in [native.clone(), native.join("trees"), native.join("links")] {
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let d = fx.start(&["--native_below=1000"]);
+    d.create(bazel_like(&fx, "again", 3));
+    for dir in [
+        native.clone(),
+        native.join("trees"),
+        native.join("links"),
+        native.join("trees/again"),
+    ] {
+        let mode = fs::symlink_metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o022, 0, "{dir:?} left 0777: {mode:o}");
+    }
+    d.destroy("again");
+    assert_eq!(d.terminate(), BY_SIGTERM);
 }
 
 #[test]

@@ -440,6 +440,28 @@ struct ReuseTarget {
     pool: Arc<Pool>,
 }
 
+/// Refuses directory `dir` unless it is ours, and takes away group and
+/// other write access it has: everything below it becomes an action's
+/// inputs. (Daemons before 119666e made these directories 0777; one that
+/// finds such a directory left mends it.)
+fn keep_others_out(dir: &Path) -> Result<(), materialize::Error> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta =
+        std::fs::symlink_metadata(dir).map_err(|e| materialize::Error::new("lstat", dir, e))?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(materialize::Error::other(
+            dir,
+            "not a directory of the daemon's user: native sandboxes are not built there",
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        let mode = meta.mode() & 0o7777 & !0o022;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| materialize::Error::new("chmod", dir, e))?;
+    }
+    Ok(())
+}
+
 struct NativeDir {
     /// `links/ID` is the symlink the view shows as `MOUNT/ID`.
     links: Arc<Anchor>,
@@ -456,6 +478,9 @@ impl NativeDir {
             std::fs::create_dir_all(sub).map_err(|e| materialize::Error::new("mkdir", sub, e))?;
         }
         let trash = Trash::open(&dir.join("trash"), 1)?;
+        for made in [dir, &trees, &links, &dir.join("trash")] {
+            keep_others_out(made)?;
+        }
         for stale in [&trees, &links] {
             let entries = std::fs::read_dir(stale)
                 .map_err(|e| materialize::Error::new("opendir", stale, e))?;
