@@ -163,6 +163,16 @@ fn sweep(parent: &Path) -> Swept {
                 continue;
             }
         };
+        // Another user's (in a shared base such as /dev/shm) is not ours
+        // to judge, nor, for a backend running as root, to remove.
+        match nix::sys::stat::fstat(&dir) {
+            Ok(st) if st.st_uid == nix::unistd::geteuid().as_raw() => {}
+            Ok(_) => continue,
+            Err(errno) => {
+                swept.failed.push(format!("fstat {path:?}: {errno}"));
+                continue;
+            }
+        }
         // Held while removing, so that a start beside us leaves it alone.
         let _lock = match Flock::lock(dir, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
@@ -333,6 +343,27 @@ mod tests {
     fn mount_table_escapes_are_undone() {
         assert_eq!(unescape("/a\\040b\\134c"), PathBuf::from("/a b\\c"));
         assert_eq!(unescape("/plain\\0"), PathBuf::from("/plain\\0"));
+    }
+
+    #[test]
+    fn another_users_directory_is_left_alone() {
+        if !nix::unistd::geteuid().is_root() {
+            // Making a directory another user's takes root.
+            assert!(
+                !actionfs_testkit::tier::require_all(),
+                "ACTIONFS_REQUIRE_ALL=1, but this test needs root"
+            );
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let parent = tempfile::tempdir().unwrap();
+        let theirs = parent.path().join("actionfs-serve-2");
+        std::fs::create_dir_all(theirs.join("scratch")).unwrap();
+        let nobody = Some(nix::unistd::Uid::from_raw(65534));
+        nix::unistd::chown(&theirs, nobody, None).unwrap();
+        let swept = sweep(parent.path());
+        assert!(swept.is_empty(), "{swept}");
+        assert!(theirs.join("scratch").is_dir());
     }
 
     #[test]
