@@ -842,6 +842,33 @@ fn an_adopted_entry_that_fails_a_check_is_dropped_and_unlisted_files_go() {
     assert_eq!(names(store.path()), ["c", "tmp", "x"]);
 }
 
+/// A hand-off directory another user owns, or that others may enter, is
+/// not taken (in /dev/shm its name is anyone's to make): refused and left.
+#[test]
+fn a_hand_off_not_this_users_alone_is_left_where_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let (warm, a, _) = handed_on(dir.path());
+    fs::set_permissions(&warm, fs::Permissions::from_mode(0o755)).unwrap();
+    let (store, adopted) =
+        ContentStore::open_adopting(&dir.path().join("next"), 1 << 20, &warm).unwrap();
+    let why = adopted.unwrap_err().to_string();
+    assert!(
+        why.contains("not a directory of this user's alone"),
+        "{why}"
+    );
+    assert!(warm.join("index").is_file(), "left where it is");
+    assert_eq!(store.lookup(&a), Lookup::Absent);
+    drop(store);
+    if nix::unistd::geteuid().is_root() {
+        fs::set_permissions(&warm, fs::Permissions::from_mode(0o700)).unwrap();
+        nix::unistd::chown(&warm, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        let (_store, adopted) =
+            ContentStore::open_adopting(&dir.path().join("other"), 1 << 20, &warm).unwrap();
+        assert!(adopted.is_err(), "another user's");
+        assert!(warm.join("index").is_file());
+    }
+}
+
 /// A handed-on file another user owns is not adopted (root only: it
 /// takes a chown to make one).
 #[test]

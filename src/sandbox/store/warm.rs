@@ -209,6 +209,25 @@ impl ContentStore {
 /// `x/` become the store's, its index is returned (`None`: nothing there).
 fn take(from: &Path, root: &Path) -> Result<Option<String>, StoreError> {
     let err = |call, path: &Path| StoreError::io(Op::Open, None, call, path);
+    // In a shared base (/dev/shm) the name can be anyone's: only a
+    // directory of this user's alone is a hand-off (its files' owners are
+    // checked too, as they are adopted).
+    match fs::symlink_metadata(from) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(err("lstat", from)(e)),
+        Ok(meta) => {
+            use std::os::unix::fs::MetadataExt;
+            let ours = meta.is_dir()
+                && meta.uid() == nix::unistd::geteuid().as_raw()
+                && meta.mode() & 0o077 == 0;
+            if !ours {
+                return Err(err("lstat", from)(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "not a directory of this user's alone: not adopted, left where it is",
+                )));
+            }
+        }
+    }
     let taken = root.join("adopting");
     remove_any(&taken).map_err(err("remove", &taken))?;
     match fs::rename(from, &taken) {
