@@ -446,8 +446,8 @@ struct ReuseTarget {
 /// finds such a directory left mends it.)
 fn keep_others_out(dir: &Path) -> Result<(), materialize::Error> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let meta =
-        std::fs::symlink_metadata(dir).map_err(|e| materialize::Error::new("lstat", dir, e))?;
+    // Followed: `--native_dir` may name a symlink to the user's directory.
+    let meta = std::fs::metadata(dir).map_err(|e| materialize::Error::new("stat", dir, e))?;
     if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
         return Err(materialize::Error::other(
             dir,
