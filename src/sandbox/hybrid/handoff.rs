@@ -201,19 +201,24 @@ impl<'a> Reader<'a> {
         if depth > MAX_DEPTH {
             return Err(format!("directories nested deeper than {MAX_DEPTH}"));
         }
-        let mut entries = BTreeMap::new();
-        for _ in 0..self.len()? {
+        // Written in name order (a BTreeMap's): checked so, then built in
+        // one pass rather than inserted name by name.
+        let count = self.len()?;
+        // (Capacity bounded: a count is only checked against the bytes left.)
+        let mut entries: Vec<(OsString, Node)> = Vec::with_capacity(count.min(1024));
+        for _ in 0..count {
             let name = OsString::from_vec(self.bytes()?.to_vec());
+            if entries.last().is_some_and(|(last, _)| *last >= name) {
+                return Err("names out of order, or a name twice, in one directory".into());
+            }
             let node = match self.take(1)?[0] {
                 LINK => Node::Link(OsString::from_vec(self.bytes()?.to_vec())),
                 DIR => Node::Dir(Arc::new(self.dir(depth + 1)?)),
                 tag => return Err(format!("an entry of kind {tag} at byte {}", self.at - 1)),
             };
-            if entries.insert(name, node).is_some() {
-                return Err("a name twice in one directory".into());
-            }
+            entries.push((name, node));
         }
-        Ok(Dir::new(entries))
+        Ok(Dir::new(entries.into_iter().collect::<BTreeMap<_, _>>()))
     }
 }
 
@@ -300,6 +305,29 @@ mod tests {
         let mut foreign = bytes.clone();
         foreign[MAGIC.len() - 2] = b'9';
         assert!(decode(&foreign).unwrap_err().contains("version"));
+        // Names out of order, or twice, in a directory: refused.
+        let mut twice = MAGIC.to_vec();
+        put_len(&mut twice, 1);
+        put_bytes(&mut twice, b"stash-0");
+        put_len(&mut twice, 0);
+        put_len(&mut twice, 2);
+        for _ in 0..2 {
+            put_bytes(&mut twice, b"same");
+            twice.push(LINK);
+            put_bytes(&mut twice, b"/t");
+        }
+        assert!(decode(&twice).unwrap_err().contains("twice"));
+        let mut backwards = MAGIC.to_vec();
+        put_len(&mut backwards, 1);
+        put_bytes(&mut backwards, b"stash-0");
+        put_len(&mut backwards, 0);
+        put_len(&mut backwards, 2);
+        for name in [b"b", b"a"] {
+            put_bytes(&mut backwards, name);
+            backwards.push(LINK);
+            put_bytes(&mut backwards, b"/t");
+        }
+        assert!(decode(&backwards).unwrap_err().contains("out of order"));
         // A huge count is refused before anything is allocated for it.
         let mut huge = MAGIC.to_vec();
         huge.extend_from_slice(&u64::MAX.to_le_bytes());
