@@ -11,12 +11,11 @@
 //! while it takes CPU from the actions running beside it.
 
 use std::collections::{HashMap, HashSet};
-
-use hashbrown::HashTable;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use hashbrown::HashTable;
 use parking_lot::Mutex;
 
 use crate::background::Background;
