@@ -6,7 +6,7 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::*;
@@ -121,16 +121,19 @@ fn native_sandboxes_are_not_writable_by_other_users() {
     d.create(bazel_like(&fx, "small", 3));
     let native = native_dir(&fx);
     let tree = native.join("trees/small");
-    for dir in [
+    let assert_others_cannot_write = |dirs: &[PathBuf]| {
+        for dir in dirs {
+            let mode = fs::symlink_metadata(dir).unwrap().permissions().mode();
+            assert_eq!(mode & 0o022, 0, "{dir:?}: {mode:o}");
+        }
+    };
+    assert_others_cannot_write(&[
         native.clone(),
         native.join("trees"),
         native.join("links"),
         tree.clone(),
         tree.join("ws/pkg"),
-    ] {
-        let mode = fs::symlink_metadata(&dir).unwrap().permissions().mode();
-        assert_eq!(mode & 0o022, 0, "{dir:?}: {mode:o}");
-    }
+    ]);
     d.destroy("small");
     assert_eq!(d.terminate(), BY_SIGTERM);
 
@@ -140,15 +143,12 @@ fn native_sandboxes_are_not_writable_by_other_users() {
     }
     let d = fx.start(&["--native_below=1000"]);
     d.create(bazel_like(&fx, "again", 3));
-    for dir in [
+    assert_others_cannot_write(&[
         native.clone(),
         native.join("trees"),
         native.join("links"),
         native.join("trees/again"),
-    ] {
-        let mode = fs::symlink_metadata(&dir).unwrap().permissions().mode();
-        assert_eq!(mode & 0o022, 0, "{dir:?} left 0777: {mode:o}");
-    }
+    ]);
     d.destroy("again");
     assert_eq!(d.terminate(), BY_SIGTERM);
 }

@@ -13,6 +13,7 @@ pub mod hybrid;
 pub mod layout;
 pub mod materialize;
 pub mod merkle;
+pub mod private_dir;
 pub(crate) mod sharded;
 pub mod store;
 pub mod tree;

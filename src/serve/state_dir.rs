@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
+use crate::sandbox::private_dir::ours_alone;
+
 /// The state directory, claimed.
 pub struct Claimed {
     path: PathBuf,
@@ -124,25 +126,6 @@ enum Retry {
     /// Raced with a holder that was ending: try again.
     Raced(String),
     No(String),
-}
-
-/// Checks that `dir` is a directory (not a symlink to one) that we own
-/// and no one else may enter: another user on a shared base must not be
-/// able to swap what the next backend adopts.
-fn ours_alone(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let meta = std::fs::symlink_metadata(dir).map_err(|err| format!("lstat {dir:?}: {err}"))?;
-    if !meta.is_dir() {
-        return Err(format!("{dir:?} is not a directory"));
-    }
-    if meta.uid() != nix::unistd::geteuid().as_raw() || meta.permissions().mode() & 0o077 != 0 {
-        return Err(format!(
-            "{dir:?} is not ours alone (owner uid {}, mode {:o})",
-            meta.uid(),
-            meta.permissions().mode() & 0o7777
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

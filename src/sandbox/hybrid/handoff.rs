@@ -286,6 +286,23 @@ mod tests {
         assert!(why.contains(&format!("{:?}", missing.join(INDEX))), "{why}");
     }
 
+    /// An index of one stash whose root holds links named `names`, in
+    /// that order (encode writes them sorted, so it cannot make one out
+    /// of order).
+    fn one_stash_of_links(names: &[&[u8]]) -> Vec<u8> {
+        let mut index = MAGIC.to_vec();
+        put_len(&mut index, 1);
+        put_bytes(&mut index, b"stash-0");
+        put_len(&mut index, 0);
+        put_len(&mut index, names.len());
+        for name in names {
+            put_bytes(&mut index, name);
+            index.push(LINK);
+            put_bytes(&mut index, b"/t");
+        }
+        index
+    }
+
     #[test]
     fn a_cut_or_foreign_index_is_refused_whole() {
         let stashes = vec![Handed {
@@ -306,28 +323,11 @@ mod tests {
         foreign[MAGIC.len() - 2] = b'9';
         assert!(decode(&foreign).unwrap_err().contains("version"));
         // Names out of order, or twice, in a directory: refused.
-        let mut twice = MAGIC.to_vec();
-        put_len(&mut twice, 1);
-        put_bytes(&mut twice, b"stash-0");
-        put_len(&mut twice, 0);
-        put_len(&mut twice, 2);
-        for _ in 0..2 {
-            put_bytes(&mut twice, b"same");
-            twice.push(LINK);
-            put_bytes(&mut twice, b"/t");
-        }
-        assert!(decode(&twice).unwrap_err().contains("twice"));
-        let mut backwards = MAGIC.to_vec();
-        put_len(&mut backwards, 1);
-        put_bytes(&mut backwards, b"stash-0");
-        put_len(&mut backwards, 0);
-        put_len(&mut backwards, 2);
-        for name in [b"b", b"a"] {
-            put_bytes(&mut backwards, name);
-            backwards.push(LINK);
-            put_bytes(&mut backwards, b"/t");
-        }
-        assert!(decode(&backwards).unwrap_err().contains("out of order"));
+        let twice = decode(&one_stash_of_links(&[b"same", b"same"])).unwrap_err();
+        assert!(twice.contains("twice"), "{twice}");
+        let backwards = decode(&one_stash_of_links(&[b"b", b"a"])).unwrap_err();
+        assert!(backwards.contains("out of order"), "{backwards}");
+        assert!(decode(&one_stash_of_links(&[b"a", b"b"])).is_ok());
         // A huge count is refused before anything is allocated for it.
         let mut huge = MAGIC.to_vec();
         huge.extend_from_slice(&u64::MAX.to_le_bytes());

@@ -28,6 +28,7 @@ use super::{
 };
 use crate::sandbox::dirfd::{kind_of, DirFd};
 use crate::sandbox::file_kind::FileKind;
+use crate::sandbox::private_dir::ours_alone_by;
 
 /// The first line of an index, naming its format.
 const HEADER: &str = "actionfs-warm-store 1";
@@ -215,18 +216,12 @@ fn take(from: &Path, root: &Path) -> Result<Option<String>, StoreError> {
     match fs::symlink_metadata(from) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(err("lstat", from)(e)),
-        Ok(meta) => {
-            use std::os::unix::fs::MetadataExt;
-            let ours = meta.is_dir()
-                && meta.uid() == nix::unistd::geteuid().as_raw()
-                && meta.mode() & 0o077 == 0;
-            if !ours {
-                return Err(err("lstat", from)(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    "not a directory of this user's alone: not adopted, left where it is",
-                )));
-            }
-        }
+        Ok(meta) => ours_alone_by(from, &meta).map_err(|why| {
+            err("lstat", from)(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{why}: not adopted, left where it is"),
+            ))
+        })?,
     }
     let taken = root.join("adopting");
     remove_any(&taken).map_err(err("remove", &taken))?;
