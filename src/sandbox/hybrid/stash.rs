@@ -23,6 +23,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -53,6 +54,8 @@ pub struct Stashes {
     /// Stashes a predecessor handed on, for the pool on their file system
     /// to adopt when it opens.
     handed: Mutex<Option<Reading>>,
+    /// The thread adopting them, once a pool can.
+    adopting: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// The stashes on one file system.
@@ -118,20 +121,68 @@ impl Stashes {
             native_dir: native_dir.to_owned(),
             pools: Mutex::default(),
             handed: Mutex::default(),
+            adopting: Mutex::default(),
         }
     }
 
-    /// Has the pool that opens on the file system of the hand-off
-    /// directory being read adopt the stashes a predecessor handed on
-    /// there; the directory is removed then (or at once, if a pool there
-    /// is open already).
+    /// Has a pool on the file system of the hand-off directory being read
+    /// adopt the stashes a predecessor handed on there, in the background
+    /// (see [`Stashes::adopt_in_background`]); the directory is removed
+    /// then. When the native directory is on that file system, the pool a
+    /// build would open there is opened now, so that adoption starts at
+    /// once rather than at the first build that wants a stash; else it
+    /// waits for a pool to open there.
     pub fn adopt_from(&self, handed: Reading) {
-        let open = device_of_path(handed.dir())
-            .and_then(|dev| self.pools.lock().get(&dev).cloned())
-            .flatten();
-        match open {
-            Some(pool) => pool.adopt(handed),
+        let Some(dev) = device_of_path(handed.dir()) else {
+            // Gone, or unreadable: nothing to adopt, and `finish` says why.
+            let (dir, read) = handed.finish();
+            if let Err(why) = read {
+                log::warn!("stashes handed on in {dir:?} not adopted: {why}");
+            }
+            return;
+        };
+        let mut pools = self.pools.lock();
+        if !pools.contains_key(&dev) && device_of_path(&self.native_dir) == Some(dev) {
+            let pool = self.open_pool(&self.native_dir, dev);
+            pools.insert(dev, self.opened(pool, &self.native_dir, dev));
+        }
+        match pools.get(&dev).cloned().flatten() {
+            Some(pool) => self.adopt_in_background(pool, handed),
             None => *self.handed.lock() = Some(handed),
+        }
+    }
+
+    /// Has `pool` adopt the stashes `handed` reads on a thread of its own:
+    /// for stress's hand-off the index alone takes ~3 ms to decode, and
+    /// every stash is renamed and stamped. Until it is done they count as
+    /// stashes on their way in, which a build waits for (bounded) before
+    /// it picks one, as it does for a destroy's.
+    fn adopt_in_background(&self, pool: Arc<Pool>, handed: Reading) {
+        let arriving = pool.expect();
+        let adopting = pool.clone();
+        let spawned = std::thread::Builder::new()
+            .name("stash-adopt".into())
+            .spawn(move || {
+                let dir = adopting.adopt(handed);
+                drop(arriving);
+                remove_handed(&dir);
+            });
+        match spawned {
+            Ok(thread) => {
+                let previous = self.adopting.lock().replace(thread);
+                // One hand-off per daemon; a second would only queue.
+                if let Some(previous) = previous {
+                    let _ = previous.join();
+                }
+            }
+            Err(err) => log::warn!("cannot adopt the stashes handed on: spawn: {err}"),
+        }
+    }
+
+    /// Waits until stashes being adopted are kept (or refused).
+    fn adopted(&self) {
+        if let Some(thread) = self.adopting.lock().take() {
+            let _ = thread.join();
         }
     }
 
@@ -147,6 +198,7 @@ impl Stashes {
         if let Some(reading) = self.handed.lock().take() {
             drop(reading.finish());
         }
+        self.adopted();
         if to.exists() {
             materialize::remove_tree(to)?;
         }
@@ -197,29 +249,37 @@ impl Stashes {
     pub fn pool_for(&self, root: &Anchor) -> Option<Arc<Pool>> {
         let dev = device_of(root.fd().ok()?)?;
         let mut pools = self.pools.lock();
-        pools
-            .entry(dev)
-            .or_insert_with(|| match self.open_pool(root.path(), dev) {
-                Ok(pool) => {
-                    log::debug!("stashes for device {dev} in {:?}", pool.path);
-                    let mut handed = self.handed.lock();
-                    if handed
-                        .as_ref()
-                        .is_some_and(|reading| device_of_path(reading.dir()) == Some(dev))
-                    {
-                        pool.adopt(handed.take().expect("checked"));
-                    }
-                    Some(Arc::new(pool))
-                }
-                Err(why) => {
-                    log::info!(
-                        "native sandboxes made in {:?} are not reused: {why}",
-                        root.path()
-                    );
-                    None
-                }
-            })
-            .clone()
+        if let Some(pool) = pools.get(&dev) {
+            return pool.clone();
+        }
+        let pool = self.open_pool(root.path(), dev);
+        let pool = self.opened(pool, root.path(), dev);
+        pools.insert(dev, pool.clone());
+        let mut handed = self.handed.lock();
+        if let Some(pool) = &pool {
+            if handed
+                .as_ref()
+                .is_some_and(|reading| device_of_path(reading.dir()) == Some(dev))
+            {
+                self.adopt_in_background(pool.clone(), handed.take().expect("checked"));
+            }
+        }
+        pool
+    }
+
+    /// The pool opened on device `dev` for writable directory `writable`,
+    /// or `None` (logged) if it could not be.
+    fn opened(&self, pool: Result<Pool, String>, writable: &Path, dev: u64) -> Option<Arc<Pool>> {
+        match pool {
+            Ok(pool) => {
+                log::debug!("stashes for device {dev} in {:?}", pool.path);
+                Some(Arc::new(pool))
+            }
+            Err(why) => {
+                log::info!("native sandboxes made in {writable:?} are not reused: {why}");
+                None
+            }
+        }
     }
 
     fn open_pool(&self, writable: &Path, dev: u64) -> Result<Pool, String> {
@@ -258,6 +318,7 @@ impl Stashes {
     /// Deletes every pool (at shutdown), waiting for their trash, and
     /// stashes handed on that no pool adopted.
     pub fn remove_all(&self) {
+        self.adopted();
         for pool in self.pools.lock().drain().filter_map(|(_, pool)| pool) {
             pool.remove();
         }
@@ -365,22 +426,22 @@ impl Pool {
 
     /// Keeps the stashes handed on in the directory `handed` reads (see
     /// [`Stashes::hand_on`]) whose roots are as they were left but for the
-    /// renames, then removes that directory; says what it did in the log.
-    fn adopt(&self, handed: Reading) {
+    /// renames; says what it did in the log. Returns that directory, for
+    /// the caller to remove.
+    fn adopt(&self, handed: Reading) -> PathBuf {
         let (dir, read) = handed.finish();
-        let dir = dir.as_path();
         match read {
             Ok(handed) => {
                 let offered = handed.len();
                 let kept = handed
                     .into_iter()
-                    .filter(|stash| self.adopt_one(dir, stash))
+                    .filter(|stash| self.adopt_one(&dir, stash))
                     .count();
                 log::info!("adopted {kept} of {offered} stashes handed on in {dir:?}");
             }
             Err(why) => log::warn!("stashes handed on in {dir:?} not adopted: {why}"),
         }
-        remove_handed(dir);
+        dir
     }
 
     /// Moves stash `handed` of hand-off directory `from` into this pool
@@ -633,6 +694,7 @@ mod tests {
             native_dir: base.path().to_owned(),
             pools: Mutex::new(HashMap::from([(dev, Some(Arc::new(pool)))])),
             handed: Mutex::default(),
+            adopting: Mutex::default(),
         };
         let to = base.path().join("handed");
         assert_eq!(
@@ -645,7 +707,7 @@ mod tests {
         std::fs::write(to.join("stash-1/intruder"), "x").unwrap();
 
         let next = Pool::open(&base.path().join("next"), dev, 8).unwrap();
-        next.adopt(Reading::start(to.clone()));
+        remove_handed(&next.adopt(Reading::start(to.clone())));
         assert!(!to.exists(), "taken");
         assert_eq!(next.kept(), 1, "the changed one is not");
         let mut targets = Vec::new();
@@ -659,6 +721,34 @@ mod tests {
         assert_eq!(targets, ["/store/c/abc"]);
         next.remove();
         stashes.remove_all();
+    }
+
+    #[test]
+    fn stashes_handed_on_are_adopted_from_the_start_not_at_the_first_build() {
+        let base = tempfile::tempdir().unwrap();
+        let dev = device_of_path(base.path()).unwrap();
+        let own = base.path().join("actionfs-serve-1");
+        let first = Stashes::new(base.path(), 8);
+        let pool = Pool::open(&base.path().join("pool"), dev, 8).unwrap();
+        stash_linking_to(&pool, "/store/c/abc");
+        let shape = pool.kept.lock().stashes[0].shape.clone();
+        first.pools.lock().insert(dev, Some(Arc::new(pool)));
+        let to = base.path().join("handed");
+        assert_eq!(first.hand_on(&to, &own).unwrap(), 1);
+        first.remove_all();
+
+        // The native directory is on the hand-off's file system: its pool
+        // opens now, before any build asks for one.
+        let next = Stashes::new(base.path(), 8);
+        next.adopt_from(Reading::start(to.clone()));
+        let pool = next.pools.lock().get(&dev).cloned().flatten();
+        let pool = pool.expect("a pool opened by the adoption itself");
+        next.adopted();
+        assert!(!to.exists(), "taken");
+        assert_eq!(pool.kept(), 1);
+        let taken = pool.take(&shape).expect("the adopted stash");
+        assert!(reuse_is_possible(&taken));
+        next.remove_all();
     }
 
     fn reuse_is_possible(stash: &Stash) -> bool {
