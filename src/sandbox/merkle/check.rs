@@ -15,8 +15,7 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
     let invalid = |what: String| WalkError::Invalid(format!("directory {hash}: {what}"));
     let dir = reapi::Directory::decode(blob)
         .map_err(|err| invalid(format!("not a REAPI Directory message: {err}")))?;
-    let mut names: Vec<&str> = Vec::with_capacity(dir.files.len() + dir.directories.len());
-    let digest_of = |name: &str, digest: &Option<reapi::Digest>| match digest {
+    let digest_of = |name: &str, digest: Option<reapi::Digest>| match digest {
         Some(digest) if digest.size_bytes < 0 => Err(invalid(format!(
             "entry {name:?}: negative size {}",
             digest.size_bytes
@@ -28,11 +27,7 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
             )))
         }
         Some(digest) => match Digest::parse(&digest.hash) {
-            Some(parsed) => Ok((
-                Box::<str>::from(digest.hash.as_str()),
-                digest.size_bytes,
-                parsed,
-            )),
+            Some(parsed) => Ok((digest.hash.into_boxed_str(), digest.size_bytes, parsed)),
             None => Err(invalid(format!(
                 "entry {name:?}: digest hash {:?} is not SHA-256 (64 lowercase hex digits)",
                 digest.hash
@@ -40,13 +35,14 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
         },
         None => Err(invalid(format!("entry {name:?}: no digest"))),
     };
+    // The decoded strings are moved in, not copied: a tree's first walk
+    // decodes thousands of entries.
     let mut files = Vec::with_capacity(dir.files.len());
-    for file in &dir.files {
+    for file in dir.files {
         check_name(&file.name).map_err(&invalid)?;
-        names.push(&file.name);
-        let (hash, size, digest) = digest_of(&file.name, &file.digest)?;
+        let (hash, size, digest) = digest_of(&file.name, file.digest)?;
         files.push(FileEntry {
-            name: file.name.as_str().into(),
+            name: file.name.into_boxed_str(),
             digest,
             hash,
             size,
@@ -54,20 +50,18 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
         });
     }
     let mut dirs = Vec::with_capacity(dir.directories.len());
-    for sub in &dir.directories {
+    for sub in dir.directories {
         check_name(&sub.name).map_err(&invalid)?;
-        names.push(&sub.name);
-        let (hash, size, _) = digest_of(&sub.name, &sub.digest)?;
+        let (hash, size, _) = digest_of(&sub.name, sub.digest)?;
         dirs.push(DirEntry {
-            name: sub.name.as_str().into(),
+            name: sub.name.into_boxed_str(),
             hash,
             size,
         });
     }
     let mut symlinks = Vec::with_capacity(dir.symlinks.len());
-    for link in &dir.symlinks {
+    for link in dir.symlinks {
         check_name(&link.name).map_err(&invalid)?;
-        names.push(&link.name);
         if link.target.is_empty() || link.target.contains('\0') {
             return Err(invalid(format!(
                 "symlink {:?}: its target is empty or holds NUL",
@@ -75,25 +69,31 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
             )));
         }
         symlinks.push(SymlinkEntry {
-            name: link.name.as_str().into(),
-            target: link.target.as_str().into(),
+            name: link.name.into_boxed_str(),
+            target: link.target.into_boxed_str(),
         });
     }
-    names.sort_unstable();
-    if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
-        return Err(invalid(format!("the name {:?} appears twice", pair[0])));
-    }
-    let sorted = files.is_sorted_by(|a: &FileEntry, b| a.name < b.name)
-        && dirs.is_sorted_by(|a: &DirEntry, b| a.name < b.name)
-        && symlinks.is_sorted_by(|a: &SymlinkEntry, b| a.name < b.name);
     let mut checked = Checked {
         files: files.into(),
         dirs: dirs.into(),
         symlinks: symlinks.into(),
         order: None,
     };
-    if !sorted {
-        // Searched by name all the same: an index sorted by name.
+    let file_names = || checked.files.iter().map(|f| &*f.name);
+    let dir_names = || checked.dirs.iter().map(|d| &*d.name);
+    let link_names = || checked.symlinks.iter().map(|l| &*l.name);
+    // Strictly sorted lists (as REAPI asks, and Bazel sends) hold no name
+    // twice; across lists, one merge each finds a name in two.
+    let sorted = strictly_sorted(file_names())
+        && strictly_sorted(dir_names())
+        && strictly_sorted(link_names());
+    let twice = if sorted {
+        name_in_both(file_names(), dir_names())
+            .or_else(|| name_in_both(file_names(), link_names()))
+            .or_else(|| name_in_both(dir_names(), link_names()))
+    } else {
+        // Searched by name all the same: an index sorted by name, where a
+        // name given twice is two neighbours.
         let kinds = [
             checked.files.len(),
             checked.dirs.len(),
@@ -102,15 +102,46 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
         let mut order: Vec<(u8, u32)> = (0u8..3)
             .flat_map(|kind| (0..kinds[kind as usize] as u32).map(move |at| (kind, at)))
             .collect();
-        order.sort_unstable_by(|a, b| {
-            checked
-                .entry(a.0, a.1)
-                .name()
-                .cmp(checked.entry(b.0, b.1).name())
-        });
+        let name = |&(kind, at): &(u8, u32)| checked.entry(kind, at).name();
+        order.sort_unstable_by(|a, b| name(a).cmp(name(b)));
+        let twice = order
+            .windows(2)
+            .find(|pair| name(&pair[0]) == name(&pair[1]))
+            .map(|pair| name(&pair[0]).to_owned());
         checked.order = Some(order.into());
+        twice
+    };
+    if let Some(name) = twice {
+        return Err(invalid(format!("the name {name:?} appears twice")));
     }
     Ok(checked)
+}
+
+fn strictly_sorted<'a>(mut names: impl Iterator<Item = &'a str>) -> bool {
+    let Some(mut last) = names.next() else {
+        return true;
+    };
+    names.all(|name| {
+        let ascending = last < name;
+        last = name;
+        ascending
+    })
+}
+
+/// A name found in both of two strictly sorted lists.
+fn name_in_both<'a>(
+    a: impl Iterator<Item = &'a str>,
+    b: impl Iterator<Item = &'a str>,
+) -> Option<String> {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
+        match x.cmp(y) {
+            std::cmp::Ordering::Less => drop(a.next()),
+            std::cmp::Ordering::Greater => drop(b.next()),
+            std::cmp::Ordering::Equal => return Some((*x).to_owned()),
+        }
+    }
+    None
 }
 
 /// One path component: not empty, not `.` or `..`, no `/` or NUL.
@@ -137,6 +168,61 @@ mod tests {
         for good in ["a", "...", ".hidden", "a b", "ü"] {
             assert!(check_name(good).is_ok(), "{good:?} was refused");
         }
+    }
+
+    #[test]
+    fn a_name_given_twice_is_refused_in_one_list_or_across_lists_sorted_or_not() {
+        let digest = reapi::Digest {
+            hash: "01".repeat(32),
+            size_bytes: 1,
+        };
+        let file = |name: &str| reapi::FileNode {
+            name: name.into(),
+            digest: Some(digest.clone()),
+            ..Default::default()
+        };
+        let dir = |name: &str| reapi::DirectoryNode {
+            name: name.into(),
+            digest: Some(digest.clone()),
+        };
+        let link = |name: &str| reapi::SymlinkNode {
+            name: name.into(),
+            target: "t".into(),
+            ..Default::default()
+        };
+        let blob = |files: &[&str], dirs: &[&str], links: &[&str]| {
+            reapi::Directory {
+                files: files.iter().map(|n| file(n)).collect(),
+                directories: dirs.iter().map(|n| dir(n)).collect(),
+                symlinks: links.iter().map(|n| link(n)).collect(),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        };
+        // Files, directories, symlinks, and the name given twice.
+        type Case<'a> = (&'a [&'a str], &'a [&'a str], &'a [&'a str], &'a str);
+        let cases: [Case; 7] = [
+            (&["a", "b", "b"], &[], &[], "b"),
+            (&["a", "m"], &["b", "m"], &[], "m"),
+            (&["a", "z"], &[], &["b", "z"], "z"),
+            (&[], &["c", "d"], &["a", "d"], "d"),
+            (&["m", "a"], &["b", "m"], &[], "m"),
+            (&["b", "a"], &[], &["c", "a"], "a"),
+            (&["q"], &["r", "q"], &["s"], "q"),
+        ];
+        for (files, dirs, links, twice) in cases {
+            let Err(WalkError::Invalid(why)) = check("h", &blob(files, dirs, links)) else {
+                panic!("{files:?} {dirs:?} {links:?} accepted");
+            };
+            assert!(
+                why.contains(&format!("the name {twice:?} appears twice")),
+                "{why}"
+            );
+        }
+        let distinct = check("h", &blob(&["a", "c"], &["b", "d"], &["e"])).unwrap();
+        assert!(distinct.order.is_none(), "sorted: no index needed");
+        let distinct = check("h", &blob(&["c", "a"], &["b"], &["e"])).unwrap();
+        assert!(distinct.order.is_some(), "unsorted: an index");
     }
 
     #[test]
