@@ -189,7 +189,8 @@ impl Drop for Backend {
 /// Nothing left below `base` but the store handed on to the next
 /// backend (`actionfs-warm-UID`: its index and content directories) and
 /// the state directory (`actionfs-state-UID`: its lock, the stashed
-/// trees and the list of where looks found files handed on).
+/// trees, the list of where looks found files and the directory blobs
+/// handed on).
 fn assert_nothing_left(base: &Path, log: &str) {
     let warm = base.join(format!("actionfs-warm-{}", nix::unistd::geteuid()));
     let state = base.join(format!("actionfs-state-{}", nix::unistd::geteuid()));
@@ -211,7 +212,7 @@ fn assert_nothing_left(base: &Path, log: &str) {
         for entry in fs::read_dir(&state).unwrap() {
             let name = entry.unwrap().file_name();
             assert!(
-                name == "lock" || name == "stashes" || name == "looks",
+                ["lock", "stashes", "looks", "directories"].contains(&name.to_str().unwrap()),
                 "{name:?} left in {state:?}\n{log}"
             );
         }

@@ -591,6 +591,80 @@ fn where_looks_found_files_is_handed_on_and_looked_at_again() {
     );
 }
 
+/// The directory blobs a backend held are handed on as its stdin closes;
+/// the next backend keeps and decodes them as it starts, so that a Create
+/// of the same tree is answered though nothing was pushed to that backend
+/// (one that did not take them answers MissingContent). A signal hands
+/// nothing on; a damaged list is refused whole, says why, and goes.
+#[test]
+fn directory_blobs_are_handed_on_and_decoded_again() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let place = Place::new();
+    let directories = place.base().join(state_name()).join("directories");
+    let tree = place.tree(3);
+    let logged =
+        |b: &Backend, what: &str| wait_for(Duration::from_secs(10), || b.log().contains(what));
+
+    let first = Backend::start(&place, "first", &[NATIVE_BELOW]);
+    place.serve_tree(&first, &tree, "1", (3, 1));
+    first.close();
+    assert!(directories.is_file(), "{:?}", place.backends_on_base());
+
+    let mut second = Backend::start(&place, "second", &[NATIVE_BELOW]);
+    let held = tree.blobs.len();
+    assert!(
+        logged(
+            &second,
+            &format!("decoded {held} of {held} directories a previous backend held")
+        ),
+        "{}",
+        second.log()
+    );
+    assert!(!directories.exists(), "taken by the second backend");
+    // Nothing pushed: the tree's directories are the predecessor's.
+    let root = second.create_ok("2", place.manifest(&tree));
+    let read = fs::read_to_string(root.join(WS).join("in3/f2")).unwrap();
+    assert_eq!(read, "input 2 of 3\n");
+    assert!(second.client().destroy("2").is_ok());
+    second.signal(libc::SIGTERM);
+    assert_eq!(signal_of(second.wait()), Some(libc::SIGTERM));
+    assert!(!directories.exists(), "a signal hands nothing on");
+
+    let third = Backend::start(&place, "third", &[NATIVE_BELOW]);
+    match third
+        .client()
+        .create("3", place.manifest(&tree))
+        .unwrap()
+        .outcome
+    {
+        Some(sandbox::create::result::Outcome::MissingContent(missing)) => {
+            assert!(missing.digest_hashes.contains(&tree.root.hash))
+        }
+        other => panic!("nothing handed on, yet {other:?}\n{}", third.log()),
+    }
+    place.serve_tree(&third, &tree, "3", (3, 0));
+    third.close();
+    assert!(directories.is_file(), "handed on again");
+
+    let cut = fs::read(&directories).unwrap();
+    fs::write(&directories, &cut[..cut.len() - 1]).unwrap();
+    let fourth = Backend::start(&place, "fourth", &[NATIVE_BELOW]);
+    assert!(
+        logged(&fourth, "directories handed on are not decoded again")
+            && fourth.log().contains("bytes where"),
+        "{}",
+        fourth.log()
+    );
+    assert!(!directories.exists(), "a damaged list goes");
+    fourth.close();
+    assert!(
+        !directories.exists(),
+        "a backend that held no directory hands nothing on"
+    );
+}
+
 /// A backend whose stdin closes hands the native trees it stashed on to
 /// the next backend on the base, which builds its first sandbox of the
 /// same tree from one (reading the right bytes); a stash changed while

@@ -27,6 +27,7 @@ mod outputs;
 mod service;
 mod session;
 mod state_dir;
+mod trees_handed;
 
 use std::io::{self, BufReader};
 use std::os::unix::fs::DirBuilderExt;
@@ -53,6 +54,7 @@ use options::BackendOptions;
 use service::{Dirs, Service};
 use session::{Answers, Halt};
 use state_dir::Claimed;
+use trees_handed::DecodingAgain;
 
 /// `actionfs serve`'s command line; everything else comes in Negotiate.
 #[derive(Debug)]
@@ -221,6 +223,7 @@ fn serve_in(
         .map(|dir| handoff::Reading::start(dir.clone()));
     let store = Arc::new(open_store(&store_dir, warm, options, base).map_err(refuse)?);
     let looks = claimed.map(Claimed::looks);
+    let directories = claimed.map(Claimed::directories);
     let handing_on = warm.map(|warm| (store.clone(), warm));
     // Beside the scratch directories, so that a rename takes one there.
     let trash = Trash::open(&base.join("trash"), 1).map_err(|err| refuse(err.to_string()))?;
@@ -266,6 +269,9 @@ fn serve_in(
             let looking_again = looks
                 .as_deref()
                 .and_then(|file| LookingAgain::start(&service, file, &workspace));
+            let decoding_again = directories
+                .as_deref()
+                .and_then(|file| DecodingAgain::start(&service, file));
             *serving.lock() = Some(service.clone());
             served.store(true, Ordering::SeqCst);
             answers.send(rid, negotiated(Ok(())));
@@ -275,10 +281,13 @@ fn serve_in(
             if let Some(looking) = looking_again {
                 looking.stop();
             }
+            if let Some(decoding) = decoding_again {
+                decoding.stop();
+            }
             service.destroy_all();
-            // Bazel closed stdin: the trees stashed and where looks found
-            // files go to the next backend (a signal or an error hands
-            // nothing on).
+            // Bazel closed stdin: the trees stashed, where looks found
+            // files and the directory blobs go to the next backend (a
+            // signal or an error hands nothing on).
             if ended.is_ok() && !halt.is_halted() {
                 if let Some(to) = &stashes {
                     match service.hand_on_stashes(to, &own) {
@@ -289,6 +298,9 @@ fn serve_in(
                 }
                 if let Some(file) = &looks {
                     looks_handed::hand_on(&service, file, &workspace);
+                }
+                if let Some(file) = &directories {
+                    trees_handed::hand_on(&service, file);
                 }
             }
             *fatal.lock() = ended.err();

@@ -768,6 +768,27 @@ impl Service {
         withdrawn.map_err(|why| format!("sandbox {id:?}: destroy: {why}"))
     }
 
+    /// The directory blobs the store holds, least recently used first.
+    pub fn directory_blobs(&self) -> Vec<Arc<[u8]>> {
+        self.store.directory_blobs()
+    }
+
+    /// Keeps directory blob `bytes` (a predecessor's, see
+    /// `trees_handed`) under its digest, and decodes and checks it now, so
+    /// that the first walk through it finds it done.
+    pub fn take_directory(&self, bytes: Vec<u8>) -> Result<(), String> {
+        let size = bytes.len() as i64;
+        let hash = self
+            .store
+            .put_directory_of(bytes)
+            .map_err(|err| err.to_string())?;
+        match self.trees.checked(&hash, size) {
+            Ok(_) => Ok(()),
+            Err(WalkError::Invalid(why)) => Err(why),
+            Err(WalkError::Missing(_)) => Err(format!("directory {hash}: evicted as it was kept")),
+        }
+    }
+
     /// The looks at default places remembered.
     pub fn looks(&self) -> &Looks {
         &self.looks

@@ -4,12 +4,13 @@
 //! comes back to the next backend at the same paths, and the native trees
 //! one backend stashed, whose symlinks name those paths, can be handed on
 //! too (`stashes/`), as can where its looks at default places found files
-//! (`looks`). Of two backends on one base, the second finds the
-//! directory held and keeps its store in its own directory (its content
-//! is still handed on; its stashes and looks are not). A lock dies with
-//! its holder, so a killed backend's leftovers are found by the next
-//! claim and removed as the store opens. A backend that hands neither stashes nor
-//! looks on removes the directory as it ends.
+//! (`looks`) and its store's directory blobs (`directories`). Of two
+//! backends on one base, the second finds the directory held and keeps
+//! its store in its own directory (its content is still handed on; the
+//! rest is not). A lock dies with its holder, so a killed backend's
+//! leftovers are found by the next claim and removed as the store opens.
+//! A backend that hands none of these on removes the directory as it
+//! ends.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -84,8 +85,9 @@ impl Claimed {
     }
 
     /// Ends the claim: the store's directory goes (its content was handed
-    /// on, or is not to be), and, unless stashes or looks were handed on,
-    /// the whole directory, the lock last, while still held.
+    /// on, or is not to be), and, unless stashes, looks or directories
+    /// were handed on, the whole directory, the lock last, while still
+    /// held.
     pub fn release(self) {
         let store = self.store();
         if store.exists() {
@@ -93,7 +95,7 @@ impl Claimed {
                 log::warn!("cannot remove the store's directory: {err}");
             }
         }
-        if self.stashes().exists() || self.looks().exists() {
+        if self.stashes().exists() || self.looks().exists() || self.directories().exists() {
             return;
         }
         let _ = std::fs::remove_file(self.path.join("lock"));
@@ -119,6 +121,11 @@ impl Claimed {
     /// Where the looks at default places are handed on.
     pub fn looks(&self) -> PathBuf {
         self.path.join("looks")
+    }
+
+    /// Where the store's directory blobs are handed on.
+    pub fn directories(&self) -> PathBuf {
+        self.path.join("directories")
     }
 }
 
@@ -159,6 +166,12 @@ mod tests {
         std::fs::write(looks.looks(), b"").unwrap();
         looks.release();
         assert!(dir.join("looks").is_file() && dir.join("lock").is_file());
+        // And directory blobs, alone.
+        let directories = Claimed::claim(base.path()).unwrap().expect("free");
+        std::fs::remove_file(directories.looks()).unwrap();
+        std::fs::write(directories.directories(), b"").unwrap();
+        directories.release();
+        assert!(dir.join("directories").is_file() && dir.join("lock").is_file());
     }
 
     #[test]

@@ -240,6 +240,20 @@ impl Index {
         kept
     }
 
+    /// The directory blobs held, least recently used first.
+    pub fn directory_blobs(&self) -> Vec<Arc<[u8]>> {
+        let mut blobs = Vec::new();
+        let mut at = self.head;
+        while let Some(slot) = at {
+            let entry = &self.slots[slot as usize];
+            if entry.flags & DIRECTORY != 0 {
+                blobs.extend(self.blobs.get(&slot).cloned());
+            }
+            at = opt(entry.next);
+        }
+        blobs
+    }
+
     /// Whether an unpinned single-use entry has served its sandbox.
     pub fn is_spent(&self, slot: u32) -> bool {
         let entry = &self.slots[slot as usize];

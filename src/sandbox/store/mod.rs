@@ -339,6 +339,19 @@ impl ContentStore {
                 actual: actual.hex(),
             });
         }
+        self.keep_directory(digest, hash, bytes)
+    }
+
+    /// Keeps directory blob `bytes` under the digest computed from them;
+    /// returns its hash.
+    pub fn put_directory_of(&self, bytes: Vec<u8>) -> Result<String, StoreError> {
+        let digest = Digest::of(&bytes);
+        let hash = digest.hex();
+        self.keep_directory(digest, &hash, bytes)?;
+        Ok(hash)
+    }
+
+    fn keep_directory(&self, digest: Digest, hash: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
         let size = bytes.len() as u64;
         self.check_size(Op::PutDirectory, hash, size)?;
         let mut state = self.state.lock();
@@ -350,6 +363,11 @@ impl ContentStore {
         state.index.set_blob(slot, Arc::from(bytes));
         self.evict(&mut state, Some(slot));
         Ok(())
+    }
+
+    /// Every directory blob held, least recently used first.
+    pub fn directory_blobs(&self) -> Vec<Arc<[u8]>> {
+        self.state.lock().index.directory_blobs()
     }
 
     /// Directory blob `hash`, if held (a use, for the size bound).
