@@ -595,7 +595,8 @@ fn where_looks_found_files_is_handed_on_and_looked_at_again() {
 /// the next backend keeps and decodes them as it starts, so that a Create
 /// of the same tree is answered though nothing was pushed to that backend
 /// (one that did not take them answers MissingContent). A signal hands
-/// nothing on; a damaged list is refused whole, says why, and goes.
+/// nothing on; a damaged list is refused whole, says why, and goes; a
+/// blob that is no directory is refused and not kept.
 #[test]
 fn directory_blobs_are_handed_on_and_decoded_again() {
     if !require(&[Need::Mount]) {
@@ -663,6 +664,22 @@ fn directory_blobs_are_handed_on_and_decoded_again() {
         !directories.exists(),
         "a backend that held no directory hands nothing on"
     );
+
+    // A blob that is no Directory is refused, and not kept: nothing to
+    // hand on again.
+    let mut list = b"actionfs directories 1\n".to_vec();
+    list.extend_from_slice(&2u64.to_le_bytes());
+    list.extend_from_slice(b"\xff\xff");
+    fs::write(&directories, list).unwrap();
+    let fifth = Backend::start(&place, "fifth", &[NATIVE_BELOW]);
+    assert!(
+        logged(&fifth, "decoded 0 of 1 directories")
+            && fifth.log().contains("a directory handed on is refused"),
+        "{}",
+        fifth.log()
+    );
+    fifth.close();
+    assert!(!directories.exists(), "the refused blob was kept");
 }
 
 /// A backend whose stdin closes hands the native trees it stashed on to

@@ -773,20 +773,20 @@ impl Service {
         self.store.directory_blobs()
     }
 
-    /// Keeps directory blob `bytes` (a predecessor's, see
-    /// `trees_handed`) under its digest, and decodes and checks it now, so
-    /// that the first walk through it finds it done.
+    /// Decodes and checks directory blob `bytes` (a predecessor's, see
+    /// `trees_handed`) now, so that the first walk through it finds it
+    /// done, and keeps it under the digest of its bytes; one that is not
+    /// a valid directory is not kept.
     pub fn take_directory(&self, bytes: Vec<u8>) -> Result<(), String> {
-        let size = bytes.len() as i64;
-        let hash = self
-            .store
-            .put_directory_of(bytes)
-            .map_err(|err| err.to_string())?;
-        match self.trees.checked(&hash, size) {
-            Ok(_) => Ok(()),
-            Err(WalkError::Invalid(why)) => Err(why),
-            Err(WalkError::Missing(_)) => Err(format!("directory {hash}: evicted as it was kept")),
+        let hash = crate::sandbox::store::Digest::of(&bytes).hex();
+        match self.trees.check_ahead(&hash, &bytes) {
+            Ok(()) => {}
+            Err(WalkError::Invalid(why)) => return Err(why),
+            Err(WalkError::Missing(_)) => unreachable!("a blob checked alone names no other"),
         }
+        self.store
+            .put_directory(&hash, bytes)
+            .map_err(|err| err.to_string())
     }
 
     /// The looks at default places remembered.

@@ -283,6 +283,22 @@ impl<S: DirectorySource> Trees<S> {
         Ok(walked)
     }
 
+    /// Decodes and checks `blob`, the directory of digest `hash` (which
+    /// the caller computed from it), ahead of any walk through it.
+    pub fn check_ahead(&self, hash: &str, blob: &[u8]) -> Result<(), WalkError> {
+        let dir = Arc::new(check::check(hash, blob)?);
+        self.keep_checked(hash, dir);
+        Ok(())
+    }
+
+    fn keep_checked(&self, hash: &str, dir: Arc<Checked>) {
+        let mut checked = self.checked.lock();
+        if checked.len() >= CHECKED_CAP {
+            checked.clear();
+        }
+        checked.insert(hash.into(), dir);
+    }
+
     /// The checked entries of directory `hash`, decoding and checking its
     /// blob the first time; `None` if the source lacks the blob.
     pub fn checked(&self, hash: &str, size: i64) -> Result<Option<Arc<Checked>>, WalkError> {
@@ -301,11 +317,7 @@ impl<S: DirectorySource> Trees<S> {
             }
         };
         let dir = Arc::new(check::check(hash, &blob)?);
-        let mut checked = self.checked.lock();
-        if checked.len() >= CHECKED_CAP {
-            checked.clear();
-        }
-        checked.insert(hash.into(), dir.clone());
+        self.keep_checked(hash, dir.clone());
         Ok(Some(dir))
     }
 }

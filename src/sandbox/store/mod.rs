@@ -339,19 +339,6 @@ impl ContentStore {
                 actual: actual.hex(),
             });
         }
-        self.keep_directory(digest, hash, bytes)
-    }
-
-    /// Keeps directory blob `bytes` under the digest computed from them;
-    /// returns its hash.
-    pub fn put_directory_of(&self, bytes: Vec<u8>) -> Result<String, StoreError> {
-        let digest = Digest::of(&bytes);
-        let hash = digest.hex();
-        self.keep_directory(digest, &hash, bytes)?;
-        Ok(hash)
-    }
-
-    fn keep_directory(&self, digest: Digest, hash: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
         let size = bytes.len() as u64;
         self.check_size(Op::PutDirectory, hash, size)?;
         let mut state = self.state.lock();
