@@ -143,8 +143,7 @@ impl Stashes {
         };
         let mut pools = self.pools.lock();
         if !pools.contains_key(&dev) && device_of_path(&self.native_dir) == Some(dev) {
-            let pool = self.open_pool(&self.native_dir, dev);
-            pools.insert(dev, self.opened(pool, &self.native_dir, dev));
+            pools.insert(dev, self.open_pool(&self.native_dir, dev));
         }
         match pools.get(&dev).cloned().flatten() {
             Some(pool) => self.adopt_in_background(pool, handed),
@@ -253,7 +252,6 @@ impl Stashes {
             return pool.clone();
         }
         let pool = self.open_pool(root.path(), dev);
-        let pool = self.opened(pool, root.path(), dev);
         pools.insert(dev, pool.clone());
         let mut handed = self.handed.lock();
         if let Some(pool) = &pool {
@@ -267,10 +265,10 @@ impl Stashes {
         pool
     }
 
-    /// The pool opened on device `dev` for writable directory `writable`,
-    /// or `None` (logged) if it could not be.
-    fn opened(&self, pool: Result<Pool, String>, writable: &Path, dev: u64) -> Option<Arc<Pool>> {
-        match pool {
+    /// The pool for writable directories on device `dev` such as
+    /// `writable`, or `None` (logged) if none can be opened.
+    fn open_pool(&self, writable: &Path, dev: u64) -> Option<Arc<Pool>> {
+        match self.try_open_pool(writable, dev) {
             Ok(pool) => {
                 log::debug!("stashes for device {dev} in {:?}", pool.path);
                 Some(Arc::new(pool))
@@ -282,7 +280,7 @@ impl Stashes {
         }
     }
 
-    fn open_pool(&self, writable: &Path, dev: u64) -> Result<Pool, String> {
+    fn try_open_pool(&self, writable: &Path, dev: u64) -> Result<Pool, String> {
         let name = format!("{POOL_PREFIX}{}", std::process::id());
         let parent = if device_of_path(&self.native_dir) == Some(dev) {
             self.native_dir.clone()
