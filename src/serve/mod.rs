@@ -27,6 +27,7 @@ mod outputs;
 mod service;
 mod session;
 mod state_dir;
+mod taken_again;
 mod trees_handed;
 
 use std::io::{self, BufReader};
@@ -49,12 +50,10 @@ use crate::sandbox::materialize::Trash;
 use crate::sandbox::store::ContentStore;
 use base::Base;
 use confine::Jail;
-use looks_handed::LookingAgain;
 use options::BackendOptions;
 use service::{Dirs, Service};
 use session::{Answers, Halt};
 use state_dir::Claimed;
-use trees_handed::DecodingAgain;
 
 /// `actionfs serve`'s command line; everything else comes in Negotiate.
 #[derive(Debug)]
@@ -268,10 +267,10 @@ fn serve_in(
             ));
             let looking_again = looks
                 .as_deref()
-                .and_then(|file| LookingAgain::start(&service, file, &workspace));
+                .and_then(|file| looks_handed::look_again(&service, file, &workspace));
             let decoding_again = directories
                 .as_deref()
-                .and_then(|file| DecodingAgain::start(&service, file));
+                .and_then(|file| trees_handed::decode_again(&service, file));
             *serving.lock() = Some(service.clone());
             served.store(true, Ordering::SeqCst);
             answers.send(rid, negotiated(Ok(())));

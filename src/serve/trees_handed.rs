@@ -9,82 +9,49 @@
 //! build's Creates walk trees already decoded.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::daemon::stop::LOG;
 
 use super::service::Service;
+use super::taken_again::TakenAgain;
 
 /// The first bytes of the file, naming its format.
 const MAGIC: &[u8] = b"actionfs directories 1\n";
 
-/// Decoding again what a predecessor handed on, until stopped.
-pub struct DecodingAgain {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
-}
-
-impl DecodingAgain {
-    /// Decodes, checks and keeps, on a thread of its own, the directory
-    /// blobs handed on in `file` (read there, not before Negotiate is answered,
-    /// and removed: a successor gets this backend's own); `None` if there
-    /// are none.
-    pub fn start(service: &Arc<Service>, file: &Path) -> Option<DecodingAgain> {
-        if !file.exists() {
-            return None;
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let (service, stopping) = (service.clone(), stop.clone());
-        let file = file.to_owned();
-        let thread = std::thread::Builder::new()
-            .name("trees-again".into())
-            .spawn(move || {
-                crate::background::lowest_priority();
-                let read = std::fs::read(&file).map_err(|err| format!("read {file:?}: {err}"));
-                if let Err(err) = std::fs::remove_file(&file) {
-                    log::warn!("cannot remove {file:?}: {err}");
+/// Decodes, checks and keeps, on a thread of its own, the directory blobs
+/// handed on in `file` (see [`TakenAgain`]); `None` if there are none.
+pub fn decode_again(service: &Arc<Service>, file: &Path) -> Option<TakenAgain> {
+    let service = service.clone();
+    TakenAgain::start(
+        "trees-again",
+        file,
+        "directories handed on are not decoded again",
+        |file| {
+            let bytes = std::fs::read(file).map_err(|err| format!("read {file:?}: {err}"))?;
+            decode(&bytes).map(|blobs| blobs.into_iter().map(<[u8]>::to_vec).collect())
+        },
+        move |blobs: Vec<Vec<u8>>, stopping| {
+            let began = Instant::now();
+            let (offered, mut kept) = (blobs.len(), 0);
+            for blob in blobs {
+                if stopping.load(Ordering::Relaxed) {
+                    break;
                 }
-                let blobs = match read.and_then(|bytes| decode(&bytes).map(|b| to_owned(&b))) {
-                    Ok(blobs) => blobs,
-                    Err(why) => {
-                        log::warn!("directories handed on are not decoded again: {why}");
-                        return;
-                    }
-                };
-                let began = Instant::now();
-                let (offered, mut kept) = (blobs.len(), 0);
-                for blob in blobs {
-                    if stopping.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    match service.take_directory(blob) {
-                        Ok(()) => kept += 1,
-                        Err(why) => log::warn!("a directory handed on is refused: {why}"),
-                    }
+                match service.take_directory(blob) {
+                    Ok(()) => kept += 1,
+                    Err(why) => log::warn!("a directory handed on is refused: {why}"),
                 }
-                log::info!(
-                    target: LOG,
-                    "decoded {kept} of {offered} directories a previous backend held, in {:.1} ms",
-                    began.elapsed().as_secs_f64() * 1e3
-                );
-            });
-        match thread {
-            Ok(thread) => Some(DecodingAgain { stop, thread }),
-            Err(err) => {
-                log::warn!("directories handed on are not decoded again: spawn: {err}");
-                None
             }
-        }
-    }
-
-    /// Stops, and waits for the directory under way.
-    pub fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.thread.join();
-    }
+            log::info!(
+                target: LOG,
+                "decoded {kept} of {offered} directories a previous backend held, in {:.1} ms",
+                began.elapsed().as_secs_f64() * 1e3
+            );
+        },
+    )
 }
 
 /// Hands the directory blobs `service`'s store holds on in `file`,
@@ -106,10 +73,6 @@ pub fn hand_on(service: &Service, file: &Path) {
         ),
         Err(err) => log::warn!("cannot hand directories on in {file:?}: {err}"),
     }
-}
-
-fn to_owned(blobs: &[&[u8]]) -> Vec<Vec<u8>> {
-    blobs.iter().map(|blob| blob.to_vec()).collect()
 }
 
 /// The file holding `blobs`: the magic, then each blob's length (8 bytes,
