@@ -172,6 +172,12 @@ impl Backend {
         Backend(serve)
     }
 
+    /// Whether `what` shows in the log within 10 s (work done on a
+    /// thread of the backend's own as it starts).
+    fn logs(&self, what: &str) -> bool {
+        wait_for(Duration::from_secs(10), || self.log().contains(what))
+    }
+
     /// Closes stdin, as Bazel does at the end, and expects exit 0.
     fn close(mut self) {
         drop(self.close_input());
@@ -525,8 +531,6 @@ fn where_looks_found_files_is_handed_on_and_looked_at_again() {
     let tree = place.tree(3);
     // Nothing captured: every input is looked at where it is.
     let options = [NATIVE_BELOW, "--capture_below=0"];
-    let looked_again =
-        |b: &Backend, what: &str| wait_for(Duration::from_secs(10), || b.log().contains(what));
 
     let first = Backend::start(&place, "first", &options);
     place.serve_tree(&first, &tree, "1", (3, 1));
@@ -543,8 +547,7 @@ fn where_looks_found_files_is_handed_on_and_looked_at_again() {
     fs::write(&changed, b"grown while handed on\n").unwrap();
     let mut second = Backend::start(&place, "second", &options);
     assert!(
-        looked_again(
-            &second,
+        second.logs(
             "looked again at 3 files in 1 directories a previous backend found: 2 still there"
         ),
         "{}",
@@ -561,16 +564,12 @@ fn where_looks_found_files_is_handed_on_and_looked_at_again() {
     place.serve_tree(&third, &tree, "3", (3, 0));
     third.close();
     let fourth = Backend::start(&place, "fourth", &options);
-    assert!(looked_again(&fourth, "3 still there"), "{}", fourth.log());
+    assert!(fourth.logs("3 still there"), "{}", fourth.log());
     fourth.close();
 
     // A backend of another workspace does not look at this one's.
     let other = Backend::start_for(&place, "other", "other", &options);
-    assert!(
-        looked_again(&other, "are of another workspace"),
-        "{}",
-        other.log()
-    );
+    assert!(other.logs("are of another workspace"), "{}", other.log());
     assert!(!other.log().contains("still there"), "{}", other.log());
     other.close();
     assert!(!looks.exists(), "taken, and nothing looked at to hand on");
@@ -579,8 +578,7 @@ fn where_looks_found_files_is_handed_on_and_looked_at_again() {
     fs::write(&looks, b"actionfs looks 1\n/ws\x00/d\x00many\x00").unwrap();
     let fifth = Backend::start(&place, "fifth", &options);
     assert!(
-        looked_again(&fifth, "not looked at again")
-            && fifth.log().contains("a number that is none"),
+        fifth.logs("not looked at again") && fifth.log().contains("a number that is none"),
         "{}",
         fifth.log()
     );
@@ -605,8 +603,6 @@ fn directory_blobs_are_handed_on_and_decoded_again() {
     let place = Place::new();
     let directories = place.base().join(state_name()).join("directories");
     let tree = place.tree(3);
-    let logged =
-        |b: &Backend, what: &str| wait_for(Duration::from_secs(10), || b.log().contains(what));
 
     let first = Backend::start(&place, "first", &[NATIVE_BELOW]);
     place.serve_tree(&first, &tree, "1", (3, 1));
@@ -616,10 +612,9 @@ fn directory_blobs_are_handed_on_and_decoded_again() {
     let mut second = Backend::start(&place, "second", &[NATIVE_BELOW]);
     let held = tree.blobs.len();
     assert!(
-        logged(
-            &second,
-            &format!("decoded {held} of {held} directories a previous backend held")
-        ),
+        second.logs(&format!(
+            "decoded {held} of {held} directories a previous backend held"
+        )),
         "{}",
         second.log()
     );
@@ -653,7 +648,7 @@ fn directory_blobs_are_handed_on_and_decoded_again() {
     fs::write(&directories, &cut[..cut.len() - 1]).unwrap();
     let fourth = Backend::start(&place, "fourth", &[NATIVE_BELOW]);
     assert!(
-        logged(&fourth, "directories handed on are not decoded again")
+        fourth.logs("directories handed on are not decoded again")
             && fourth.log().contains("bytes where"),
         "{}",
         fourth.log()
@@ -673,7 +668,7 @@ fn directory_blobs_are_handed_on_and_decoded_again() {
     fs::write(&directories, list).unwrap();
     let fifth = Backend::start(&place, "fifth", &[NATIVE_BELOW]);
     assert!(
-        logged(&fifth, "decoded 0 of 1 directories")
+        fifth.logs("decoded 0 of 1 directories")
             && fifth.log().contains("a directory handed on is refused"),
         "{}",
         fifth.log()
