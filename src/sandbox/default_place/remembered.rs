@@ -6,7 +6,10 @@
 //! (inotify, see [`watch`](super::watch)), and looked at again after one.
 //!
 //! What this does not see, and a look by size would: a size changed by a
-//! write through a hard link in a directory not watched. Elsewhere it
+//! write through a hard link in a directory not watched; the mode of a
+//! directory on the way changed (watched for its entries only, see
+//! [`watch`](super::watch)): search permission taken away there fails
+//! the action's read instead of the Create. Elsewhere it
 //! sees more than a look: a write of the same size to a watched
 //! directory's file brings a new look (which finds the same size).
 //! Files reached through a symlink, and refusals, are looked at each time.
@@ -435,6 +438,29 @@ mod tests {
             "holds 2 bytes"
         ));
         assert!(looks.made() > made);
+    }
+
+    /// A directory first met on another's way is watched for its
+    /// entries only; once its own files are looked at, for their writes.
+    #[test]
+    fn a_directory_on_a_way_then_looked_in_sees_its_files_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("pkg");
+        fs::create_dir_all(dir.join("sub")).unwrap();
+        fs::write(dir.join("sub/f"), b"1").unwrap();
+        fs::write(dir.join("g"), b"12").unwrap();
+        let looks = Looks::new();
+        assert_eq!(look(&looks, &dir.join("sub"), &[("f", 1)]), [Place::Here]);
+        assert_eq!(look(&looks, &dir, &[("g", 2)]), [Place::Here]);
+        assert_eq!(look(&looks, &dir, &[("g", 2)]), [Place::Here]);
+        assert_eq!(looks.made(), 2);
+        fs::write(dir.join("g"), b"123").unwrap();
+        assert!(refused(
+            &look(&looks, &dir, &[("g", 2)])[0],
+            "holds 3 bytes"
+        ));
+        assert_eq!(look(&looks, &dir.join("sub"), &[("f", 1)]), [Place::Here]);
+        assert_eq!(looks.made(), 3, "sub's look still remembered");
     }
 
     #[test]

@@ -36,20 +36,54 @@ const MOST_WATCHES: usize = 4096;
 /// Paths whose way is kept at most (each made again when next asked).
 const MOST_WAYS: usize = 1 << 18;
 
-/// What changes a directory's entries or a file in it: its entries made,
-/// removed, renamed; a file written, truncated or its mode changed; the
-/// directory itself moved or removed.
-fn changes() -> AddWatchFlags {
-    AddWatchFlags::IN_MODIFY
-        | AddWatchFlags::IN_ATTRIB
-        | AddWatchFlags::IN_CLOSE_WRITE
-        | AddWatchFlags::IN_MOVED_FROM
+/// What changes a directory's entries: an entry made, removed or
+/// renamed; the directory itself moved or removed. All a directory only
+/// on some path's way needs, and cheap to ask for: no event of its
+/// entries' own, so the kernel need not mark every entry it has cached
+/// there (`/tmp` on this machine: 53 ms for a watch asking for those).
+fn entries_changed() -> AddWatchFlags {
+    AddWatchFlags::IN_MOVED_FROM
         | AddWatchFlags::IN_MOVED_TO
         | AddWatchFlags::IN_CREATE
         | AddWatchFlags::IN_DELETE
         | AddWatchFlags::IN_DELETE_SELF
         | AddWatchFlags::IN_MOVE_SELF
         | AddWatchFlags::IN_ONLYDIR
+}
+
+/// What changes a directory whose files were looked at: its entries (as
+/// above), and a file in it written, truncated or its mode changed, or
+/// the directory's own mode.
+fn files_changed() -> AddWatchFlags {
+    entries_changed()
+        | AddWatchFlags::IN_MODIFY
+        | AddWatchFlags::IN_ATTRIB
+        | AddWatchFlags::IN_CLOSE_WRITE
+}
+
+/// Why a directory is watched, which decides what is asked of its watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Role {
+    /// On the way to a directory whose files are looked at.
+    Way,
+    /// Its files are looked at.
+    Leaf,
+}
+
+impl Role {
+    fn mask(self) -> AddWatchFlags {
+        match self {
+            Role::Way => entries_changed(),
+            Role::Leaf => files_changed(),
+        }
+    }
+}
+
+/// A watch held, and what was asked of it.
+#[derive(Debug, Clone, Copy)]
+struct Watched {
+    wd: WatchDescriptor,
+    role: Role,
 }
 
 /// Events after which some events may be lost: everything concluded
@@ -81,7 +115,7 @@ pub struct Watch {
     /// Events seen on each entry some chain passes through.
     on_way: HashMap<Entry, u64>,
     /// The watch on each directory, by its path with no symlink in it.
-    watching: HashMap<PathBuf, WatchDescriptor>,
+    watching: HashMap<PathBuf, Watched>,
     /// Each path's way as last made; void after an event on any way.
     ways: HashMap<PathBuf, Arc<Way>>,
 }
@@ -135,7 +169,7 @@ impl Watch {
                         }
                         if event.mask.intersects(gone()) {
                             // Watched afresh when next reached by its path.
-                            self.watching.retain(|_, wd| *wd != event.wd);
+                            self.watching.retain(|_, watched| watched.wd != event.wd);
                             self.ways.clear();
                         }
                     }
@@ -158,9 +192,9 @@ impl Watch {
     /// Drops every watch (the kernel's and ours), so that each directory
     /// is watched afresh when next looked at.
     fn forget(&mut self) {
-        for (_, wd) in self.watching.drain() {
+        for (_, watched) in self.watching.drain() {
             // Gone already if its directory was.
-            let _ = self.inotify.rm_watch(wd);
+            let _ = self.inotify.rm_watch(watched.wd);
         }
         self.events.clear();
         self.on_way.clear();
@@ -181,7 +215,7 @@ impl Watch {
         if !local {
             return Err(Unwatched::ForGood);
         }
-        let leaf = self.watch(&way.resolved)?;
+        let leaf = self.watch(&way.resolved, Role::Leaf)?;
         let mut entries = way.entries.clone();
         entries.sort_unstable();
         entries.dedup();
@@ -205,7 +239,7 @@ impl Watch {
             (Some(parent), Some(name)) => {
                 let parent_way = self.way_to(parent)?;
                 let mut entries = parent_way.entries.clone();
-                entries.push(entry(self.watch(&parent_way.resolved)?, name));
+                entries.push(entry(self.watch(&parent_way.resolved, Role::Way)?, name));
                 // Watched before it is read: a change from here on is seen.
                 let here = parent_way.resolved.join(name);
                 let kind = std::fs::symlink_metadata(&here)
@@ -217,7 +251,7 @@ impl Watch {
                         if let (Some(parent), Some(name)) =
                             (ancestor.parent(), ancestor.file_name())
                         {
-                            entries.push(entry(self.watch(parent)?, name));
+                            entries.push(entry(self.watch(parent, Role::Way)?, name));
                         }
                     }
                     // Re-pointed while its target's way was watched.
@@ -248,21 +282,27 @@ impl Watch {
         Ok(way)
     }
 
-    /// The watch on `resolved`; out of watches (ours or the user's), or
-    /// refused, it stays so until the watches are forgotten. A directory
-    /// gone since its path was read (removed between the `lstat` and the
+    /// The watch on `resolved`, asking at least what `role` needs (a
+    /// directory first met on a way asks for its files' events once they
+    /// are looked at); out of watches (ours or the user's), or refused,
+    /// it stays so until the watches are forgotten. A directory gone
+    /// since its path was read (removed between the `lstat` and the
     /// watch) is missing, as if the `lstat` had found it so.
-    fn watch(&mut self, resolved: &Path) -> Result<WatchDescriptor, Unwatched> {
-        if let Some(&wd) = self.watching.get(resolved) {
-            return Ok(wd);
+    fn watch(&mut self, resolved: &Path, role: Role) -> Result<WatchDescriptor, Unwatched> {
+        let held = self.watching.get(resolved).copied();
+        if let Some(watched) = held.filter(|watched| watched.role >= role) {
+            return Ok(watched.wd);
         }
-        if self.watching.len() >= MOST_WATCHES {
+        if held.is_none() && self.watching.len() >= MOST_WATCHES {
             return Err(Unwatched::ForGood);
         }
-        match self.inotify.add_watch(resolved, changes()) {
+        // On a directory watched already, the new mask replaces the old
+        // one and the same descriptor comes back.
+        match self.inotify.add_watch(resolved, role.mask()) {
             Ok(wd) => {
                 self.events.entry(wd).or_insert(0);
-                self.watching.insert(resolved.to_owned(), wd);
+                self.watching
+                    .insert(resolved.to_owned(), Watched { wd, role });
                 Ok(wd)
             }
             Err(Errno::ENOENT | Errno::ENOTDIR) => Err(Unwatched::ForNow),
@@ -309,6 +349,60 @@ pub struct Chain {
 mod tests {
     use super::*;
 
+    /// The mask of each watch `watch` holds, by the inode watched (what
+    /// the kernel shows of an inotify descriptor).
+    fn masks(watch: &Watch) -> HashMap<u64, u32> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let fd = watch.inotify.as_fd().as_raw_fd();
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+        info.lines()
+            .filter(|line| line.starts_with("inotify wd:"))
+            .map(|line| {
+                let field = |key: &str| {
+                    let value = line.split(' ').find_map(|f| f.strip_prefix(key)).unwrap();
+                    u64::from_str_radix(value, 16).unwrap()
+                };
+                (field("ino:"), field("mask:") as u32)
+            })
+            .collect()
+    }
+
+    /// Only a directory whose files are looked at asks for their events:
+    /// one on the way asks for its entries' (a watch asking for its
+    /// entries' own events makes the kernel mark each entry cached
+    /// there, milliseconds in a busy `/tmp`).
+    #[test]
+    fn only_the_directory_looked_in_asks_for_its_files_events() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let leaf = tmp.path().join("a/b");
+        std::fs::create_dir_all(&leaf).unwrap();
+        let mut watch = Watch::new().expect("inotify");
+        watch.chain(&leaf).unwrap();
+        let files_only = (files_changed() - entries_changed()).bits();
+        let ino = |path: &Path| std::fs::metadata(path).unwrap().ino();
+        let held = masks(&watch);
+        for way in [tmp.path(), &tmp.path().join("a")] {
+            let mask = held[&ino(way)];
+            assert_eq!(mask & files_only, 0, "{way:?}: {mask:#x}");
+            assert_eq!(
+                mask & entries_changed().bits(),
+                entries_changed().bits() & !AddWatchFlags::IN_ONLYDIR.bits()
+            );
+        }
+        assert_eq!(held[&ino(&leaf)] & files_only, files_only);
+
+        // Its parent looked in too: raised, on the same watch.
+        let count = watch.watching.len();
+        watch.chain(&tmp.path().join("a")).unwrap();
+        assert_eq!(watch.watching.len(), count);
+        assert_eq!(
+            masks(&watch)[&ino(&tmp.path().join("a"))] & files_only,
+            files_only
+        );
+        assert_eq!(masks(&watch)[&ino(tmp.path())] & files_only, 0);
+    }
+
     /// A directory removed as it was being watched is missing for now, to
     /// be asked again, not unwatchable for good (which would have it
     /// looked at every time until the watches are forgotten).
@@ -317,10 +411,16 @@ mod tests {
         let mut watch = Watch::new().expect("inotify");
         let tmp = tempfile::tempdir().unwrap();
         let gone = tmp.path().join("gone");
-        assert_eq!(watch.watch(&gone).err(), Some(Unwatched::ForNow));
+        assert_eq!(
+            watch.watch(&gone, Role::Leaf).err(),
+            Some(Unwatched::ForNow)
+        );
         std::fs::write(&gone, b"").unwrap();
         let below_a_file = gone.join("dir");
-        assert_eq!(watch.watch(&below_a_file).err(), Some(Unwatched::ForNow));
-        assert!(watch.watch(tmp.path()).is_ok());
+        assert_eq!(
+            watch.watch(&below_a_file, Role::Leaf).err(),
+            Some(Unwatched::ForNow)
+        );
+        assert!(watch.watch(tmp.path(), Role::Leaf).is_ok());
     }
 }
