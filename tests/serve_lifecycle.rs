@@ -241,6 +241,27 @@ fn busy_build(place: &Place, b: &Backend) -> (Vec<Action>, Vec<Receiver<Answer>>
     (actions, in_flight)
 }
 
+/// Negotiate is answered once every request thread runs: the client's
+/// first requests, sent on that answer, find none still starting.
+#[test]
+fn negotiate_is_answered_once_every_request_thread_runs() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let place = Place::new();
+    for _ in 0..3 {
+        let b = Backend::start(&place, "threads", &["--reconfig_threads=6"]);
+        let threads: Vec<String> = fs::read_dir(format!("/proc/{}/task", b.pid()))
+            .unwrap()
+            .filter_map(|task| fs::read_to_string(task.unwrap().path().join("comm")).ok())
+            .filter(|name| name.starts_with("serve-"))
+            .collect();
+        // Six apply, and one more reads meanwhile: the main one.
+        assert_eq!(threads.len(), 6, "{threads:?}\n{}", b.log());
+        b.close();
+    }
+}
+
 #[test]
 fn sigterm_and_sigint_mid_build_unmount_remove_the_base_and_exit_by_the_signal() {
     if !require(&[Need::Mount]) {

@@ -272,11 +272,19 @@ fn serve_in(
                 .as_deref()
                 .and_then(|file| trees_handed::decode_again(&service, file));
             *serving.lock() = Some(service.clone());
-            served.store(true, Ordering::SeqCst);
-            answers.send(rid, negotiated(Ok(())));
-            log::info!("sandboxes appear in {mount:?}");
             // One more than apply at once: the one that reads meanwhile.
-            let ended = session::serve(input, service.clone(), answers, workers + 1, halt.clone());
+            let ended = session::serve(
+                input,
+                service.clone(),
+                answers.clone(),
+                workers + 1,
+                halt.clone(),
+                || {
+                    served.store(true, Ordering::SeqCst);
+                    answers.send(rid, negotiated(Ok(())));
+                    log::info!("sandboxes appear in {mount:?}");
+                },
+            );
             if let Some(looking) = looking_again {
                 looking.stop();
             }

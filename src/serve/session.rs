@@ -127,15 +127,18 @@ enum SandboxOp {
 
 /// Reads and applies requests on `threads` threads until the input ends
 /// or `halt` halts it, then waits until every request read has been
-/// answered (or dropped, once halted). A frame that cannot be read is
-/// fatal (a byte stream cannot be resynchronised): the error says what
-/// and where.
+/// answered (or dropped, once halted). `ready` is called once every
+/// thread has started, before the first request is read: a client told
+/// then finds no thread still starting when its first requests come. A
+/// frame that cannot be read is fatal (a byte stream cannot be
+/// resynchronised): the error says what and where.
 pub fn serve(
     input: impl BufRead + Send,
     service: Arc<Service>,
     answers: Arc<Answers>,
     threads: usize,
     halt: Arc<Halt>,
+    ready: impl FnOnce(),
 ) -> Result<(), String> {
     let threads = threads.max(1);
     let session = Session {
@@ -153,22 +156,28 @@ pub fn serve(
         answers: &answers,
         halt: &halt,
     };
+    let started = Started::default();
     std::thread::scope(|scope| {
+        let mut spawned = 0;
         for n in 1..threads {
-            let session = &session;
-            let started = std::thread::Builder::new()
+            let (session, started) = (&session, &started);
+            let spawn = std::thread::Builder::new()
                 .name(format!("serve-{n}"))
                 .spawn_scoped(scope, move || {
                     crate::sys::short_slices();
+                    started.one();
                     session.run()
                 });
-            if let Err(err) = started {
+            if let Err(err) = spawn {
                 // Fewer threads apply fewer requests at once; none is lost.
                 log::warn!("cannot start request thread {n} ({err}); going on with {n}");
                 break;
             }
+            spawned += 1;
         }
         crate::sys::short_slices();
+        started.wait_for(spawned);
+        ready();
         session.run();
     });
     let ended = session.input.into_inner().ended;
@@ -176,6 +185,27 @@ pub fn serve(
 }
 
 const LANES_PER_THREAD: usize = 8;
+
+/// How many request threads have started.
+#[derive(Default)]
+struct Started {
+    count: Mutex<usize>,
+    changed: Condvar,
+}
+
+impl Started {
+    fn one(&self) {
+        *self.count.lock() += 1;
+        self.changed.notify_one();
+    }
+
+    fn wait_for(&self, threads: usize) {
+        let mut count = self.count.lock();
+        while *count < threads {
+            self.changed.wait(&mut count);
+        }
+    }
+}
 
 /// What the request threads share.
 struct Session<'a, R> {
