@@ -119,8 +119,8 @@ impl Sandboxes {
     /// in the hand-off directory being read (see [`Stashes::adopt_from`]);
     /// removes that directory where nothing is stashed.
     pub fn adopt_stashes(&self, handed: handoff::Reading) {
-        match self.native.as_ref().and_then(|n| n.stashes.as_ref()) {
-            Some(stashes) => stashes.adopt_from(handed),
+        match &self.native {
+            Some(native) => native.adopt_stashes(handed),
             None => stash::remove_handed(&handed.finish().0),
         }
     }
@@ -538,6 +538,21 @@ impl NativeSandboxes {
         let mut failed = None;
         self.open_once(|err| failed = Some(err));
         failed.map_or(Ok(()), Err)
+    }
+
+    /// Adopts the stashes handed on (see [`Stashes::adopt_from`]). The
+    /// native directory, made at the first native build where the cutoff
+    /// goes by file system, is made now: adoption starts at once only in a
+    /// pool there, and so does not wait for the first build that wants a
+    /// stash (which would wait for it).
+    fn adopt_stashes(&self, handed: handoff::Reading) {
+        let Some(stashes) = &self.stashes else {
+            return stash::remove_handed(&handed.finish().0);
+        };
+        if !self.policy.never_native() {
+            let _ = self.native_dir();
+        }
+        stashes.adopt_from(handed);
     }
 
     fn native_dir(&self) -> Result<&NativeDir, materialize::Error> {

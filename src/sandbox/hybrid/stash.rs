@@ -749,6 +749,37 @@ mod tests {
         next.remove_all();
     }
 
+    /// Where the cutoff goes by file system (serve's), the native
+    /// directory is made at the first native build; adopting stashes
+    /// makes it, so that their pool opens, and they are adopted, before
+    /// any build.
+    #[test]
+    fn stashes_are_adopted_before_the_first_build_makes_the_native_directory() {
+        let base = tempfile::tempdir().unwrap();
+        let dev = device_of_path(base.path()).unwrap();
+        let first = Stashes::new(base.path(), 8);
+        let pool = Pool::open(&base.path().join("pool"), dev, 8).unwrap();
+        stash_linking_to(&pool, "/store/c/abc");
+        first.pools.lock().insert(dev, Some(Arc::new(pool)));
+        let to = base.path().join("handed");
+        assert_eq!(first.hand_on(&to, &base.path().join("own")).unwrap(), 1);
+        first.remove_all();
+
+        let dir = base.path().join("native");
+        let native = super::super::NativeSandboxes::new(
+            &dir,
+            super::super::cutoff::Policy::ByFileSystem,
+            super::super::Method::Symlink,
+            8,
+        );
+        native.adopt_stashes(Reading::start(to.clone()));
+        let stashes = native.stashes.as_ref().unwrap();
+        stashes.adopted();
+        assert!(!to.exists(), "taken");
+        assert_eq!(stashes.kept(), 1);
+        stashes.remove_all();
+    }
+
     fn reuse_is_possible(stash: &Stash) -> bool {
         crate::sandbox::materialize::reuse::unchanged_tree(&stash.dir, &stash.shape, &stash.stamps)
     }
