@@ -1,6 +1,6 @@
-//! How `actionfs serve` ends when it is killed, and what the next one on
-//! the same sandbox base finds: real backend processes, real mounts, real
-//! signals. Bazel sends SIGTERM when a request times out (and never a
+//! What a client finds when `actionfs serve` answers Negotiate, how it
+//! ends when it is killed, and what the next one on the same sandbox base
+//! finds: real backend processes, real mounts, real signals. Bazel sends SIGTERM when a request times out (and never a
 //! second), the OOM killer SIGKILL; either may come with actions running
 //! inside sandboxes and requests in flight, while the request loop waits
 //! on stdin.
