@@ -779,11 +779,7 @@ impl Service {
     /// a valid directory is not kept.
     pub fn take_directory(&self, bytes: Vec<u8>) -> Result<(), String> {
         let hash = crate::sandbox::store::Digest::of(&bytes).hex();
-        match self.trees.check_ahead(&hash, &bytes) {
-            Ok(()) => {}
-            Err(WalkError::Invalid(why)) => return Err(why),
-            Err(WalkError::Missing(_)) => unreachable!("a blob checked alone names no other"),
-        }
+        self.trees.check_ahead(&hash, &bytes)?;
         self.store
             .put_directory(&hash, bytes)
             .map_err(|err| err.to_string())

@@ -4,15 +4,16 @@
 use actionfs_protocol::backend::reapi;
 use prost::Message;
 
-use super::{Checked, DirEntry, FileEntry, SymlinkEntry, WalkError};
+use super::{Checked, DirEntry, FileEntry, SymlinkEntry};
 use crate::sandbox::store::Digest;
 
 /// SHA-256 of no bytes: the only hash a digest of size 0 may have.
 pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
-/// Decodes directory `hash` and checks every name and digest in it.
-pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, WalkError> {
-    let invalid = |what: String| WalkError::Invalid(format!("directory {hash}: {what}"));
+/// Decodes directory `hash` and checks every name and digest in it; else
+/// why it is not a valid directory (a blob alone can miss nothing).
+pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, String> {
+    let invalid = |what: String| format!("directory {hash}: {what}");
     let dir = reapi::Directory::decode(blob)
         .map_err(|err| invalid(format!("not a REAPI Directory message: {err}")))?;
     let digest_of = |name: &str, digest: Option<reapi::Digest>| match digest {
@@ -211,7 +212,7 @@ mod tests {
             (&["q"], &["r", "q"], &["s"], "q"),
         ];
         for (files, dirs, links, twice) in cases {
-            let Err(WalkError::Invalid(why)) = check("h", &blob(files, dirs, links)) else {
+            let Err(why) = check("h", &blob(files, dirs, links)) else {
                 panic!("{files:?} {dirs:?} {links:?} accepted");
             };
             assert!(

@@ -284,8 +284,9 @@ impl<S: DirectorySource> Trees<S> {
     }
 
     /// Decodes and checks `blob`, the directory of digest `hash` (which
-    /// the caller computed from it), ahead of any walk through it.
-    pub fn check_ahead(&self, hash: &str, blob: &[u8]) -> Result<(), WalkError> {
+    /// the caller computed from it), ahead of any walk through it; else
+    /// why it is not a valid directory.
+    pub fn check_ahead(&self, hash: &str, blob: &[u8]) -> Result<(), String> {
         let dir = Arc::new(check::check(hash, blob)?);
         self.keep_checked(hash, dir);
         Ok(())
@@ -316,7 +317,7 @@ impl<S: DirectorySource> Trees<S> {
                 Err(why) => return Err(WalkError::Invalid(format!("directory {hash}: {why}"))),
             }
         };
-        let dir = Arc::new(check::check(hash, &blob)?);
+        let dir = Arc::new(check::check(hash, &blob).map_err(WalkError::Invalid)?);
         self.keep_checked(hash, dir.clone());
         Ok(Some(dir))
     }
