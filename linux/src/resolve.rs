@@ -62,11 +62,16 @@ pub fn open_beneath(
 
 /// Whether `dir`, or its nearest existing ancestor, is on tmpfs.
 pub fn on_tmpfs(dir: &std::path::Path) -> bool {
+    use nix::sys::statfs::{statfs, TMPFS_MAGIC};
+    // One call where `dir` exists (each Create asks of its own scratch
+    // directory); the search for an ancestor only where it does not.
+    if let Ok(st) = statfs(dir) {
+        return st.filesystem_type() == TMPFS_MAGIC;
+    }
     let Some(existing) = dir.ancestors().find(|a| a.exists()) else {
         return false;
     };
-    nix::sys::statfs::statfs(existing)
-        .is_ok_and(|st| st.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+    statfs(existing).is_ok_and(|st| st.filesystem_type() == TMPFS_MAGIC)
 }
 
 /// The uid and pid of a Unix socket's peer.

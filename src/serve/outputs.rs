@@ -113,12 +113,13 @@ pub fn check_against_tree(outputs: &[Output], walked: &Walked) -> Result<(), Str
 }
 
 /// Makes, below `scratch` (the sandbox root's stand-in), each file
-/// output's parent and each directory output itself, writable and empty.
-pub fn prepare(scratch: &Path, outputs: &[Output]) -> io::Result<()> {
+/// output's parent and each directory output itself, writable and empty;
+/// `made` (the workspace directory, say) is there already.
+pub fn prepare(scratch: &Path, made: &str, outputs: &[Output]) -> io::Result<()> {
     // Top down, each directory once: outputs share their parents, and a
     // recursive mkdir tries each missing level twice (the full path
     // first, failing, then its parent).
-    let mut made: HashSet<&str> = HashSet::new();
+    let mut made: HashSet<&str> = HashSet::from([made]);
     for output in outputs {
         let dir = if output.dir {
             output.path.as_str()
@@ -253,7 +254,7 @@ mod tests {
             check("ws", "/ws/top", "file", "").unwrap(),
         ];
         outputs.sort_by(|a, b| a.path.cmp(&b.path));
-        prepare(scratch.path(), &outputs).unwrap();
+        prepare(scratch.path(), "", &outputs).unwrap();
         use std::os::unix::fs::PermissionsExt;
         for dir in ["ws/a", "ws/a/b", "ws/a/b/c", "ws/a/d"] {
             let meta = fs::symlink_metadata(scratch.path().join(dir)).unwrap();
@@ -263,12 +264,12 @@ mod tests {
         assert!(!scratch.path().join("ws/top").exists());
         assert!(!scratch.path().join("ws/a/b/c/f.o").exists());
         // Again, over what is there: nothing changes, nothing fails.
-        prepare(scratch.path(), &outputs).unwrap();
+        prepare(scratch.path(), "", &outputs).unwrap();
         // A file where a parent goes.
         let blocked = tempfile::tempdir().unwrap();
         fs::create_dir(blocked.path().join("ws")).unwrap();
         fs::write(blocked.path().join("ws/a"), "x").unwrap();
-        let err = prepare(blocked.path(), &outputs).unwrap_err();
+        let err = prepare(blocked.path(), "", &outputs).unwrap_err();
         assert!(err.to_string().contains("ws/a"), "{err}");
     }
 
@@ -281,7 +282,7 @@ mod tests {
             check("ws", "/ws/out/d", "dir", "").unwrap(),
             check("ws", "/ws/out/never", "file", "").unwrap(),
         ];
-        prepare(scratch.path(), &outputs).unwrap();
+        prepare(scratch.path(), "", &outputs).unwrap();
         use std::os::unix::fs::PermissionsExt;
         fs::write(scratch.path().join("ws/out/f"), b"x").unwrap();
         fs::set_permissions(

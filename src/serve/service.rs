@@ -488,7 +488,8 @@ impl Service {
         let made = (|| {
             let ws_dir = scratch.join(&plan.walked.top);
             fs::create_dir(&ws_dir).map_err(|err| format!("mkdir {ws_dir:?}: {err}"))?;
-            outputs::prepare(&scratch, &plan.outs).map_err(|err| err.to_string())?;
+            outputs::prepare(&scratch, &plan.walked.top, &plan.outs)
+                .map_err(|err| err.to_string())?;
             let links = self.links.of(&plan.walked)?;
             let mappings = mapping_count(plan);
             // Natively, every input (the materializer needs them all). In
