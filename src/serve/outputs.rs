@@ -254,7 +254,8 @@ mod tests {
             check("ws", "/ws/top", "file", "").unwrap(),
         ];
         outputs.sort_by(|a, b| a.path.cmp(&b.path));
-        prepare(scratch.path(), "", &outputs).unwrap();
+        // As serve calls it: the workspace directory is made already.
+        prepare(scratch.path(), "ws", &outputs).unwrap();
         use std::os::unix::fs::PermissionsExt;
         for dir in ["ws/a", "ws/a/b", "ws/a/b/c", "ws/a/d"] {
             let meta = fs::symlink_metadata(scratch.path().join(dir)).unwrap();
