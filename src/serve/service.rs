@@ -31,7 +31,7 @@ use super::kept::{Found, InStore, Kept, KeptTrees, TreeContent};
 use super::outputs::{self, Output};
 use crate::daemon::reconfig::Backend;
 use crate::daemon::stats::RequestKind;
-use crate::sandbox::default_place::{Batch, Looks, Place};
+use crate::sandbox::default_place::{Batch, Looked, Looks, Place};
 use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::layout::Draft;
@@ -596,6 +596,7 @@ impl Service {
         // place: no allocation per input.
         let (mut path, mut under) = (String::with_capacity(256), Vec::with_capacity(512));
         let mut store_path = Vec::with_capacity(256);
+        let mut here = Vec::with_capacity(512);
         under.extend_from_slice(exec_root.as_os_str().as_bytes());
         under.push(b'/');
         let under_base = under.len();
@@ -623,9 +624,21 @@ impl Service {
             path.push('/');
             let base = path.len();
             let in_store = &content.each[files];
-            let mut found = self
-                .look_at_default_places(&looks, exec_root, dir, &entries.files, in_store)
-                .into_iter();
+            let looked =
+                self.look_at_default_places(&looks, exec_root, dir, &entries.files, in_store);
+            // A file found here is linked where the directory's path
+            // leads: an open in the sandbox then follows one link, not
+            // also the exec root's links into the source tree.
+            let here_base = match &looked.resolved {
+                Some(resolved) => {
+                    here.clear();
+                    here.extend_from_slice(resolved.as_os_str().as_bytes());
+                    here.push(b'/');
+                    Some(here.len())
+                }
+                None => None,
+            };
+            let mut found = looked.places.into_iter();
             for (entry, &stored) in entries.files.iter().zip(in_store) {
                 path.truncate(base);
                 path.push_str(&entry.name);
@@ -637,11 +650,18 @@ impl Service {
                         add(&path, &store_path, false, file)
                     }
                     false => match found.next().expect("a look per default place") {
-                        Place::Here => {
-                            under.truncate(under_base);
-                            under.extend_from_slice(&path.as_bytes()[1..]);
-                            add(&path, &under, false, file);
-                        }
+                        Place::Here => match here_base {
+                            Some(base) => {
+                                here.truncate(base);
+                                here.extend_from_slice(entry.name.as_bytes());
+                                add(&path, &here, false, file);
+                            }
+                            None => {
+                                under.truncate(under_base);
+                                under.extend_from_slice(&path.as_bytes()[1..]);
+                                add(&path, &under, false, file);
+                            }
+                        },
                         Place::Elsewhere(target) => {
                             add(&path, target.as_os_str().as_bytes(), false, file)
                         }
@@ -676,9 +696,12 @@ impl Service {
         dir: &str,
         files: &[FileEntry],
         in_store: &[bool],
-    ) -> Vec<Place> {
+    ) -> Looked {
         if !in_store.contains(&false) {
-            return Vec::new();
+            return Looked {
+                places: Vec::new(),
+                resolved: None,
+            };
         }
         let defaults: Vec<_> = files
             .iter()
@@ -686,7 +709,7 @@ impl Service {
             .filter(|(_, &stored)| !stored)
             .map(|(file, _)| (&*file.name, file.size))
             .collect();
-        looks.look(&exec_root.join(dir), &defaults)
+        looks.look_resolving(&exec_root.join(dir), &defaults)
     }
 
     /// MissingContent for `hashes`, unless a Push brought bad bytes for

@@ -20,7 +20,7 @@ mod remembered;
 mod watch;
 
 pub use handed::Found;
-pub use remembered::{Batch, Looks};
+pub use remembered::{Batch, Looked, Looks};
 
 use std::ffi::CStr;
 use std::fs::File;

@@ -16,6 +16,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 #[cfg(target_os = "linux")]
 use std::cell::Cell;
@@ -134,26 +135,41 @@ impl Batch<'_> {
     /// [`look`] at files `files` of `dir`, answered from memory where a
     /// look found the file and nothing changed on its way since.
     pub fn look(&self, dir: &Path, files: &[(&str, i64)]) -> Vec<Place> {
+        self.look_resolving(dir, files).places
+    }
+
+    /// [`Batch::look`], and where `dir` leads if that is known (watched)
+    /// and another path: a file found [`Place::Here`] is that directory's
+    /// too, reached without the links on `dir`'s way.
+    pub fn look_resolving(&self, dir: &Path, files: &[(&str, i64)]) -> Looked {
         #[cfg(target_os = "linux")]
         if let Some(memo) = &self.looks.memo {
             return self.remembered(memo, dir, files);
         }
-        self.looks.look_afresh(dir, files.iter().copied())
+        Looked {
+            places: self.looks.look_afresh(dir, files.iter().copied()),
+            resolved: None,
+        }
     }
 
     #[cfg(target_os = "linux")]
-    fn remembered(&self, memo: &Mutex<Memo>, dir: &Path, files: &[(&str, i64)]) -> Vec<Place> {
+    fn remembered(&self, memo: &Mutex<Memo>, dir: &Path, files: &[(&str, i64)]) -> Looked {
         let mut answers: Vec<Option<Place>> = vec![None; files.len()];
-        let recalled = {
+        let (recalled, mut resolved) = {
             let mut memo = memo.lock();
             if !self.settled.replace(true) {
                 memo.settle();
             }
-            memo.recall(dir, files, &mut answers)
+            let recalled = memo.recall(dir, files, &mut answers);
+            let resolved = recalled.and_then(|at| memo.resolved(dir, at));
+            (recalled, resolved)
         };
         // Not under the lock while looking: the other Creates go on.
         let Some(seen_at) = recalled else {
-            return self.looks.look_afresh(dir, files.iter().copied());
+            return Looked {
+                places: self.looks.look_afresh(dir, files.iter().copied()),
+                resolved: None,
+            };
         };
         let todo: Vec<usize> = (0..files.len()).filter(|&i| answers[i].is_none()).collect();
         if !todo.is_empty() {
@@ -165,18 +181,35 @@ impl Batch<'_> {
                 }
                 answers[i] = Some(place);
             }
+            // The looks just made went by `dir`: where it leads holds for
+            // them only if nothing changed on its way meanwhile.
+            if memo.resolved(dir, seen_at).is_none() {
+                resolved = None;
+            }
         }
-        answers
-            .into_iter()
-            .map(|a| a.expect("an answer per file"))
-            .collect()
+        Looked {
+            places: answers
+                .into_iter()
+                .map(|a| a.expect("an answer per file"))
+                .collect(),
+            resolved: resolved.filter(|resolved| **resolved != *dir),
+        }
     }
+}
+
+/// What [`Batch::look_resolving`] found.
+pub struct Looked {
+    /// An answer per file, in order.
+    pub places: Vec<Place>,
+    /// Where the directory leads, if known and not the path asked.
+    pub resolved: Option<Arc<Path>>,
 }
 
 #[cfg(target_os = "linux")]
 mod memo {
     use std::collections::HashMap;
     use std::path::{Path, PathBuf};
+    use std::sync::Arc;
 
     use super::super::handed::Files;
     use super::super::watch::{Chain, Unwatched, Watch};
@@ -335,6 +368,14 @@ mod memo {
                 }
             }
             Some(seen.at)
+        }
+
+        /// Where `dir` leads, if its chain was made at `at` and nothing
+        /// changed since.
+        pub fn resolved(&self, dir: &Path, at: SeenAt) -> Option<Arc<Path>> {
+            let seen = self.dirs.get(dir).filter(|seen| seen.at == at)?;
+            let chain = seen.chain.as_ref().ok()?;
+            Some(chain.resolved().clone())
         }
 
         /// Remembers that a look made at `at` found `file` in `dir`,
@@ -544,6 +585,38 @@ mod tests {
             assert_eq!(found, [Place::Elsewhere(real.clone())]);
             assert_eq!(looks.made(), made);
         }
+    }
+
+    /// A file found in a directory whose path goes through a symlink is
+    /// answered with where that path leads, from the first look on and
+    /// while nothing changes on the way; re-pointed, the link's new
+    /// target is answered. A directory reached without links has none.
+    #[test]
+    fn a_directory_reached_through_a_symlink_is_answered_where_it_leads() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (dir, bytes) in [("one", &b"123"[..]), ("two", &b"456"[..])] {
+            fs::create_dir(tmp.path().join(dir)).unwrap();
+            fs::write(tmp.path().join(dir).join("f"), bytes).unwrap();
+        }
+        symlink("one", tmp.path().join("link")).unwrap();
+        let via_link = tmp.path().join("link");
+        let one = fs::canonicalize(tmp.path().join("one")).unwrap();
+        let two = fs::canonicalize(tmp.path().join("two")).unwrap();
+        let looks = Looks::new();
+        for made in [1, 1] {
+            let looked = looks.batch().look_resolving(&via_link, &[("f", 3)]);
+            assert_eq!(looked.places, [Place::Here]);
+            assert_eq!(looked.resolved.as_deref(), Some(one.as_path()));
+            assert_eq!(looks.made(), made, "the second look is remembered");
+        }
+        fs::remove_file(&via_link).unwrap();
+        symlink("two", &via_link).unwrap();
+        let looked = looks.batch().look_resolving(&via_link, &[("f", 3)]);
+        assert_eq!(looked.places, [Place::Here]);
+        assert_eq!(looked.resolved.as_deref(), Some(two.as_path()));
+        let direct = looks.batch().look_resolving(&two, &[("f", 3)]);
+        assert_eq!(direct.places, [Place::Here]);
+        assert_eq!(direct.resolved, None);
     }
 
     /// When the kernel's queue overflows, events are lost, one of them

@@ -222,6 +222,7 @@ impl Watch {
         Ok(Chain {
             leaf,
             way: entries.into(),
+            resolved: Arc::from(way.resolved.as_path()),
         })
     }
 
@@ -343,6 +344,15 @@ pub struct Chain {
     /// The entries on its way: their events may change which directory
     /// its path names, so the chain is made again after one.
     way: Box<[Entry]>,
+    /// Where the directory's path leads (no symlink left on it), while no
+    /// event came on its way.
+    resolved: Arc<Path>,
+}
+
+impl Chain {
+    pub fn resolved(&self) -> &Arc<Path> {
+        &self.resolved
+    }
 }
 
 #[cfg(test)]
