@@ -182,7 +182,9 @@ impl Batch<'_> {
                 answers[i] = Some(place);
             }
             // The looks just made went by `dir`: where it leads holds for
-            // them only if nothing changed on its way meanwhile.
+            // them as it does for remembering them, if no change on its
+            // way was seen meanwhile (events are read at a batch's first
+            // look, so one after that shows in the next Create's).
             if memo.resolved(dir, seen_at).is_none() {
                 resolved = None;
             }
