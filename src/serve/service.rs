@@ -594,12 +594,8 @@ impl Service {
             |dir: &str| dir == ws || output_dirs.contains(dir) || writable_dirs.contains(dir);
         // One buffer for every sandbox path and one for every default
         // place: no allocation per input.
-        let (mut path, mut under) = (String::with_capacity(256), Vec::with_capacity(512));
+        let (mut path, mut here) = (String::with_capacity(256), Vec::with_capacity(512));
         let mut store_path = Vec::with_capacity(256);
-        let mut here = Vec::with_capacity(512);
-        under.extend_from_slice(exec_root.as_os_str().as_bytes());
-        under.push(b'/');
-        let under_base = under.len();
         let mut first_file = 0;
         let looks = self.looks.batch();
         for (dir, entries) in &walked.dirs {
@@ -627,17 +623,19 @@ impl Service {
             let looked =
                 self.look_at_default_places(&looks, exec_root, dir, &entries.files, in_store);
             // A file found here is linked where the directory's path
-            // leads: an open in the sandbox then follows one link, not
-            // also the exec root's links into the source tree.
-            let here_base = match &looked.resolved {
-                Some(resolved) => {
-                    here.clear();
-                    here.extend_from_slice(resolved.as_os_str().as_bytes());
+            // leads, if known: an open in the sandbox then follows one
+            // link, not also the exec root's links into the source tree.
+            here.clear();
+            match &looked.resolved {
+                Some(resolved) => here.extend_from_slice(resolved.as_os_str().as_bytes()),
+                None => {
+                    here.extend_from_slice(exec_root.as_os_str().as_bytes());
                     here.push(b'/');
-                    Some(here.len())
+                    here.extend_from_slice(dir.as_bytes());
                 }
-                None => None,
-            };
+            }
+            here.push(b'/');
+            let here_base = here.len();
             let mut found = looked.places.into_iter();
             for (entry, &stored) in entries.files.iter().zip(in_store) {
                 path.truncate(base);
@@ -650,18 +648,11 @@ impl Service {
                         add(&path, &store_path, false, file)
                     }
                     false => match found.next().expect("a look per default place") {
-                        Place::Here => match here_base {
-                            Some(base) => {
-                                here.truncate(base);
-                                here.extend_from_slice(entry.name.as_bytes());
-                                add(&path, &here, false, file);
-                            }
-                            None => {
-                                under.truncate(under_base);
-                                under.extend_from_slice(&path.as_bytes()[1..]);
-                                add(&path, &under, false, file);
-                            }
-                        },
+                        Place::Here => {
+                            here.truncate(here_base);
+                            here.extend_from_slice(entry.name.as_bytes());
+                            add(&path, &here, false, file);
+                        }
                         Place::Elsewhere(target) => {
                             add(&path, target.as_os_str().as_bytes(), false, file)
                         }
