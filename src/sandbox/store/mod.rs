@@ -39,7 +39,7 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use nix::fcntl::OFlag;
@@ -134,6 +134,10 @@ pub struct ContentStore {
     /// Devices of sources where a reflink cannot work (EXDEV, EOPNOTSUPP):
     /// captures from them copy at once.
     no_reflink: Mutex<Vec<u64>>,
+    /// The store's own file system cannot reflink (tmpfs): executable
+    /// variants are copied at once, not after a clone that makes and
+    /// unlinks a file to fail.
+    copies_own: AtomicBool,
     closed: bool,
 }
 
@@ -266,6 +270,7 @@ impl ContentStore {
             }),
             next_temp: AtomicU64::new(0),
             no_reflink: Mutex::new(Vec::new()),
+            copies_own: AtomicBool::new(false),
             closed: false,
         };
         Ok((store, taken))
@@ -735,18 +740,23 @@ impl ContentStore {
         let content_path = self.content_path.join(hash);
         let temp_path = self.temp_file_path(&temp);
         let err = |call, path: &Path| StoreError::io(Op::Executable, Some(hash), call, path);
-        match sys::clone_file(self.content.as_fd(), &name, self.temp.as_fd(), &temp.name) {
-            Ok(()) => {}
-            Err(e) if reflink_unsupported(&e) => {
-                let mut source = open_file_at(self.content.as_fd(), &name)
-                    .map_err(err("open", &content_path))?;
-                let mut target = self
-                    .temp
-                    .create_file(&temp.name, EXECUTABLE_MODE)
-                    .map_err(err("create", &temp_path))?;
-                io::copy(&mut source, &mut target).map_err(err("copy", &temp_path))?;
-            }
-            Err(e) => return Err(err("clone", &content_path)(e)),
+        let cloned = !self.copies_own.load(Ordering::Relaxed)
+            && match sys::clone_file(self.content.as_fd(), &name, self.temp.as_fd(), &temp.name) {
+                Ok(()) => true,
+                Err(e) if reflink_unsupported(&e) => {
+                    self.copies_own.store(reflink_never(&e), Ordering::Relaxed);
+                    false
+                }
+                Err(e) => return Err(err("clone", &content_path)(e)),
+            };
+        if !cloned {
+            let mut source =
+                open_file_at(self.content.as_fd(), &name).map_err(err("open", &content_path))?;
+            let mut target = self
+                .temp
+                .create_file(&temp.name, EXECUTABLE_MODE)
+                .map_err(err("create", &temp_path))?;
+            io::copy(&mut source, &mut target).map_err(err("copy", &temp_path))?;
         }
         chmod_at(&self.temp, &temp.name, EXECUTABLE_MODE).map_err(err("chmod", &temp_path))?;
         let mut temp = temp;

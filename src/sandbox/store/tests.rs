@@ -285,6 +285,26 @@ fn keys_that_are_not_sha256_hex_are_refused() {
     assert_eq!(store.usage().entries, 0);
 }
 
+/// After the first variant (a clone, or a copy where the store's file
+/// system cannot clone, which later variants then copy at once), each is
+/// still its digest's bytes with mode 0555, and no temporary is left.
+#[test]
+fn each_executable_variant_holds_its_bytes_after_the_first() {
+    let (_dir, store) = open(1 << 20);
+    let contents: [&[u8]; 3] = [b"#!/bin/sh\necho a\n", b"#!/bin/sh\necho bb\n", b"\x7fELF"];
+    let hashes: Vec<String> = contents.iter().map(|c| hash(c)).collect();
+    for (h, c) in hashes.iter().zip(contents) {
+        store.put_bytes(h, c, Retention::Keep).unwrap();
+    }
+    for (n, (h, c)) in hashes.iter().zip(contents).enumerate() {
+        let paths = store.acquire(&format!("s{n}"), &[(h, true)]).unwrap();
+        assert_eq!(paths, [store.path().join("x").join(h)]);
+        assert_eq!(fs::read(&paths[0]).unwrap(), c);
+        assert_eq!(mode(&paths[0]), 0o555);
+    }
+    assert_eq!(names(&store.path().join("tmp")), Vec::<String>::new());
+}
+
 #[test]
 fn the_executable_variant_is_its_own_inode_with_mode_0555() {
     let (_dir, store) = open(1 << 20);
