@@ -479,6 +479,85 @@ fn what_the_backend_makes_follows_the_umask_it_started_with() {
     }
 }
 
+/// Collect runs outside the action's jail: an output directory the
+/// action replaced with a symlink out of the sandbox is refused, never
+/// followed, so nothing there is moved, copied or deleted (it was, with
+/// the output's whole path resolved by the kernel). Natively and in FUSE,
+/// collecting into the same file system (a rename) and into another (a
+/// copy, then a removal).
+#[test]
+fn collect_never_follows_a_symlink_the_action_put_on_an_outputs_path() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let shm = Path::new("/dev/shm");
+    for (mode, option) in modes() {
+        for base_parent in [Path::new("/var/tmp"), shm] {
+            if !base_parent.is_dir() {
+                continue;
+            }
+            let b = Backend::start_on(base_parent, &[option]);
+            let input = b.write_input("src/a.txt", b"input\n");
+            let mut tb = TreeBuilder::new();
+            tb.add_file("ws/src/a.txt", input, false).unwrap();
+            let tree = tb.build();
+            b.client()
+                .push(Push {
+                    blobs: tree.blobs.clone(),
+                    content: HashMap::new(),
+                })
+                .unwrap();
+            let manifest = b.manifest(
+                &tree,
+                &[("/ws/out/sub/f", "file"), ("/ws/out/sub/d", "dir")],
+            );
+            let root = b.create_ok("1", manifest);
+            assert_built_as(&b, mode, &root);
+            let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+            fs::create_dir_all(outside.path().join("sub/d")).unwrap();
+            fs::write(outside.path().join("sub/f"), b"the user's\n").unwrap();
+            fs::write(outside.path().join("sub/d/g"), b"also the user's\n").unwrap();
+            // What the action does in its workspace.
+            let out = root.join(WS).join("out");
+            fs::remove_dir_all(&out).unwrap();
+            std::os::unix::fs::symlink(outside.path(), &out).unwrap();
+
+            let collected = b.root.path().join("collected");
+            let answer = b
+                .client()
+                .collect("1", &collected.display().to_string())
+                .unwrap()
+                .outcome;
+            let shown = format!("{mode}, base below {base_parent:?}");
+            match answer {
+                Some(collect::result::Outcome::Error(e)) => assert!(
+                    e.message.contains("ws/out/sub/") && e.message.contains("symlink"),
+                    "{shown}: {}",
+                    e.message
+                ),
+                other => panic!("{shown}: collect answered {other:?}"),
+            }
+            assert_eq!(
+                fs::read(outside.path().join("sub/f")).unwrap(),
+                b"the user's\n",
+                "{shown}"
+            );
+            assert_eq!(
+                fs::read(outside.path().join("sub/d/g")).unwrap(),
+                b"also the user's\n",
+                "{shown}"
+            );
+            assert!(!collected.join("ws/out/sub/f").exists(), "{shown}");
+            b.destroy_ok("1");
+            assert!(
+                outside.path().join("sub/f").exists(),
+                "{shown}: after the destroy"
+            );
+            b.close();
+        }
+    }
+}
+
 /// Every entry below `dir`, sorted by path, as an action sees it: its
 /// type, and a file's bytes and x bit or a symlink's target. A native
 /// sandbox's inputs are symlinks with absolute targets: followed.

@@ -2,14 +2,22 @@
 //! directory, behind the writable workspace directory), and how Collect
 //! moves them out.
 
-use std::fs;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, CString, OsStr};
+use std::fs::{self, Permissions};
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 
-use std::collections::{HashMap, HashSet};
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
-use crate::sandbox::materialize::remove_tree;
+use crate::sandbox::dirfd::beneath::open_beneath;
+use crate::sandbox::dirfd::{kind_of, open_file_at, readlink_at, DirFd};
+use crate::sandbox::file_kind::FileKind;
+use crate::sandbox::materialize::{remove_entry, remove_tree, Removed};
 use crate::sandbox::merkle::{check_name, Checked, Walked};
 
 /// One declared output, checked.
@@ -154,21 +162,65 @@ pub fn prepare(scratch: &Path, made: &str, outputs: &[Output]) -> io::Result<()>
 /// Moves every output that exists below `scratch` to `exec_root`/dest: a
 /// rename, or a copy keeping modes where the two are on different file
 /// systems. An output the action did not make is left for Bazel to report.
+///
+/// The action could write its scratch directory, so an output's
+/// directories are opened below `scratch` following no symlink: one the
+/// action put on the way (say, to the user's home) would otherwise have
+/// Collect, which runs outside the jail, move, copy or delete what lies
+/// there. Such an output is refused, as is a FIFO, socket or device to be
+/// copied (opening it could wait forever).
 pub fn collect(scratch: &Path, exec_root: &Path, outputs: &[Output]) -> Result<(), String> {
+    let root = DirFd::open(scratch).map_err(|err| format!("open {scratch:?}: {err}"))?;
     for output in outputs {
+        let (parent, name) = output
+            .path
+            .rsplit_once('/')
+            .expect("an output's path is below the workspace directory");
         let from = scratch.join(&output.path);
-        let to = exec_root.join(&output.dest);
-        match fs::symlink_metadata(&from) {
+        let refused = |why: String| format!("output {:?}: {why}", output.path);
+        let dir = match open_dir_beneath(&root, parent) {
+            Ok(dir) => dir,
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(err) => {
+                return Err(refused(match err.raw_os_error() {
+                    Some(libc::ELOOP) => format!(
+                        "a symlink the action put on its path below {scratch:?} is not \
+                         followed: not collected"
+                    ),
+                    Some(libc::ENOTDIR) => format!(
+                        "something on its path below {scratch:?} is no longer a directory: not \
+                         collected"
+                    ),
+                    _ => format!("opening {:?}: {err}", scratch.join(parent)),
+                }))
+            }
+        };
+        let name = CString::new(name).expect("output paths hold no NUL");
+        match dir.stat_at(&name) {
             Ok(_) => {}
-            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
-            Err(err) => return Err(format!("output {:?}: lstat {from:?}: {err}", output.path)),
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(err) => return Err(refused(format!("lstat {from:?}: {err}"))),
         }
-        move_output(&from, &to).map_err(|err| format!("output {:?}: {err}", output.path))?;
+        let to = exec_root.join(&output.dest);
+        move_output(&dir, &name, &from, &to).map_err(refused)?;
     }
     Ok(())
 }
 
-fn move_output(from: &Path, to: &Path) -> Result<(), String> {
+/// Directory `rel` below `root`, reached through no symlink.
+fn open_dir_beneath(root: &DirFd, rel: &str) -> io::Result<DirFd> {
+    let rel = CString::new(rel).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    open_beneath(
+        root.as_fd(),
+        &rel,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )
+    .map(DirFd::from_owned)
+}
+
+/// Moves entry `name` of `dir` (at `from`) to `to`.
+fn move_output(dir: &DirFd, name: &CStr, from: &Path, to: &Path) -> Result<(), String> {
     if let Some(parent) = to.parent() {
         fs::create_dir_all(parent).map_err(|err| format!("mkdir {parent:?}: {err}"))?;
     }
@@ -176,33 +228,54 @@ fn move_output(from: &Path, to: &Path) -> Result<(), String> {
     if fs::symlink_metadata(to).is_ok() {
         remove_tree(to).map_err(|err| err.to_string())?;
     }
-    match fs::rename(from, to) {
+    match nix::fcntl::renameat(dir, name, nix::fcntl::AT_FDCWD, to) {
         Ok(()) => Ok(()),
-        Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
-            copy_tree(from, to).map_err(|err| format!("copy {from:?} to {to:?}: {err}"))?;
-            remove_tree(from)
-                .map(drop)
+        Err(nix::errno::Errno::EXDEV) => {
+            copy_tree(dir, name, from, to)
+                .map_err(|err| format!("copy {from:?} to {to:?}: {err}"))?;
+            let parent = from.parent().expect("an output has a parent");
+            let mut removed = Removed::default();
+            remove_entry(dir, parent, name, None, &mut removed)
                 .map_err(|err| format!("after copying {from:?}: {err}"))
         }
         Err(err) => Err(format!("rename {from:?} to {to:?}: {err}")),
     }
 }
 
-/// A copy of a file, symlink or directory tree, modes kept.
-fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
-    let meta = fs::symlink_metadata(from)?;
-    if meta.file_type().is_symlink() {
-        std::os::unix::fs::symlink(fs::read_link(from)?, to)
-    } else if meta.is_dir() {
-        fs::create_dir(to)?;
-        for entry in fs::read_dir(from)? {
-            let entry = entry?;
-            copy_tree(&entry.path(), &to.join(entry.file_name()))?;
+/// A copy of entry `name` of `dir` (at `from`): a file, symlink or
+/// directory tree, modes kept, read through descriptors that follow no
+/// symlink.
+fn copy_tree(dir: &DirFd, name: &CStr, from: &Path, to: &Path) -> io::Result<()> {
+    let st = dir.stat_at(name)?;
+    // st_mode is u16 on macOS.
+    #[allow(clippy::unnecessary_cast)]
+    let mode = Permissions::from_mode(st.st_mode as u32 & 0o7777);
+    match kind_of(&st) {
+        FileKind::Symlink => {
+            let target = readlink_at(dir.as_fd(), name)?;
+            std::os::unix::fs::symlink(OsStr::from_bytes(target.to_bytes()), to)
         }
-        fs::set_permissions(to, meta.permissions())
-    } else {
-        // fs::copy keeps the permission bits.
-        fs::copy(from, to).map(drop)
+        FileKind::Directory => {
+            let sub = dir.open_at(name)?;
+            fs::create_dir(to)?;
+            for entry in sub.entries()?.iter() {
+                let (child, _, _) = entry?;
+                let shown = OsStr::from_bytes(child.to_bytes());
+                copy_tree(&sub, &child, &from.join(shown), &to.join(shown))?;
+            }
+            fs::set_permissions(to, mode)
+        }
+        FileKind::RegularFile => {
+            let mut source = open_file_at(dir.as_fd(), name)?;
+            let mut target = fs::File::create_new(to)?;
+            io::copy(&mut source, &mut target)?;
+            target.set_permissions(mode)
+        }
+        FileKind::NamedPipe | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice => {
+            Err(io::Error::other(format!(
+                "{from:?} is a FIFO, socket or device, which is not copied"
+            )))
+        }
     }
 }
 
@@ -274,33 +347,123 @@ mod tests {
         assert!(err.to_string().contains("ws/a"), "{err}");
     }
 
+    /// The action may replace its outputs' directories (made by `prepare`
+    /// in its writable scratch directory) with symlinks out of the
+    /// sandbox; Collect, which runs outside the jail, must not follow one
+    /// to move, copy or delete what lies there.
     #[test]
-    fn collect_moves_outputs_and_leaves_missing_ones() {
-        let scratch = tempfile::tempdir().unwrap();
+    fn collect_follows_no_symlink_the_action_put_on_an_outputs_path() {
+        // Scratch on tmpfs and the exec root on another file system where
+        // this machine has both, so that the copy-and-delete path runs too.
+        let shm = Path::new("/dev/shm");
+        for scratch_on_shm in [false, true] {
+            let scratch = match scratch_on_shm && shm.is_dir() {
+                true => tempfile::tempdir_in(shm).unwrap(),
+                false => tempfile::tempdir().unwrap(),
+            };
+            let exec = tempfile::tempdir().unwrap();
+            let outside = tempfile::tempdir().unwrap();
+            fs::create_dir(outside.path().join("sub")).unwrap();
+            fs::write(outside.path().join("sub/f"), b"not the action's").unwrap();
+            fs::create_dir(outside.path().join("sub/d")).unwrap();
+            fs::write(outside.path().join("sub/d/g"), b"nor this").unwrap();
+            let outputs = vec![
+                check("ws", "/ws/out/sub/f", "file", "").unwrap(),
+                check("ws", "/ws/out/sub/d", "dir", "").unwrap(),
+            ];
+            prepare(scratch.path(), "", &outputs).unwrap();
+            fs::remove_dir_all(scratch.path().join("ws/out")).unwrap();
+            std::os::unix::fs::symlink(outside.path(), scratch.path().join("ws/out")).unwrap();
+
+            let err = collect(scratch.path(), exec.path(), &outputs).unwrap_err();
+            assert!(
+                err.contains("ws/out/sub/f") && err.contains("symlink"),
+                "{err}"
+            );
+            assert_eq!(
+                fs::read(outside.path().join("sub/f")).unwrap(),
+                b"not the action's"
+            );
+            assert_eq!(
+                fs::read(outside.path().join("sub/d/g")).unwrap(),
+                b"nor this"
+            );
+            assert!(!exec.path().join("ws/out/sub/f").exists());
+            assert!(!exec.path().join("ws/out/sub/d").exists());
+        }
+    }
+
+    /// A FIFO or socket output is refused, not opened (a copy would wait
+    /// for a writer that never comes).
+    #[test]
+    fn collect_across_file_systems_refuses_a_fifo_output() {
+        let shm = Path::new("/dev/shm");
+        if !shm.is_dir() {
+            return;
+        }
+        let scratch = tempfile::tempdir_in(shm).unwrap();
         let exec = tempfile::tempdir().unwrap();
-        let outputs = vec![
-            check("ws", "/ws/out/f", "file", "").unwrap(),
-            check("ws", "/ws/out/d", "dir", "").unwrap(),
-            check("ws", "/ws/out/never", "file", "").unwrap(),
-        ];
+        let outputs = vec![check("ws", "/ws/out/p", "file", "").unwrap()];
         prepare(scratch.path(), "", &outputs).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        fs::write(scratch.path().join("ws/out/f"), b"x").unwrap();
-        fs::set_permissions(
-            scratch.path().join("ws/out/f"),
-            fs::Permissions::from_mode(0o555),
+        nix::unistd::mkfifo(
+            &scratch.path().join("ws/out/p"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
         )
         .unwrap();
-        fs::write(scratch.path().join("ws/out/d/inner"), b"y").unwrap();
-        collect(scratch.path(), exec.path(), &outputs).unwrap();
-        assert_eq!(fs::read(exec.path().join("ws/out/f")).unwrap(), b"x");
-        let mode = fs::metadata(exec.path().join("ws/out/f"))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o555);
-        assert_eq!(fs::read(exec.path().join("ws/out/d/inner")).unwrap(), b"y");
-        assert!(!exec.path().join("ws/out/never").exists());
-        assert!(!scratch.path().join("ws/out/f").exists());
+        use std::os::unix::fs::MetadataExt;
+        let same_fs =
+            fs::metadata(scratch.path()).unwrap().dev() == fs::metadata(exec.path()).unwrap().dev();
+        let collected = collect(scratch.path(), exec.path(), &outputs);
+        if same_fs {
+            // A rename moves the FIFO itself, as Bazel would.
+            collected.unwrap();
+        } else {
+            let err = collected.unwrap_err();
+            assert!(err.contains("ws/out/p") && err.contains("FIFO"), "{err}");
+        }
+    }
+
+    #[test]
+    fn collect_moves_outputs_and_leaves_missing_ones() {
+        // A rename on one file system; a copy, then removal, from tmpfs.
+        let shm = Path::new("/dev/shm");
+        for scratch_on_shm in [false, true] {
+            let scratch = match scratch_on_shm && shm.is_dir() {
+                true => tempfile::tempdir_in(shm).unwrap(),
+                false => tempfile::tempdir().unwrap(),
+            };
+            let exec = tempfile::tempdir().unwrap();
+            let outputs = vec![
+                check("ws", "/ws/out/f", "file", "").unwrap(),
+                check("ws", "/ws/out/d", "dir", "").unwrap(),
+                check("ws", "/ws/out/never", "file", "").unwrap(),
+            ];
+            prepare(scratch.path(), "", &outputs).unwrap();
+            fs::write(scratch.path().join("ws/out/f"), b"x").unwrap();
+            fs::set_permissions(
+                scratch.path().join("ws/out/f"),
+                fs::Permissions::from_mode(0o555),
+            )
+            .unwrap();
+            fs::write(scratch.path().join("ws/out/d/inner"), b"y").unwrap();
+            fs::create_dir(scratch.path().join("ws/out/d/sub")).unwrap();
+            std::os::unix::fs::symlink("../inner", scratch.path().join("ws/out/d/sub/link"))
+                .unwrap();
+            collect(scratch.path(), exec.path(), &outputs).unwrap();
+            assert_eq!(fs::read(exec.path().join("ws/out/f")).unwrap(), b"x");
+            let mode = fs::metadata(exec.path().join("ws/out/f"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o555);
+            assert_eq!(fs::read(exec.path().join("ws/out/d/inner")).unwrap(), b"y");
+            assert_eq!(
+                fs::read_link(exec.path().join("ws/out/d/sub/link")).unwrap(),
+                Path::new("../inner")
+            );
+            assert!(!exec.path().join("ws/out/never").exists());
+            assert!(!scratch.path().join("ws/out/f").exists());
+            assert!(!scratch.path().join("ws/out/d").exists());
+        }
     }
 }
