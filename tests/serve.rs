@@ -2193,6 +2193,65 @@ fn bazels_confinement(scratch: &Path) -> sandbox::ConfinementSetting {
     }
 }
 
+/// A Create whose confinement lets the action write where the backend
+/// keeps its store and native trees (Bazel's `--sandbox_writable_path`
+/// adds `/dev/shm`, the default base, to every action's writable paths)
+/// is served by FUSE, which refuses writes to inputs; in that jail a
+/// native sandbox's input links would lead the action's writes into the
+/// store. The same backend's other Creates stay native.
+#[test]
+fn a_create_that_may_write_the_store_is_served_by_fuse() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return;
+    }
+    for jail in ["--jail=landlock", "--jail=bazel"] {
+        let b = Backend::start_on(shm, &[jail]);
+        let input = b.write_input("src/a.txt", b"input\n");
+        let mut tb = TreeBuilder::new();
+        tb.add_file("ws/src/a.txt", input, false).unwrap();
+        let tree = tb.build();
+        b.client()
+            .push(Push {
+                blobs: tree.blobs.clone(),
+                content: HashMap::new(),
+            })
+            .unwrap();
+        let on_fuse = |root: &Path| {
+            nix::sys::statfs::statfs(&root.join(WS))
+                .unwrap()
+                .filesystem_type()
+                == nix::sys::statfs::FUSE_SUPER_MAGIC
+        };
+        let scratch = b.root.path().join("scratch");
+        fs::create_dir_all(&scratch).unwrap();
+        let mut manifest = b.manifest(&tree, &[("/ws/out/x", "file")]);
+        manifest.confinement_setting = Some(bazels_confinement(&scratch));
+        let root = b.create_ok("plain", manifest.clone());
+        assert!(!on_fuse(&root), "{jail}: the usual paths: native");
+        manifest
+            .confinement_setting
+            .as_mut()
+            .unwrap()
+            .writable_paths
+            .push("/dev/shm".into());
+        let root = b.create_ok("shm", manifest);
+        assert!(
+            on_fuse(&root),
+            "{jail}: /dev/shm writable: FUSE\n{}",
+            b.log()
+        );
+        assert_eq!(fs::read(root.join("ws/src/a.txt")).unwrap(), b"input\n");
+        assert_eq!(b.stats()["built"]["fuse"].as_u64(), Some(1), "{jail}");
+        b.destroy_ok("plain");
+        b.destroy_ok("shm");
+        b.close();
+    }
+}
+
 /// Creates `id`, expecting Ok with a custom confinement; returns the
 /// root and the wrapper.
 fn create_jailed(

@@ -10,6 +10,7 @@
 //! later sandbox. FUSE sandboxes refuse writes to inputs themselves, so
 //! they are safe anywhere.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The directories Bazel's jail makes writable for every action
@@ -42,6 +43,41 @@ pub fn writable_in_bazels_jail(path: &Path) -> bool {
 pub fn writable_in_landlock_jail(path: &Path) -> bool {
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
     WRITABLE[1..].iter().any(|dir| path.starts_with(dir))
+}
+
+/// The directories that hold `dir` (it and each one above it), by
+/// device and inode: an action allowed to write one of them may write
+/// below it, so into `dir`. Checked per Create against the writable
+/// paths that Create names (`--sandbox_writable_path=/dev/shm`, say), as
+/// [`writable_in_bazels_jail`] and [`writable_in_landlock_jail`] check
+/// the fixed ones at the start.
+pub struct Holders(Vec<(u64, u64)>);
+
+impl Holders {
+    /// The holders of `dir` in a jail that allows whole hierarchies
+    /// (Landlock), or, with `bind_mounts`, one that bind-mounts each
+    /// writable directory onto itself and keeps every other mount
+    /// read-only (linux-sandbox): there only directories on `dir`'s own
+    /// mount count.
+    pub fn of(dir: &Path, bind_mounts: bool) -> Holders {
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+        let ids: Vec<(u64, u64)> = dir
+            .ancestors()
+            .filter_map(|holder| std::fs::metadata(holder).ok())
+            .map(|meta| (meta.dev(), meta.ino()))
+            .collect();
+        let own = ids.first().map(|&(dev, _)| dev);
+        Holders(
+            ids.into_iter()
+                .filter(|&(dev, _)| !bind_mounts || Some(dev) == own)
+                .collect(),
+        )
+    }
+
+    /// Whether `path`, where the symlinks in it lead, is one of them.
+    pub fn include(&self, path: &Path) -> bool {
+        std::fs::metadata(path).is_ok_and(|meta| self.0.contains(&(meta.dev(), meta.ino())))
+    }
 }
 
 /// The mount points of this process's mount namespace; empty where the
@@ -103,6 +139,34 @@ mod tests {
                 writable_in_bazels_jail(Path::new("/dev/shm/base")),
                 !shm_is_a_mount
             );
+        }
+    }
+
+    #[test]
+    fn a_directory_is_held_by_itself_and_each_above_it_on_its_mount_in_bazels_jail() {
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("a/b");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(top.path().join("a"), top.path().join("link")).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        for bind_mounts in [false, true] {
+            let holders = Holders::of(&dir, bind_mounts);
+            assert!(holders.include(&dir));
+            assert!(holders.include(top.path()));
+            assert!(
+                holders.include(&top.path().join("link")),
+                "through a symlink"
+            );
+            assert!(!holders.include(elsewhere.path()));
+            assert!(!holders.include(&dir.join("missing")));
+        }
+        // "/" is on another mount than /dev/shm where that is one.
+        let shm = Path::new("/dev/shm");
+        if shm.is_dir() && mount_points().iter().any(|m| m == shm) {
+            let below = tempfile::tempdir_in(shm).unwrap();
+            assert!(Holders::of(below.path(), false).include(Path::new("/")));
+            assert!(!Holders::of(below.path(), true).include(Path::new("/")));
+            assert!(Holders::of(below.path(), true).include(shm));
         }
     }
 

@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 use super::capture::DefaultPlaces;
 use super::confine::Jail;
 use super::departures::Departures;
+use super::jail::Holders;
 use super::kept::{Found, InStore, Kept, KeptTrees, TreeContent};
 use super::outputs::{self, Output};
 use crate::daemon::reconfig::Backend;
@@ -66,6 +67,9 @@ struct Plan<'a> {
     writable: Vec<(&'a String, &'a String)>,
     exec_root: &'a Path,
     content: InStore,
+    /// Served by FUSE whatever the cutoff says (see
+    /// [`Service::writable_path_holding_inputs`]).
+    fuse_only: bool,
 }
 
 /// Why a create did not make a sandbox.
@@ -108,6 +112,12 @@ pub struct Service {
     locations_root: PathBuf,
     /// Who confines actions, and so what Create answers about it.
     jail: Jail,
+    /// The directories holding the backend's own (its store, its native
+    /// trees), for the jail in force; `None` without a jail.
+    holders: Option<Holders>,
+    /// Whether a Create was served by FUSE for a writable path holding
+    /// them (said once).
+    said_fuse_for_writable: std::sync::atomic::AtomicBool,
     /// Which default places are captured into the store, and how.
     default_places: DefaultPlaces,
     /// Looks at the default places not captured, remembered while
@@ -128,6 +138,12 @@ impl Service {
         capture_below: u64,
     ) -> Service {
         let store_for_captures = store.clone();
+        let own = dirs.mount.parent().unwrap_or(&dirs.mount);
+        let holders = match &jail {
+            Jail::None => None,
+            Jail::Landlock(_) => Some(Holders::of(own, false)),
+            Jail::Bazel => Some(Holders::of(own, true)),
+        };
         Service {
             trees: Trees::new(store.clone()),
             links: SymlinkTargets::new(dirs.links.clone()),
@@ -141,6 +157,8 @@ impl Service {
             departures: Departures::start(),
             locations_root,
             jail,
+            holders,
+            said_fuse_for_writable: Default::default(),
             default_places: DefaultPlaces::new(store_for_captures, capture_below),
             looks: Looks::new(),
         }
@@ -263,12 +281,32 @@ impl Service {
 
         let exec_root = Path::new(&manifest.exec_root);
         let content = self.content(id, &root.hash, &walked, kept, exec_root)?;
+        let fuse_only = match self.writable_path_holding_inputs(manifest) {
+            Some(path) => {
+                let first = !self
+                    .said_fuse_for_writable
+                    .swap(true, std::sync::atomic::Ordering::Relaxed);
+                let own = self.dirs.mount.parent().unwrap_or(&self.dirs.mount);
+                let why = format!(
+                    "sandbox {id:?}: the writable path {path:?} holds {own:?}, where native \
+                     inputs link (an action could write a captured input through one): served \
+                     by FUSE"
+                );
+                match first {
+                    true => log::warn!("{why} (said once)"),
+                    false => log::debug!("{why}"),
+                }
+                true
+            }
+            None => false,
+        };
         let mut plan = Plan {
             walked,
             outs,
             writable,
             exec_root,
             content,
+            fuse_only,
         };
         match self.make(id, &mut plan) {
             Ok(scratch) => {
@@ -405,6 +443,29 @@ impl Service {
         ))
     }
 
+    /// A path this Create lets the action write (a writable directory's
+    /// host path, or one of its confinement's writable paths, as the jail
+    /// in force reads them) that holds the backend's own directory, where
+    /// a native sandbox's inputs link: the start checked only the paths
+    /// every action may write (`keep_inputs_read_only`), not those a
+    /// build adds (`--sandbox_writable_path=/dev/shm`, say).
+    fn writable_path_holding_inputs<'m>(&self, manifest: &'m Manifest) -> Option<&'m str> {
+        let holders = self.holders.as_ref()?;
+        let landlock = matches!(self.jail, Jail::Landlock(_));
+        let confinement = manifest
+            .confinement_setting
+            .iter()
+            .flat_map(|setting| setting.writable_paths.iter())
+            // actionfs's jail allows `/dev` only as its device nodes.
+            .filter(|path| !(landlock && Path::new(path) == Path::new("/dev")));
+        manifest
+            .writable_dirs
+            .values()
+            .chain(confinement)
+            .map(String::as_str)
+            .find(|path| holders.include(Path::new(path)))
+    }
+
     /// Pins in the store, for sandbox `id`, the content of tree `root`'s
     /// present files, and keeps what it pinned for the tree's next Create;
     /// returns which files are read from the store.
@@ -498,10 +559,10 @@ impl Service {
             // places are looked at (the draft's now, a lazy directory's
             // when it is made): one inside the mount would have the daemon
             // look into its own view.
-            let native = self.core.builds_natively(id, &ws_dir, mappings);
+            let native = !plan.fuse_only && self.core.builds_natively(id, &ws_dir, mappings);
             let mut lazy = Vec::new();
             let draft = self.draft(id, plan, &ws_dir, &links, (!native).then_some(&mut lazy))?;
-            if lazy.is_empty() {
+            if lazy.is_empty() && !plan.fuse_only {
                 return self
                     .core
                     .create(id, draft)
@@ -557,6 +618,7 @@ impl Service {
             writable,
             exec_root,
             content,
+            fuse_only: _,
         } = plan;
         let ws = walked.top.as_str();
         let mut draft = Draft::new(Some(id));
