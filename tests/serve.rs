@@ -1740,6 +1740,70 @@ fn relative_content_locations_are_read_below_the_workspaces_parent() {
     }
 }
 
+/// A Push entry that failed for a reason of the moment (its location
+/// missing when read; a full disk would do the same) is asked for again
+/// with MissingContent, which Bazel answers with a Push: Bazel pushes an
+/// entry to a backend once, so an Error would fail every later action
+/// naming that digest until the backend restarts. Bytes that are not
+/// the digest's stay an Error: pushing them again cannot help.
+#[test]
+fn a_push_that_failed_for_the_moment_is_asked_for_again() {
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    let b = Backend::start(&[]);
+    let bytes = b"runfiles member\n";
+    let location = |path: &str| Push {
+        blobs: HashMap::new(),
+        content: [(
+            sha256_hex(bytes),
+            Content {
+                source: Some(content::Source::Location(path.into())),
+                retention: Retention::Reuse as i32,
+            },
+        )]
+        .into(),
+    };
+    // Not there yet when the Push is read.
+    b.client().push(location("ws/data/member.txt")).unwrap();
+    let member = "ws/bin/tool.runfiles/ws/data/member.txt";
+    let tree = b.push_files([(member, digest_of(bytes))]);
+    let answer = b.client().create("1", b.manifest(&tree, &[])).unwrap();
+    match answer.outcome {
+        Some(create::result::Outcome::MissingContent(missing)) => {
+            assert_eq!(missing.digest_hashes, vec![sha256_hex(bytes)])
+        }
+        other => panic!("expected MissingContent, got {other:?}\n{}", b.log()),
+    }
+    // Bazel pushes what was named, now readable, and creates again.
+    b.write_input("data/member.txt", bytes);
+    b.client().push(location("ws/data/member.txt")).unwrap();
+    let root = b.create_ok("1", b.manifest(&tree, &[]));
+    assert_eq!(fs::read(root.join(member)).unwrap(), bytes);
+    b.destroy_ok("1");
+
+    // Other bytes at the location: an Error, then as before.
+    let other = b"other bytes\n";
+    b.write_input("data/other.txt", b"not the digest's\n");
+    b.client()
+        .push(Push {
+            blobs: HashMap::new(),
+            content: [(
+                sha256_hex(other),
+                Content {
+                    source: Some(content::Source::Location("ws/data/other.txt".into())),
+                    retention: Retention::Reuse as i32,
+                },
+            )]
+            .into(),
+        })
+        .unwrap();
+    let tree = b.push_files([("ws/bin/tool.runfiles/ws/data/other.txt", digest_of(other))]);
+    let message = b.create_error("2", b.manifest(&tree, &[]));
+    assert!(message.contains("refused"), "{message}");
+    b.close();
+}
+
 #[test]
 fn an_empty_directory_is_served_though_its_blob_is_never_pushed() {
     if !require(&[Need::Mount]) {

@@ -10,7 +10,7 @@
 //! digests are read by one action; stress: 5,000 of its 6,005 by four),
 //! while it takes CPU from the actions running beside it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -81,7 +81,7 @@ impl DefaultPlaces {
         walked: &Walked,
         found: &Found,
         exec_root: &Path,
-        refused: &HashMap<String, String>,
+        refused: &HashSet<String>,
     ) -> Result<bool, String> {
         // Each digest once. Keyed by the parsed digest's first 8 bytes (a
         // SHA-256's are uniform): hashing each 64-byte hex name took most
@@ -93,7 +93,7 @@ impl DefaultPlaces {
             .filter(|&((_, file), found)| {
                 *found != Lookup::Present
                     && self.captures(file)
-                    && !refused.contains_key(&*file.hash)
+                    && !refused.contains(&*file.hash)
                     && first_new(&mut tried, &file.digest)
             })
             .collect();

@@ -38,7 +38,7 @@ use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::layout::Draft;
 use crate::sandbox::materialize::{remove_tree, Trash};
 use crate::sandbox::merkle::{FileEntry, MissingDir, Trees, WalkError, Walked};
-use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup};
+use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup, StoreError};
 use crate::sandbox::tree::{EmptyDirs, MerkleInputs, SymlinkTargets};
 
 /// The directories of one `actionfs serve`, all below its base.
@@ -72,6 +72,26 @@ struct Plan<'a> {
     fuse_only: bool,
 }
 
+/// Why a pushed entry was not kept.
+pub struct Refusal {
+    why: String,
+    /// The entry itself is wrong (bytes that are not its digest's, no
+    /// bytes at all, a location that is no file, too large): pushing it
+    /// again cannot help. Otherwise a system call failed (a full disk, a
+    /// location missing when read), and the entry is asked for again:
+    /// Bazel pushes each entry once unless told MissingContent.
+    lasting: bool,
+}
+
+impl Refusal {
+    fn of(err: StoreError) -> Refusal {
+        Refusal {
+            lasting: !matches!(err, StoreError::Io { .. }),
+            why: err.to_string(),
+        }
+    }
+}
+
 /// Why a create did not make a sandbox.
 enum Refused {
     Missing(Vec<String>),
@@ -96,9 +116,10 @@ pub struct Service {
     trees: Trees<Arc<ContentStore>>,
     dirs: Dirs,
     live: Mutex<HashMap<String, Live>>,
-    /// Digests a Push brought bad bytes for, and why: a Create naming one
-    /// is refused with that reason rather than asked for it again.
-    refused: Mutex<HashMap<String, String>>,
+    /// Digests whose last Push failed, and why: a Create naming one is
+    /// refused with that reason where pushing the same entry again cannot
+    /// help, else asks for it again (see [`Refusal`]).
+    refused: Mutex<HashMap<String, Refusal>>,
     links: SymlinkTargets,
     /// What earlier Creates worked out for each tree, by root digest.
     kept: KeptTrees,
@@ -170,7 +191,7 @@ impl Service {
     pub fn push(&self, push: Push) {
         for (hash, bytes) in push.blobs {
             let put = self.store.put_directory(&hash, bytes);
-            self.note(&hash, put.map_err(|err| err.to_string()));
+            self.note(&hash, put.map_err(Refusal::of));
         }
         for (hash, entry) in push.content {
             let retention = match entry.retention() {
@@ -185,14 +206,12 @@ impl Service {
                     self.store.capture(&hash, &self.location(&path), retention)
                 }
                 None => {
-                    self.note(
-                        &hash,
-                        Err("a content entry with neither bytes nor a location".into()),
-                    );
+                    let why = "a content entry with neither bytes nor a location".to_owned();
+                    self.note(&hash, Err(Refusal { why, lasting: true }));
                     continue;
                 }
             };
-            self.note(&hash, put.map_err(|err| err.to_string()));
+            self.note(&hash, put.map_err(Refusal::of));
         }
     }
 
@@ -203,14 +222,14 @@ impl Service {
         self.locations_root.join(path)
     }
 
-    fn note(&self, hash: &str, put: Result<(), String>) {
+    fn note(&self, hash: &str, put: Result<(), Refusal>) {
         match put {
             Ok(()) => {
                 self.refused.lock().remove(hash);
             }
-            Err(why) => {
-                log::error!("push: {why}");
-                self.refused.lock().insert(hash.to_owned(), why);
+            Err(refusal) => {
+                log::error!("push: {}", refusal.why);
+                self.refused.lock().insert(hash.to_owned(), refusal);
             }
         }
     }
@@ -361,6 +380,8 @@ impl Service {
         }
         let found = self.lookups(root, walked, kept.found);
         let found = self.capture_default_places(root, walked, found, exec_root)?;
+        // Held once and gone, or pushed and not kept for the moment: for
+        // Bazel to push (again).
         let mut evicted = Vec::new();
         {
             let refused = self.refused.lock();
@@ -370,14 +391,17 @@ impl Service {
                         Lookup::Present => {}
                         Lookup::Gone => evicted.push(file.hash.to_string()),
                         // Pushed, but refused: not to be read from elsewhere.
-                        Lookup::Absent if refused.contains_key(&*file.hash) => {
-                            return Err(format!(
-                                "input {dir}/{}: its pushed content was refused: {}",
-                                file.name, refused[&*file.hash]
-                            )
-                            .into())
-                        }
-                        Lookup::Absent => {}
+                        Lookup::Absent => match refused.get(&*file.hash) {
+                            Some(refusal) if refusal.lasting => {
+                                return Err(format!(
+                                    "input {dir}/{}: its pushed content was refused: {}",
+                                    file.name, refusal.why
+                                )
+                                .into())
+                            }
+                            Some(_) => evicted.push(file.hash.to_string()),
+                            None => {}
+                        },
                     }
                 }
             }
@@ -406,7 +430,7 @@ impl Service {
             return Ok(found);
         }
         self.check_default_places_readable(exec_root)?;
-        let refused = self.refused.lock().clone();
+        let refused: HashSet<String> = self.refused.lock().keys().cloned().collect();
         Ok(
             match self
                 .default_places
@@ -765,12 +789,17 @@ impl Service {
         looks.look_resolving(&exec_root.join(dir), &defaults)
     }
 
-    /// MissingContent for `hashes`, unless a Push brought bad bytes for
-    /// one of them: then the reason, since pushing it again cannot help.
+    /// MissingContent for `hashes`, unless a Push brought an entry for
+    /// one of them that pushing again cannot mend: then the reason.
     fn missing(&self, hashes: Vec<String>) -> Refused {
         let refused = self.refused.lock();
-        match hashes.iter().find_map(|h| refused.get(h)) {
-            Some(why) => Refused::Invalid(format!("pushed content was refused: {why}")),
+        let lasting = hashes
+            .iter()
+            .find_map(|h| refused.get(h).filter(|refusal| refusal.lasting));
+        match lasting {
+            Some(refusal) => {
+                Refused::Invalid(format!("pushed content was refused: {}", refusal.why))
+            }
             None => Refused::Missing(hashes),
         }
     }
