@@ -171,6 +171,9 @@ pub fn prepare(scratch: &Path, made: &str, outputs: &[Output]) -> io::Result<()>
 /// copied (opening it could wait forever).
 pub fn collect(scratch: &Path, exec_root: &Path, outputs: &[Output]) -> Result<(), String> {
     let root = DirFd::open(scratch).map_err(|err| format!("open {scratch:?}: {err}"))?;
+    // Outputs come sorted by path: those of one directory one after
+    // another, which is opened once for them (an object file and its .d).
+    let mut opened: Option<(&str, DirFd)> = None;
     for output in outputs {
         let (parent, name) = output
             .path
@@ -178,7 +181,8 @@ pub fn collect(scratch: &Path, exec_root: &Path, outputs: &[Output]) -> Result<(
             .expect("an output's path is below the workspace directory");
         let from = scratch.join(&output.path);
         let refused = |why: String| format!("output {:?}: {why}", output.path);
-        let dir = match open_dir_beneath(&root, parent) {
+        let reuse = opened.take().filter(|(at, _)| *at == parent);
+        let dir = match reuse.map_or_else(|| open_dir_beneath(&root, parent), |(_, dir)| Ok(dir)) {
             Ok(dir) => dir,
             Err(err) if err.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(err) => {
@@ -196,13 +200,14 @@ pub fn collect(scratch: &Path, exec_root: &Path, outputs: &[Output]) -> Result<(
             }
         };
         let name = CString::new(name).expect("output paths hold no NUL");
+        let dir = &opened.insert((parent, dir)).1;
         match dir.stat_at(&name) {
             Ok(_) => {}
             Err(err) if err.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(err) => return Err(refused(format!("lstat {from:?}: {err}"))),
         }
         let to = exec_root.join(&output.dest);
-        move_output(&dir, &name, &from, &to).map_err(refused)?;
+        move_output(dir, &name, &from, &to).map_err(refused)?;
     }
     Ok(())
 }
