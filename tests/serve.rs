@@ -2316,6 +2316,106 @@ fn a_create_that_may_write_the_store_is_served_by_fuse() {
     }
 }
 
+/// An ext2 file system with 128-byte inodes, loop-mounted: timestamps in
+/// whole seconds, as a directory's ctime moves on kernels without
+/// multigrain timestamps (before 6.13) within a clock tick.
+struct SecondsFs {
+    dir: tempfile::TempDir,
+}
+
+impl SecondsFs {
+    fn new() -> Result<SecondsFs, String> {
+        let dir = tempfile::tempdir_in("/var/tmp").map_err(|e| e.to_string())?;
+        let image = dir.path().join("ext2.img");
+        fs::create_dir(dir.path().join("mnt")).map_err(|e| e.to_string())?;
+        for command in [
+            vec!["truncate", "-s", "64M", image.to_str().unwrap()],
+            vec![
+                "mkfs.ext2",
+                "-q",
+                "-F",
+                "-I",
+                "128",
+                image.to_str().unwrap(),
+            ],
+            vec![
+                "mount",
+                "-o",
+                "loop",
+                image.to_str().unwrap(),
+                dir.path().join("mnt").to_str().unwrap(),
+            ],
+        ] {
+            let out = Command::new(command[0]).args(&command[1..]).output();
+            match out {
+                Ok(out) if out.status.success() => {}
+                Ok(out) => {
+                    return Err(format!(
+                        "{command:?}: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    ))
+                }
+                Err(err) => return Err(format!("{command:?}: {err}")),
+            }
+        }
+        Ok(SecondsFs { dir })
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+}
+
+impl Drop for SecondsFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.path()).status();
+    }
+}
+
+/// Stashes trust a directory's ctime to show any change made after a
+/// stamp: where it moves only with the clock (here in whole seconds), a
+/// change in the stamp's tick would go unseen, so native sandboxes are
+/// built afresh there, never from a stash; on tmpfs the second build of a
+/// tree comes from the first's stash.
+#[test]
+fn native_sandboxes_are_not_reused_where_ctime_moves_with_the_clock() {
+    if !require(&[Need::Mount, Need::LoopDevice]) {
+        return;
+    }
+    let seconds = SecondsFs::new().unwrap_or_else(|why| panic!("an ext2 of seconds: {why}"));
+    for (parent, reused) in [
+        (Path::new("/dev/shm").to_owned(), true),
+        (seconds.path(), false),
+    ] {
+        let b = Backend::start_on(&parent, &["--native_below=1000000000"]);
+        let files: Vec<(String, reapi::Digest)> = (0..40)
+            .map(|n| {
+                let rel = format!("src/f{n}.txt");
+                let digest = b.write_input(&rel, format!("file {n}\n").as_bytes());
+                (format!("ws/{rel}"), digest)
+            })
+            .collect();
+        let tree = b.push_files(files);
+        for id in ["a", "b"] {
+            let root = b.create_ok(id, b.manifest(&tree, &[("/ws/out/x", "file")]));
+            assert_eq!(fs::read(root.join("ws/src/f7.txt")).unwrap(), b"file 7\n");
+            b.destroy_ok(id);
+        }
+        let built = &b.stats()["built"];
+        let from_stash = built["stash"].as_u64().unwrap();
+        assert_eq!(
+            (
+                built["native"].as_u64().unwrap() + from_stash,
+                from_stash > 0
+            ),
+            (2, reused),
+            "below {parent:?}: built {built}\n{}",
+            b.log()
+        );
+        b.close();
+    }
+}
+
 /// Creates `id`, expecting Ok with a custom confinement; returns the
 /// root and the wrapper.
 fn create_jailed(

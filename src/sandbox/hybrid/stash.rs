@@ -292,6 +292,17 @@ impl Stashes {
             ours_alone(parent, dev)?;
             parent.to_owned()
         };
+        match ctime_moves_with_every_change(&parent) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(format!(
+                    "on the file system of {parent:?} a directory's ctime moves with the clock \
+                     tick, not with every change (Linux before 6.13), so an action's change \
+                     made in the tick of a stamp would go unseen"
+                ))
+            }
+            Err(err) => return Err(format!("probing the ctime in {parent:?}: {err}")),
+        }
         Pool::open(&parent.join(name), dev, self.limit).map_err(|e| e.to_string())
     }
 
@@ -390,6 +401,37 @@ fn device_of(fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
 #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
 fn device_of_path(path: &Path) -> Option<u64> {
     nix::sys::stat::stat(path).ok().map(|st| st.st_dev as u64)
+}
+
+/// Whether a directory's ctime, read and then changed, always moves: a
+/// stamp must show every change made after it was taken. So it does with
+/// multigrain timestamps (Linux 6.13 on, tmpfs, ext4, xfs, btrfs: a change
+/// after a read of the time gets a finer one); before, ctime moves with
+/// the clock tick (1-10 ms), and a change in the tick of a stamp would
+/// leave it as it was. Tried eight times in a row, each try far shorter
+/// than a tick, on a directory made for it in `parent` and removed.
+pub fn ctime_moves_with_every_change(parent: &Path) -> std::io::Result<bool> {
+    use nix::sys::stat::{fchmod, fstat, Mode};
+    let path = parent.join(format!(".actionfs-ctime-probe-{}", std::process::id()));
+    if path.exists() {
+        materialize::remove_tree(&path).map_err(std::io::Error::other)?;
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+    let probe = DirFd::open(&path);
+    let moved = probe.and_then(|dir| {
+        for attempt in 0..8 {
+            let before = fstat(&dir)?;
+            let mode = if attempt % 2 == 0 { 0o750 } else { 0o700 };
+            fchmod(&dir, Mode::from_bits_truncate(mode))?;
+            let after = fstat(&dir)?;
+            if (after.st_ctime, after.st_ctime_nsec) == (before.st_ctime, before.st_ctime_nsec) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    });
+    std::fs::remove_dir(&path)?;
+    moved
 }
 
 impl Pool {
@@ -619,6 +661,33 @@ mod tests {
         assert!(!is_stale_pool(ours.as_ref()));
         for name in ["trees", "links", "trash", ".actionfs-stash"] {
             assert!(!is_stale_pool(name.as_ref()), "{name}");
+        }
+    }
+
+    /// On a kernel with multigrain timestamps (6.13 on) the probe finds
+    /// ctime moving on tmpfs and on the disk, so stashes are kept there;
+    /// it leaves nothing behind. (Its other answer, on an older kernel,
+    /// cannot be had on this one.)
+    #[test]
+    fn the_ctime_probe_passes_where_timestamps_are_multigrain_and_leaves_nothing() {
+        let release = nix::sys::utsname::uname().unwrap();
+        let release = release.release().to_string_lossy().into_owned();
+        let mut numbers = release.split(|c: char| !c.is_ascii_digit());
+        let major: u32 = numbers.next().unwrap().parse().unwrap();
+        let minor: u32 = numbers.next().unwrap().parse().unwrap();
+        let disk = tempfile::tempdir_in("/var/tmp").unwrap();
+        let shm = Path::new("/dev/shm")
+            .is_dir()
+            .then(|| tempfile::tempdir_in("/dev/shm").unwrap());
+        for dir in [Some(disk.path()), shm.as_ref().map(|d| d.path())]
+            .into_iter()
+            .flatten()
+        {
+            let moved = ctime_moves_with_every_change(dir).unwrap();
+            if (major, minor) >= (6, 13) {
+                assert!(moved, "{release}: {dir:?}");
+            }
+            assert_eq!(std::fs::read_dir(dir).unwrap().count(), 0, "{dir:?}");
         }
     }
 
