@@ -73,7 +73,7 @@ struct Plan<'a> {
 }
 
 /// Why a pushed entry was not kept.
-pub struct Refusal {
+struct Refusal {
     why: String,
     /// The entry itself is wrong (bytes that are not its digest's, no
     /// bytes at all, a location that is no file, too large): pushing it
@@ -300,25 +300,7 @@ impl Service {
 
         let exec_root = Path::new(&manifest.exec_root);
         let content = self.content(id, &root.hash, &walked, kept, exec_root)?;
-        let fuse_only = match self.writable_path_holding_inputs(manifest) {
-            Some(path) => {
-                let first = !self
-                    .said_fuse_for_writable
-                    .swap(true, std::sync::atomic::Ordering::Relaxed);
-                let own = self.dirs.mount.parent().unwrap_or(&self.dirs.mount);
-                let why = format!(
-                    "sandbox {id:?}: the writable path {path:?} holds {own:?}, where native \
-                     inputs link (an action could write a captured input through one): served \
-                     by FUSE"
-                );
-                match first {
-                    true => log::warn!("{why} (said once)"),
-                    false => log::debug!("{why}"),
-                }
-                true
-            }
-            None => false,
-        };
+        let fuse_only = self.served_by_fuse_for_a_writable_path(id, manifest);
         let mut plan = Plan {
             walked,
             outs,
@@ -465,6 +447,28 @@ impl Service {
             "exec_root {exec_root:?} is inside {inside}, and inputs without pushed content are \
              read below it"
         ))
+    }
+
+    /// Whether sandbox `id` must be served by FUSE because its Create lets
+    /// the action write where native inputs link
+    /// ([`Service::writable_path_holding_inputs`]); said once in the log.
+    fn served_by_fuse_for_a_writable_path(&self, id: &str, manifest: &Manifest) -> bool {
+        let Some(path) = self.writable_path_holding_inputs(manifest) else {
+            return false;
+        };
+        let first = !self
+            .said_fuse_for_writable
+            .swap(true, std::sync::atomic::Ordering::Relaxed);
+        let own = self.dirs.mount.parent().unwrap_or(&self.dirs.mount);
+        let why = format!(
+            "sandbox {id:?}: the writable path {path:?} holds {own:?}, where native inputs \
+             link (an action could write a captured input through one): served by FUSE"
+        );
+        match first {
+            true => log::warn!("{why} (said once)"),
+            false => log::debug!("{why}"),
+        }
+        true
     }
 
     /// A path this Create lets the action write (a writable directory's
