@@ -788,6 +788,49 @@ fn a_missing_blob_while_recycling_leaves_nothing() {
     assert_eq!(fs::read(at.join("mine")).unwrap(), b"x");
 }
 
+/// A file kept from a recycled root must be the blob the new tree names,
+/// size and all: a tree naming a held hash with another size gets what
+/// a fresh root gets (the blob missing), not the old bytes.
+#[test]
+fn a_recycled_root_keeps_a_file_only_if_its_size_is_the_one_named() {
+    let cas = Cas::new();
+    let stager = cas.recycling_stager();
+    let bytes = b"ten bytes\n";
+    let held = cas.put(bytes);
+    let mut first = TreeBuilder::new();
+    first.add_file("src/f", held.clone(), false).unwrap();
+    first.add_file("src/g", cas.put(b"other\n"), false).unwrap();
+    let first = first.build();
+    cas.put_tree(&first);
+    let at = cas.at("action");
+    let staged = stage(&stager, &first, &at, &[]).unwrap();
+    stager.tear_down(staged).unwrap();
+    assert_eq!(stager.spare_count(), 1);
+    let claimed = reapi::Digest {
+        hash: held.hash.clone(),
+        size_bytes: 20,
+    };
+    let mut next = TreeBuilder::new();
+    next.add_file("src/f", claimed.clone(), false).unwrap();
+    let next = next.build();
+    cas.put_tree(&next);
+    for (how, stager) in [
+        ("fresh", cas.stager(Mechanism::Hardlink)),
+        ("recycled", stager),
+    ] {
+        let err = stage(&stager, &next, &at, &[]).unwrap_err();
+        let StageError::Missing(missing) = err else {
+            panic!("{how}: {err}")
+        };
+        assert_eq!(
+            (missing[0].path.as_str(), missing[0].size),
+            ("src/f", 20),
+            "{how}"
+        );
+        assert!(!at.exists(), "{how}");
+    }
+}
+
 #[test]
 fn two_threads_place_a_large_tree_and_report_missing_blobs_from_both() {
     let cas = Cas::new();

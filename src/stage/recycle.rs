@@ -419,11 +419,15 @@ fn identical(was: Found, now: Found) -> bool {
 }
 
 /// Whether entry `was` of an old tree may stay as entry `now` of the new:
-/// the same kind and content. Directories of different digests stay too,
-/// and are transformed in turn.
+/// the same kind and content (a file's whole digest, size too: a tree
+/// naming a held hash with another size names a blob the CAS may lack).
+/// Directories of different digests stay too, and are transformed in
+/// turn.
 fn same(was: Found, now: Found) -> bool {
     match (was, now) {
-        (Found::File(a), Found::File(b)) => a.hash == b.hash && a.executable == b.executable,
+        (Found::File(a), Found::File(b)) => {
+            a.hash == b.hash && a.size == b.size && a.executable == b.executable
+        }
         (Found::Symlink(a), Found::Symlink(b)) => a.target == b.target,
         (Found::Dir(_), Found::Dir(_)) => true,
         _ => false,
