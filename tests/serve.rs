@@ -434,15 +434,7 @@ fn what_the_backend_makes_follows_the_umask_it_started_with() {
     for (mode, option) in modes() {
         let b = Backend::start(&[option]);
         let input = b.write_input("src/a.txt", b"input\n");
-        let mut tb = TreeBuilder::new();
-        tb.add_file("ws/src/a.txt", input, false).unwrap();
-        let tree = tb.build();
-        b.client()
-            .push(Push {
-                blobs: tree.blobs.clone(),
-                content: HashMap::new(),
-            })
-            .unwrap();
+        let tree = b.push_files([("ws/src/a.txt", input)]);
         let manifest = b.manifest(
             &tree,
             &[("/ws/out/deep/result", "file"), ("/ws/out/tree", "dir")],
@@ -498,15 +490,7 @@ fn collect_never_follows_a_symlink_the_action_put_on_an_outputs_path() {
             }
             let b = Backend::start_on(base_parent, &[option]);
             let input = b.write_input("src/a.txt", b"input\n");
-            let mut tb = TreeBuilder::new();
-            tb.add_file("ws/src/a.txt", input, false).unwrap();
-            let tree = tb.build();
-            b.client()
-                .push(Push {
-                    blobs: tree.blobs.clone(),
-                    content: HashMap::new(),
-                })
-                .unwrap();
+            let tree = b.push_files([("ws/src/a.txt", input)]);
             let manifest = b.manifest(
                 &tree,
                 &[("/ws/out/sub/f", "file"), ("/ws/out/sub/d", "dir")],
@@ -2275,15 +2259,7 @@ fn a_create_that_may_write_the_store_is_served_by_fuse() {
     for jail in ["--jail=landlock", "--jail=bazel"] {
         let b = Backend::start_on(shm, &[jail]);
         let input = b.write_input("src/a.txt", b"input\n");
-        let mut tb = TreeBuilder::new();
-        tb.add_file("ws/src/a.txt", input, false).unwrap();
-        let tree = tb.build();
-        b.client()
-            .push(Push {
-                blobs: tree.blobs.clone(),
-                content: HashMap::new(),
-            })
-            .unwrap();
+        let tree = b.push_files([("ws/src/a.txt", input)]);
         let on_fuse = |root: &Path| {
             nix::sys::statfs::statfs(&root.join(WS))
                 .unwrap()

@@ -352,20 +352,26 @@ mod tests {
         assert!(err.to_string().contains("ws/a"), "{err}");
     }
 
+    /// Scratch directories for Collect into an exec root made with
+    /// `tempfile::tempdir()`: one on the exec root's file system (a
+    /// rename), one on /dev/shm where this machine has it (a copy, then a
+    /// removal).
+    fn scratch_dirs() -> [tempfile::TempDir; 2] {
+        let shm = Path::new("/dev/shm");
+        let on_shm = match shm.is_dir() {
+            true => tempfile::tempdir_in(shm).unwrap(),
+            false => tempfile::tempdir().unwrap(),
+        };
+        [tempfile::tempdir().unwrap(), on_shm]
+    }
+
     /// The action may replace its outputs' directories (made by `prepare`
     /// in its writable scratch directory) with symlinks out of the
     /// sandbox; Collect, which runs outside the jail, must not follow one
     /// to move, copy or delete what lies there.
     #[test]
     fn collect_follows_no_symlink_the_action_put_on_an_outputs_path() {
-        // Scratch on tmpfs and the exec root on another file system where
-        // this machine has both, so that the copy-and-delete path runs too.
-        let shm = Path::new("/dev/shm");
-        for scratch_on_shm in [false, true] {
-            let scratch = match scratch_on_shm && shm.is_dir() {
-                true => tempfile::tempdir_in(shm).unwrap(),
-                false => tempfile::tempdir().unwrap(),
-            };
+        for scratch in scratch_dirs() {
             let exec = tempfile::tempdir().unwrap();
             let outside = tempfile::tempdir().unwrap();
             fs::create_dir(outside.path().join("sub")).unwrap();
@@ -430,13 +436,7 @@ mod tests {
 
     #[test]
     fn collect_moves_outputs_and_leaves_missing_ones() {
-        // A rename on one file system; a copy, then removal, from tmpfs.
-        let shm = Path::new("/dev/shm");
-        for scratch_on_shm in [false, true] {
-            let scratch = match scratch_on_shm && shm.is_dir() {
-                true => tempfile::tempdir_in(shm).unwrap(),
-                false => tempfile::tempdir().unwrap(),
-            };
+        for scratch in scratch_dirs() {
             let exec = tempfile::tempdir().unwrap();
             let outputs = vec![
                 check("ws", "/ws/out/f", "file", "").unwrap(),

@@ -53,6 +53,14 @@ pub struct Dirs {
     pub empty: PathBuf,
 }
 
+impl Dirs {
+    /// The backend's own directory, holding all of these (and the store
+    /// and the native trees).
+    fn own(&self) -> &Path {
+        self.mount.parent().unwrap_or(&self.mount)
+    }
+}
+
 /// A live sandbox's own state.
 struct Live {
     scratch: Arc<Path>,
@@ -159,7 +167,7 @@ impl Service {
         capture_below: u64,
     ) -> Service {
         let store_for_captures = store.clone();
-        let own = dirs.mount.parent().unwrap_or(&dirs.mount);
+        let own = dirs.own();
         let holders = match &jail {
             Jail::None => None,
             Jail::Landlock(_) => Some(Holders::of(own, false)),
@@ -435,7 +443,7 @@ impl Service {
                 exec_root
             ));
         }
-        let own = self.dirs.mount.parent().unwrap_or(&self.dirs.mount);
+        let own = self.dirs.own();
         let inside = if exec_root.starts_with(&self.dirs.mount) {
             format!("the mount point {:?}", self.dirs.mount)
         } else if exec_root.starts_with(own) {
@@ -459,7 +467,7 @@ impl Service {
         let first = !self
             .said_fuse_for_writable
             .swap(true, std::sync::atomic::Ordering::Relaxed);
-        let own = self.dirs.mount.parent().unwrap_or(&self.dirs.mount);
+        let own = self.dirs.own();
         let why = format!(
             "sandbox {id:?}: the writable path {path:?} holds {own:?}, where native inputs \
              link (an action could write a captured input through one): served by FUSE"
@@ -779,10 +787,7 @@ impl Service {
         in_store: &[bool],
     ) -> Looked {
         if !in_store.contains(&false) {
-            return Looked {
-                places: Vec::new(),
-                resolved: None,
-            };
+            return Looked::unresolved(Vec::new());
         }
         let defaults: Vec<_> = files
             .iter()

@@ -146,10 +146,7 @@ impl Batch<'_> {
         if let Some(memo) = &self.looks.memo {
             return self.remembered(memo, dir, files);
         }
-        Looked {
-            places: self.looks.look_afresh(dir, files.iter().copied()),
-            resolved: None,
-        }
+        Looked::unresolved(self.looks.look_afresh(dir, files.iter().copied()))
     }
 
     #[cfg(target_os = "linux")]
@@ -166,10 +163,7 @@ impl Batch<'_> {
         };
         // Not under the lock while looking: the other Creates go on.
         let Some(seen_at) = recalled else {
-            return Looked {
-                places: self.looks.look_afresh(dir, files.iter().copied()),
-                resolved: None,
-            };
+            return Looked::unresolved(self.looks.look_afresh(dir, files.iter().copied()));
         };
         let todo: Vec<usize> = (0..files.len()).filter(|&i| answers[i].is_none()).collect();
         if !todo.is_empty() {
@@ -205,6 +199,16 @@ pub struct Looked {
     pub places: Vec<Place>,
     /// Where the directory leads, if known and not the path asked.
     pub resolved: Option<Arc<Path>>,
+}
+
+impl Looked {
+    /// Answers with no resolution of the directory known.
+    pub fn unresolved(places: Vec<Place>) -> Looked {
+        Looked {
+            places,
+            resolved: None,
+        }
+    }
 }
 
 #[cfg(target_os = "linux")]
