@@ -336,10 +336,29 @@ fn landlock_and_the_jail_serve_would_use_are_reported() {
     );
     if abi >= actionfs::jail::MIN_ABI {
         assert_eq!(landlock["state"], "ok", "{report}");
-        assert_eq!(jail["choice"], "landlock", "{report}");
         assert!(
             jail["why"].as_str().unwrap().contains("actionfs-jail"),
             "{report}"
+        );
+        // Root may always make user namespaces.
+        if nix::unistd::geteuid().is_root() {
+            assert_eq!(jail["choice"], "landlock+namespaces", "{report}");
+        }
+        // Refused (as doctor is told), it says what that costs.
+        let refused = Command::new(bin())
+            .args(["doctor", "--json"])
+            .env(actionfs::serve::confine::NAMESPACES_OVERRIDE, "off")
+            .output()
+            .unwrap();
+        let refused = json_of(&refused);
+        let jail = &refused["would_choose"]["jail"];
+        assert_eq!(jail["choice"], "landlock", "{refused}");
+        assert!(
+            jail["why"]
+                .as_str()
+                .unwrap()
+                .contains("every sandbox is FUSE"),
+            "{refused}"
         );
     } else {
         assert_eq!(landlock["state"], "warn", "{report}");

@@ -73,11 +73,22 @@ impl Backend {
         base: PathBuf,
         options: &[&str],
     ) -> Backend {
+        Backend::start_with(root, base_dir, base, options, LOGGED)
+    }
+
+    /// As [`Backend::start_at`], with `env` for the backend process.
+    fn start_with(
+        root: tempfile::TempDir,
+        base_dir: Option<tempfile::TempDir>,
+        base: PathBuf,
+        options: &[&str],
+        env: &[(&str, &str)],
+    ) -> Backend {
         fs::create_dir_all(&base).unwrap();
         let workspace = root.path().join("execroot").join(WS);
         fs::create_dir_all(&workspace).unwrap();
         let log = root.path().join("backend.log");
-        let serve = ServeProcess::spawn(bin(), &workspace, Some(&log), LOGGED);
+        let serve = ServeProcess::spawn(bin(), &workspace, Some(&log), env);
         serve.negotiate_or_panic(&base, transport(), options);
         Backend {
             serve,
@@ -1534,11 +1545,17 @@ fn a_failed_start_answers_negotiate_with_the_reason() {
 /// /private/var/tmp, macOS paths that Bazel 4.2.3's linux-sandbox refuses
 /// where they do not exist.)
 fn run_in_bazel_jail(root: &Path, scratch: &Path, script: &str) -> std::process::Output {
+    run_argv_in_bazel_jail(root, scratch, &["/bin/sh", "-c", script])
+}
+
+/// As [`run_in_bazel_jail`], `argv` instead of a shell's script.
+fn run_argv_in_bazel_jail(root: &Path, scratch: &Path, argv: &[&str]) -> std::process::Output {
     let mut jail = Command::new(actionfs_testkit::tier::linux_sandbox());
     for writable in [scratch, Path::new("/dev"), Path::new("/tmp"), root] {
         jail.arg("-w").arg(writable);
     }
-    jail.args(["-N", "--", "/bin/sh", "-c", script])
+    jail.args(["-N", "--"])
+        .args(argv)
         .current_dir(root.join(WS))
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
@@ -2729,6 +2746,574 @@ fn an_action_in_the_landlock_jail_signals_only_its_own_processes() {
     outsider.kill().unwrap();
     outsider.wait().unwrap();
     b.close();
+}
+
+// ---- No action changes an input, in any jail (issue 57) ----
+
+/// Tries every way to change a file's bytes or metadata on each input
+/// named, snapshotting each before and after (as the action sees it);
+/// `snap` only snapshots. Prints JSON: {"tried": [[input, call, errno or
+/// null]], "before": {...}, "after": {...}}.
+const TAMPER: &str = r#"
+import hashlib, json, os, sys
+what, inputs = sys.argv[1], sys.argv[2:]
+def snap(p):
+    st = os.stat(p)
+    try:
+        xattrs = sorted(os.listxattr(p))
+    except OSError as e:
+        xattrs = "errno %d" % e.errno
+    with open(p, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    return {"mode": st.st_mode, "uid": st.st_uid, "gid": st.st_gid, "size": st.st_size,
+            "mtime": st.st_mtime_ns, "ctime": st.st_ctime_ns, "nlink": st.st_nlink,
+            "xattrs": xattrs, "sha256": digest}
+before = {p: snap(p) for p in inputs}
+tried = []
+if what == "tamper":
+    me = (os.getuid(), os.getgid())
+    def fd(p, flags=os.O_RDONLY):
+        return os.open(p, flags)
+    for p in inputs:
+        t = os.path.realpath(p)
+        n = p.replace("/", "_")
+        calls = [
+            ("chmod", lambda: os.chmod(p, 0o777)),
+            ("chmod where it resolves", lambda: os.chmod(t, 0o777)),
+            ("fchmodat", lambda: os.chmod(os.path.basename(p), 0o700,
+                dir_fd=fd(os.path.dirname(p), os.O_RDONLY | os.O_DIRECTORY))),
+            ("fchmod O_RDONLY", lambda: os.fchmod(fd(p), 0o777)),
+            ("fchmod O_PATH", lambda: os.fchmod(fd(p, os.O_PATH), 0o777)),
+            ("chmod /proc/self/fd of O_PATH", lambda: os.chmod("/proc/self/fd/%d" % fd(p, os.O_PATH), 0o777)),
+            ("chown", lambda: os.chown(p, *me)),
+            ("lchown where it resolves", lambda: os.lchown(t, *me)),
+            ("fchown", lambda: os.fchown(fd(p), *me)),
+            ("utimensat", lambda: os.utime(p, ns=(10**9, 10**9))),
+            ("utimensat now", lambda: os.utime(p)),
+            ("futimens", lambda: os.utime(fd(p), ns=(10**9, 10**9))),
+            ("setxattr", lambda: os.setxattr(p, "user.tamper", b"1")),
+            ("fsetxattr", lambda: os.setxattr(fd(p), "user.tamper", b"1")),
+            ("removexattr", lambda: os.removexattr(p, "user.keep")),
+            ("fremovexattr", lambda: os.removexattr(fd(p), "user.keep")),
+            ("truncate", lambda: os.truncate(p, 0)),
+            ("ftruncate O_RDWR", lambda: os.ftruncate(fd(p, os.O_RDWR), 0)),
+            ("open O_WRONLY|O_TRUNC", lambda: fd(p, os.O_WRONLY | os.O_TRUNC)),
+            ("open O_RDONLY|O_TRUNC", lambda: fd(p, os.O_RDONLY | os.O_TRUNC)),
+            ("append", lambda: os.write(fd(p, os.O_WRONLY | os.O_APPEND), b"x")),
+            # linkat(AT_SYMLINK_FOLLOW): a dir_fd makes Python call linkat.
+            ("link (following)", lambda: os.link(p, "out/link_" + n, src_dir_fd=fd(".", os.O_DIRECTORY),
+                follow_symlinks=True)),
+            ("link where it resolves", lambda: os.link(t, "out/link2_" + n)),
+            ("rename where it resolves", lambda: os.rename(t, "out/moved_" + n)),
+            ("rename over where it resolves",
+                lambda: (open("out/over_" + n, "w").close(), os.rename("out/over_" + n, t))),
+        ]
+        for call, attempt in calls:
+            try:
+                attempt()
+                tried.append([p, call, None])
+            except OSError as e:
+                tried.append([p, call, e.errno])
+print(json.dumps({"tried": tried, "before": before, "after": {p: snap(p) for p in inputs}}))
+"#;
+
+/// What the user's tree holds for a file, seen from outside any jail.
+fn user_view(path: &Path) -> (u32, u32, u32, u64, i64, i64, u64, bool, Vec<u8>) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(path).unwrap();
+    let keep = xattr_of(path, "user.keep").is_some();
+    (
+        meta.mode(),
+        meta.uid(),
+        meta.gid(),
+        meta.size(),
+        meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
+        meta.ctime_nsec() + meta.ctime() * 1_000_000_000,
+        meta.nlink(),
+        keep,
+        fs::read(path).unwrap(),
+    )
+}
+
+fn xattr_of(path: &Path, name: &str) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    let mut value = vec![0u8; 64];
+    // SAFETY: C strings and a buffer of the length given, alive across
+    // the call.
+    let got = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_mut_ptr().cast(),
+            value.len(),
+        )
+    };
+    (got >= 0).then(|| {
+        value.truncate(got as usize);
+        value
+    })
+}
+
+fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let c_name = std::ffi::CString::new(name).unwrap();
+    // SAFETY: as in xattr_of.
+    let done = unsafe {
+        libc::setxattr(
+            c_path.as_ptr(),
+            c_name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        done,
+        0,
+        "setxattr {path:?}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// One jail and way of building sandboxes a user may run `serve` with.
+struct JailMode {
+    name: &'static str,
+    parent: &'static str,
+    options: &'static [&'static str],
+    env: &'static [(&'static str, &'static str)],
+    built: &'static str,
+    /// Create leaves confinement to Bazel (linux-sandbox).
+    bazels: bool,
+}
+
+/// Every jail `serve` answers, each with native and FUSE sandboxes where
+/// it builds both: actionfs's with namespaces (the default here), without
+/// them (user namespaces refused: every sandbox FUSE), and Bazel's.
+fn jail_modes() -> Vec<JailMode> {
+    const NO_NAMESPACES: &[(&str, &str)] = &[
+        ("RUST_LOG", "warn,actionfs::lifecycle=info"),
+        ("ACTIONFS_JAIL_NAMESPACES", "off"),
+    ];
+    let mode = |name, parent, options, env, built, bazels| JailMode {
+        name,
+        parent,
+        options,
+        env,
+        built,
+        bazels,
+    };
+    let mut modes = vec![
+        mode(
+            "actionfs's jail, defaults on tmpfs",
+            "/dev/shm",
+            &[][..],
+            LOGGED,
+            "native",
+            false,
+        ),
+        mode(
+            "actionfs's jail, FUSE",
+            "/dev/shm",
+            &["--native_below=0"],
+            LOGGED,
+            "fuse",
+            false,
+        ),
+        mode(
+            "actionfs's jail, native on disk",
+            "/var/tmp",
+            &["--native_below=1000000000"],
+            LOGGED,
+            "native",
+            false,
+        ),
+        mode(
+            "actionfs's jail without namespaces",
+            "/dev/shm",
+            &["--native_below=1000000000"],
+            NO_NAMESPACES,
+            "fuse",
+            false,
+        ),
+    ];
+    modes.extend([
+        mode(
+            "Bazel's jail, native",
+            "/dev/shm",
+            &["--jail=bazel"],
+            LOGGED,
+            "native",
+            true,
+        ),
+        mode(
+            "Bazel's jail, FUSE",
+            "/dev/shm",
+            &["--jail=bazel", "--native_below=0"],
+            LOGGED,
+            "fuse",
+            true,
+        ),
+    ]);
+    modes
+}
+
+impl JailMode {
+    fn start(&self) -> Backend {
+        let root = tempfile::tempdir_in("/var/tmp").unwrap();
+        let base_dir = tempfile::tempdir_in(self.parent).unwrap();
+        let base = base_dir.path().to_owned();
+        Backend::start_with(root, Some(base_dir), base, self.options, self.env)
+    }
+
+    /// Creates `id` as Bazel would ask (its `/tmp` a writable dir in
+    /// `scratch`, Bazel's confinement setting); returns the root and
+    /// the wrapper Create answered with (none for Bazel's jail).
+    fn create(
+        &self,
+        b: &Backend,
+        id: &str,
+        tree: &Tree,
+        scratch: &Path,
+    ) -> (PathBuf, Option<sandbox::CustomConfinement>) {
+        use create::result::ok::Confinement;
+        fs::create_dir_all(scratch.join("tmp")).unwrap();
+        let mut manifest = b.manifest(tree, &[("/ws/out", "dir")]);
+        manifest.writable_dirs =
+            HashMap::from([("/tmp".into(), scratch.join("tmp").display().to_string())]);
+        manifest.confinement_setting = Some(bazels_confinement(scratch));
+        let ok = match b.client().create(id, manifest).unwrap().outcome {
+            Some(create::result::Outcome::Ok(ok)) => ok,
+            other => panic!("{}: create {id}: {other:?}\n{}", self.name, b.log()),
+        };
+        let root = PathBuf::from(&ok.path);
+        assert_built_as(b, self.built, &root);
+        match (ok.confinement, self.bazels) {
+            (None, true) => (root, None),
+            (Some(Confinement::Custom(custom)), false) => (root, Some(custom)),
+            (other, _) => panic!("{}: confinement {other:?}", self.name),
+        }
+    }
+
+    /// Runs `argv` as Bazel would in this jail.
+    fn run(
+        &self,
+        root: &Path,
+        jail: Option<&sandbox::CustomConfinement>,
+        scratch: &Path,
+        argv: &[&str],
+    ) -> std::process::Output {
+        match jail {
+            Some(jail) => run_jailed(root, jail, argv),
+            None => run_argv_in_bazel_jail(root, scratch, argv),
+        }
+    }
+}
+
+/// The inputs to tamper with: a small source (captured into the store),
+/// a 3 MiB one (served from its default place), an executable, a
+/// source that is a symlink to a file outside the exec root, and pushed
+/// bytes. Each source carries the extended attribute `user.keep`.
+/// Returns the tree, the inputs' paths in the workspace and the user's
+/// files behind them.
+fn inputs_to_tamper_with(b: &Backend) -> (Tree, Vec<String>, Vec<PathBuf>) {
+    let ws = b.exec_root().join(WS);
+    let small = b.write_input("src/small.txt", b"small\n");
+    let big_bytes: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
+    let big = b.write_input("src/big.bin", &big_bytes);
+    let tool = b.write_input("bin/tool.sh", b"#!/bin/sh\necho tool\n");
+    fs::set_permissions(ws.join("bin/tool.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+    let elsewhere = b.root.path().join("sources/real.txt");
+    fs::create_dir_all(elsewhere.parent().unwrap()).unwrap();
+    fs::write(&elsewhere, b"real\n").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, ws.join("src/linked.txt")).unwrap();
+    let pushed = b"pushed\n";
+    let users = vec![
+        ws.join("src/small.txt"),
+        ws.join("src/big.bin"),
+        ws.join("bin/tool.sh"),
+        elsewhere.clone(),
+    ];
+    for file in &users {
+        set_xattr(file, "user.keep", b"1");
+    }
+    let mut tb = TreeBuilder::new();
+    tb.add_file("ws/src/small.txt", small, false).unwrap();
+    tb.add_file("ws/src/big.bin", big, false).unwrap();
+    tb.add_file("ws/bin/tool.sh", tool, true).unwrap();
+    tb.add_file("ws/src/linked.txt", digest_of(b"real\n"), false)
+        .unwrap();
+    tb.add_file("ws/src/pushed.txt", digest_of(pushed), false)
+        .unwrap();
+    let tree = tb.build();
+    b.client()
+        .push(Push {
+            blobs: tree.blobs.clone(),
+            content: [(sha256_hex(pushed), inline(pushed))].into(),
+        })
+        .unwrap();
+    let inputs = [
+        "src/small.txt",
+        "src/big.bin",
+        "bin/tool.sh",
+        "src/linked.txt",
+        "src/pushed.txt",
+    ]
+    .map(String::from)
+    .to_vec();
+    (tree, inputs, users)
+}
+
+fn python3_or_skip() -> bool {
+    Command::new("python3").arg("-c").arg("1").output().is_ok()
+        || actionfs_testkit::tier::skip("no python3")
+}
+
+/// No action changes an input's bytes or metadata (mode, owner, times,
+/// extended attributes, link count) by any call, through its sandbox
+/// path, where it resolves (the store, the exec root, the source tree a
+/// symlinked source leads to), by an fd (`O_RDONLY`, `O_PATH`): not as
+/// the action itself sees it, not as a later sandbox of the same tree
+/// does, not in the user's tree. In every jail `serve` answers, native
+/// and FUSE. (Before the namespaces, actionfs's jail let `chmod`,
+/// `chown`, `utime` and extended attributes through a native input's
+/// link to the store or to the user's file.)
+#[test]
+fn no_action_changes_an_inputs_bytes_or_metadata_in_any_jail() {
+    if !require(&[Need::Mount, Need::Landlock, Need::LinuxSandbox]) || !python3_or_skip() {
+        return;
+    }
+    for mode in jail_modes() {
+        let name = mode.name;
+        let b = mode.start();
+        let (tree, inputs, users) = inputs_to_tamper_with(&b);
+        let user_before: Vec<_> = users.iter().map(|f| user_view(f)).collect();
+        let scratch = b.root.path().join("bazel-scratch/1");
+        let (root, jail) = mode.create(&b, "1", &tree, &scratch);
+        let mut argv = vec!["python3", "-c", TAMPER, "tamper"];
+        argv.extend(inputs.iter().map(String::as_str));
+        let out = mode.run(&root, jail.as_ref(), &scratch, &argv);
+        assert!(out.status.success(), "{name}: {}\n{}", shown(&out), b.log());
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let allowed: Vec<String> = report["tried"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t[2].is_null())
+            .map(|t| format!("{} on {}", t[1], t[0]))
+            .collect();
+        assert!(allowed.is_empty(), "{name}: allowed: {allowed:#?}");
+        // removexattr refused because it may not, not because nothing was
+        // there (the sources carry user.keep; what the store copied does
+        // not).
+        assert_eq!(
+            report["tried"].as_array().unwrap().len(),
+            inputs.len() * 25,
+            "{name}"
+        );
+        assert_eq!(
+            report["before"], report["after"],
+            "{name}: as the action saw its inputs"
+        );
+        for (file, before) in users.iter().zip(&user_before) {
+            assert_eq!(&user_view(file), before, "{name}: the user's {file:?}");
+        }
+        b.destroy_ok("1");
+        // A later sandbox of the same tree sees what the first saw.
+        let scratch = b.root.path().join("bazel-scratch/2");
+        let (root, jail) = mode.create(&b, "2", &tree, &scratch);
+        let mut argv = vec!["python3", "-c", TAMPER, "snap"];
+        argv.extend(inputs.iter().map(String::as_str));
+        let out = mode.run(&root, jail.as_ref(), &scratch, &argv);
+        assert!(out.status.success(), "{name}: {}", shown(&out));
+        let later: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        for input in &inputs {
+            for field in ["mode", "uid", "gid", "size", "mtime", "xattrs", "sha256"] {
+                assert_eq!(
+                    later["before"][input][field], report["before"][input][field],
+                    "{name}: {input}'s {field} in a later sandbox"
+                );
+            }
+        }
+        b.destroy_ok("2");
+        b.close();
+    }
+}
+
+/// What an action may change stays changeable in every jail: `chmod +x`
+/// and `touch -d` on an output, `cp -p`, `tar x` and `install -m` into
+/// an output directory, a file in its writable `/tmp`; Collect brings
+/// the modes out.
+#[test]
+fn outputs_and_writable_dirs_take_modes_times_and_copies_in_every_jail() {
+    if !require(&[Need::Mount, Need::Landlock, Need::LinuxSandbox]) {
+        return;
+    }
+    for mode in jail_modes() {
+        let name = mode.name;
+        let b = mode.start();
+        let (tree, _, _) = inputs_to_tamper_with(&b);
+        let scratch = b.root.path().join("bazel-scratch/1");
+        let (root, jail) = mode.create(&b, "1", &tree, &scratch);
+        let script = "set -e; mkdir -p out/tree out/x; echo x > out/run && chmod +x out/run \
+             && touch -d 2001-01-01 out/run && cp -p bin/tool.sh src/small.txt out/tree/ \
+             && tar cf out/t.tar -C out tree && tar xf out/t.tar -C out/x \
+             && install -m 0750 src/small.txt out/installed \
+             && echo t > \"$0/tmp/t\" && chmod 0600 \"$0/tmp/t\" && touch -d 2002-02-02 \"$0/tmp/t\"";
+        let out = mode.run(
+            &root,
+            jail.as_ref(),
+            &scratch,
+            &["/bin/sh", "-c", script, scratch.to_str().unwrap()],
+        );
+        assert!(out.status.success(), "{name}: {}\n{}", shown(&out), b.log());
+        let tmp = fs::metadata(scratch.join("tmp/t")).unwrap();
+        assert_eq!(tmp.permissions().mode() & 0o7777, 0o600, "{name}");
+        let collected = b.collect_ok("1").join("ws/out");
+        let mode_of = |rel: &str| {
+            fs::metadata(collected.join(rel))
+                .unwrap_or_else(|e| panic!("{name}: {rel}: {e}"))
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(mode_of("run") & 0o111, 0o111, "{name}: chmod +x");
+        assert_eq!(mode_of("tree/tool.sh") & 0o111, 0o111, "{name}: cp -p");
+        assert_eq!(mode_of("x/tree/tool.sh") & 0o111, 0o111, "{name}: tar x");
+        assert_eq!(mode_of("installed"), 0o750, "{name}: install -m");
+        let run = fs::metadata(collected.join("run")).unwrap();
+        assert_eq!(
+            run.modified().unwrap(),
+            std::time::UNIX_EPOCH + Duration::from_secs(978_307_200),
+            "{name}: touch -d 2001-01-01 (UTC)"
+        );
+        b.destroy_ok("1");
+        b.close();
+    }
+}
+
+/// Whether a process whose command line holds `marker` is running.
+fn processes_marked(marker: &str) -> Vec<String> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter_map(|e| fs::read(e.path().join("cmdline")).ok().map(|c| (e, c)))
+        .filter(|(_, cmdline)| String::from_utf8_lossy(cmdline).contains(marker))
+        .map(|(e, cmdline)| {
+            format!(
+                "{}: {}",
+                e.file_name().to_string_lossy(),
+                String::from_utf8_lossy(&cmdline).replace('\0', " ")
+            )
+        })
+        .collect()
+}
+
+/// Nothing an action leaves running outlives it: a `setsid` daemon and
+/// a double fork's orphan (each forking again) are gone when the
+/// action's wrapper returns, so before Bazel asks for Collect, in every
+/// jail (in actionfs's they outlived it before).
+#[test]
+fn nothing_an_action_leaves_running_outlives_it_in_any_jail() {
+    if !require(&[Need::Mount, Need::Landlock, Need::LinuxSandbox]) || !python3_or_skip() {
+        return;
+    }
+    for (n, mode) in jail_modes().into_iter().enumerate() {
+        let name = mode.name;
+        let b = mode.start();
+        let (tree, _, _) = inputs_to_tamper_with(&b);
+        let scratch = b.root.path().join("bazel-scratch/1");
+        let (root, jail) = mode.create(&b, "1", &tree, &scratch);
+        let marker = format!("leftover-{}-{n}", std::process::id());
+        let stay = "import os, time; os.fork(); open('out/up.%d' % os.getpid(), 'w').close(); \
+                    time.sleep(600)";
+        let script = format!(
+            "mkdir -p out; setsid python3 -c \"{stay}\" {marker} </dev/null >/dev/null 2>&1 & \
+             (python3 -c \"{stay}\" {marker} </dev/null >/dev/null 2>&1 &); \
+             while [ $(ls out | grep -c '^up') -lt 4 ]; do sleep 0.05; done"
+        );
+        let out = mode.run(&root, jail.as_ref(), &scratch, &["/bin/sh", "-c", &script]);
+        assert!(out.status.success(), "{name}: {}\n{}", shown(&out), b.log());
+        let left = processes_marked(&marker);
+        for line in &left {
+            let pid: i32 = line.split(':').next().unwrap().parse().unwrap();
+            // SAFETY: a signal to a process this test's action started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        assert!(left.is_empty(), "{name}: outlived the action: {left:#?}");
+        b.destroy_ok("1");
+        b.close();
+    }
+}
+
+/// Signals Bazel sends the wrapper reach the action (which can catch
+/// them: it starts with the signal mask the wrapper was given), and the
+/// wrapper ends as the action did: its exit code, or its signal.
+#[test]
+fn signals_to_actionfs_jail_reach_the_action_and_its_end_is_the_wrappers() {
+    if !require(&[Need::Mount, Need::Landlock]) {
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    for mode in jail_modes().into_iter().filter(|m| !m.bazels) {
+        let name = mode.name;
+        let b = mode.start();
+        let (tree, _, _) = inputs_to_tamper_with(&b);
+        let scratch = b.root.path().join("bazel-scratch/1");
+        let (root, jail) = mode.create(&b, "1", &tree, &scratch);
+        let jail = jail.unwrap();
+        for (script, signal, expected_code, expected_signal) in [
+            (
+                "trap 'echo caught; exit 7' TERM; touch out/ready; while :; do sleep 0.05; done",
+                libc::SIGTERM,
+                Some(7),
+                None,
+            ),
+            (
+                "touch out/ready; while :; do sleep 0.05; done",
+                libc::SIGINT,
+                None,
+                Some(libc::SIGINT),
+            ),
+            ("kill -SEGV $$", 0, None, Some(libc::SIGSEGV)),
+        ] {
+            let _ = fs::remove_file(root.join("ws/out/ready"));
+            let child = Command::new(&jail.wrapper[0])
+                .args(&jail.wrapper[1..])
+                .args(["/bin/sh", "-c", script])
+                .current_dir(root.join(WS))
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            if signal != 0 {
+                assert!(
+                    wait_for(Duration::from_secs(20), || root
+                        .join("ws/out/ready")
+                        .exists()),
+                    "{name}: the action never started"
+                );
+                // SAFETY: a signal to the wrapper this test spawned.
+                unsafe { libc::kill(child.id() as i32, signal) };
+            }
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(
+                (out.status.code(), out.status.signal()),
+                (expected_code, expected_signal),
+                "{name}: `{script}`: {}",
+                shown(&out)
+            );
+            if expected_code == Some(7) {
+                assert_eq!(out.stdout, b"caught\n", "{name}");
+            }
+        }
+        b.destroy_ok("1");
+        b.close();
+    }
 }
 
 /// `--jail` picks Create's confinement: actionfs's wrapper (the default

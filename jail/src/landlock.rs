@@ -1,10 +1,8 @@
-//! The jail applied: a Landlock domain for the file system, TCP and
-//! scopes, then (without network) a seccomp filter on `socket`, then
-//! `exec`. Both are inherited by every child and cannot be lifted.
+//! The jail's rules applied: a Landlock domain for the file system, TCP
+//! and scopes, then (without network) a seccomp filter on `socket`. Both
+//! are inherited by every child and cannot be lifted.
 
-use std::ffi::OsString;
 use std::os::unix::fs::FileTypeExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -32,17 +30,6 @@ pub fn abi() -> i32 {
         )
     };
     version.max(0) as i32
-}
-
-/// Confines this process by `rules` and execs `action`; returns why not.
-pub fn confine_and_exec(rules: &Rules, action: &[OsString]) -> String {
-    if let Err(why) = confine(rules) {
-        return why;
-    }
-    let err = std::process::Command::new(&action[0])
-        .args(&action[1..])
-        .exec();
-    format!("exec {:?}: {err}", action[0])
 }
 
 /// Applies `rules` to this process (and so to everything it execs).

@@ -16,10 +16,21 @@
 //!   ...) and `/dev/pts` are writable, never `/dev` whole (`/dev/shm`,
 //!   where the store may live, stays read-only, as in linux-sandbox);
 //! - without `network`, no TCP bind or connect, and no socket but Unix,
-//!   netlink and TCP ones (seccomp), so no UDP either.
+//!   netlink and TCP ones (seccomp), so no UDP either;
+//! - with `namespaces`, the host is seen through read-only mounts but for
+//!   the `write` hierarchies (a user and mount namespace, [`namespaces`]):
+//!   Landlock cannot rule `chmod`, `chown`, `utime` or extended
+//!   attributes, a read-only mount refuses them all;
+//! - in every case, nothing the action starts outlives it: the wrapper is
+//!   the subreaper of its processes and kills what is left when its
+//!   first process exits ([`supervise`]).
 
 #[cfg(target_os = "linux")]
 pub mod landlock;
+#[cfg(target_os = "linux")]
+pub mod namespaces;
+#[cfg(target_os = "linux")]
+pub mod supervise;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -28,6 +39,9 @@ use std::path::PathBuf;
 pub const HELPER: &str = "actionfs-jail";
 /// The hidden subcommand of `actionfs` that runs the same jail.
 pub const SUBCOMMAND: &str = "__jail";
+/// The wrapper's only argument when asked whether [`Rules::namespaces`]
+/// can be had here: exits 0 if so, else says why on stderr.
+pub const PROBE_NAMESPACES: &str = "--probe-namespaces";
 
 /// The lowest Landlock ABI this jail uses: 6 brings the signal and
 /// abstract Unix socket scopes; 4 the TCP rules, 3 truncate.
@@ -44,6 +58,8 @@ pub struct Rules {
     pub hide: Vec<PathBuf>,
     /// TCP and every socket family allowed.
     pub network: bool,
+    /// The host read-only but `write`, and a PID namespace of its own.
+    pub namespaces: bool,
 }
 
 impl Rules {
@@ -64,6 +80,9 @@ impl Rules {
         if self.network {
             argv.push("--network".into());
         }
+        if self.namespaces {
+            argv.push("--namespaces".into());
+        }
         argv.push("--".into());
         argv
     }
@@ -83,6 +102,7 @@ impl Rules {
                 Some("--") => break,
                 Some("--dev") => rules.dev = true,
                 Some("--network") => rules.network = true,
+                Some("--namespaces") => rules.namespaces = true,
                 Some(flag @ ("--write" | "--hide")) => {
                     let path =
                         PathBuf::from(args.next().ok_or_else(|| format!("{flag} needs a path"))?);
@@ -151,6 +171,10 @@ pub unsafe fn args_from_main(
 /// applies the rules in `args` and execs the action; returns only on
 /// failure, with the exit status to use (the error is on stderr).
 pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
+    let args: Vec<OsString> = args.into_iter().collect();
+    if args.len() == 1 && args[0] == PROBE_NAMESPACES {
+        return probe_namespaces();
+    }
     let (rules, action) = match Rules::parse(args) {
         Ok(parsed) => parsed,
         Err(why) => {
@@ -160,15 +184,27 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     };
     #[cfg(target_os = "linux")]
     {
-        let why = landlock::confine_and_exec(&rules, &action);
-        eprintln!("{HELPER}: {why}");
-        127
+        supervise::run(&rules, &action)
     }
     #[cfg(not(target_os = "linux"))]
     {
         let _ = (rules, action);
         eprintln!("{HELPER}: Landlock is Linux's; this system has no such jail");
         127
+    }
+}
+
+fn probe_namespaces() -> i32 {
+    #[cfg(target_os = "linux")]
+    let probed = namespaces::probe();
+    #[cfg(not(target_os = "linux"))]
+    let probed: Result<(), String> = Err("namespaces are Linux's".into());
+    match probed {
+        Ok(()) => 0,
+        Err(why) => {
+            eprintln!("{why}");
+            1
+        }
     }
 }
 
@@ -183,6 +219,7 @@ mod tests {
             dev: true,
             hide: vec!["/secret".into()],
             network: false,
+            namespaces: true,
         };
         let mut argv = rules.wrapper(&["jail".into()]);
         assert_eq!(argv[0], "jail");

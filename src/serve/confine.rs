@@ -21,11 +21,20 @@ pub enum JailAsked {
 /// The jail in force, once the kernel was asked.
 #[derive(Clone, Debug)]
 pub enum Jail {
-    /// The wrapper's program (`actionfs-jail`, or `actionfs __jail`).
-    Landlock(Vec<String>),
+    Landlock {
+        /// The wrapper's program (`actionfs-jail`, or `actionfs __jail`).
+        program: Vec<String>,
+        /// The host read-only and a PID namespace per action
+        /// ([`Rules::namespaces`]), where user namespaces are allowed.
+        namespaces: bool,
+    },
     Bazel,
     None,
 }
+
+/// Set to `off`, `serve` takes user namespaces to be refused: how the
+/// fallback is tested where they are allowed.
+pub const NAMESPACES_OVERRIDE: &str = "ACTIONFS_JAIL_NAMESPACES";
 
 impl Jail {
     /// The jail for `asked` on this kernel: without Landlock ABI
@@ -45,8 +54,34 @@ impl Jail {
                     );
                     return Jail::Bazel;
                 }
-                Jail::Landlock(wrapper_program())
+                let program = wrapper_program();
+                let namespaces = match probe_namespaces(&program) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        eprintln!(
+                            "actionfs serve: no namespaces for actionfs's jail here ({why}): \
+                             Landlock alone cannot keep actions from changing inputs' modes and \
+                             times, so every sandbox is served by FUSE"
+                        );
+                        false
+                    }
+                };
+                Jail::Landlock {
+                    program,
+                    namespaces,
+                }
             }
+        }
+    }
+
+    /// Whether native sandboxes are safe in this jail: their inputs lead
+    /// to the store and the source tree, which only a read-only view of
+    /// the host keeps from `chmod` and `utime` (Landlock cannot).
+    pub fn keeps_inputs_metadata(&self) -> bool {
+        match self {
+            Jail::Landlock { namespaces, .. } => *namespaces,
+            Jail::Bazel => true,
+            Jail::None => false,
         }
     }
 
@@ -60,21 +95,28 @@ impl Jail {
         root: &Path,
         scratch: &Path,
     ) -> Option<Confinement> {
-        let program = match self {
+        let (program, namespaces) = match self {
             Jail::Bazel => return None,
             Jail::None => return Some(Confinement::Unconfined(Unconfined {})),
-            Jail::Landlock(program) => program,
+            Jail::Landlock {
+                program,
+                namespaces,
+            } => (program, *namespaces),
+        };
+        let rules = Rules {
+            namespaces,
+            ..rules(manifest, root, scratch)
         };
         Some(Confinement::Custom(CustomConfinement {
             name: "actionfs-landlock".into(),
-            wrapper: rules(manifest, root, scratch).wrapper(program),
+            wrapper: rules.wrapper(program),
             env: Default::default(),
         }))
     }
 
     pub fn name(&self) -> &'static str {
         match self {
-            Jail::Landlock(_) => "landlock",
+            Jail::Landlock { .. } => "landlock",
             Jail::Bazel => "bazel",
             Jail::None => "none",
         }
@@ -92,6 +134,7 @@ pub fn rules(manifest: &Manifest, root: &Path, scratch: &Path) -> Rules {
         dev: true,
         hide: Vec::new(),
         network: false,
+        namespaces: false,
     };
     let mut hosts: Vec<&String> = manifest.writable_dirs.values().collect();
     hosts.sort();
@@ -110,6 +153,25 @@ pub fn rules(manifest: &Manifest, root: &Path, scratch: &Path) -> Rules {
     }
     rules.write.dedup();
     rules
+}
+
+/// Asks the wrapper whether it can make its namespaces here (a process
+/// of its own, as each action's wrapper would); says why not.
+pub fn probe_namespaces(program: &[String]) -> Result<(), String> {
+    if std::env::var(NAMESPACES_OVERRIDE).as_deref() == Ok("off") {
+        return Err(format!("{NAMESPACES_OVERRIDE}=off"));
+    }
+    let probed = std::process::Command::new(&program[0])
+        .args(&program[1..])
+        .arg(jail::PROBE_NAMESPACES)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|err| format!("{}: {err}", program[0]))?;
+    if probed.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&probed.stderr);
+    Err(said.trim().to_owned())
 }
 
 /// `actionfs-jail` beside this executable (a smaller program, faster to

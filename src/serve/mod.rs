@@ -372,9 +372,11 @@ fn serve_in(
 }
 
 /// Native sandboxes link to the store, which must then be read-only in
-/// the jail: where the base is writable there (below /tmp, which Bazel's
-/// jail and actionfs's both leave writable), or with no jail at all,
-/// every sandbox is served by FUSE, which refuses writes to inputs itself.
+/// the jail, metadata included: where the base is writable there (below
+/// /tmp, which Bazel's jail and actionfs's both leave writable), with no
+/// jail at all, or in actionfs's jail without namespaces (Landlock alone
+/// lets `chmod` and `utime` through a link), every sandbox is served by
+/// FUSE, which refuses changes to inputs itself.
 fn keep_inputs_read_only(options: &mut BackendOptions, base: &Path, chosen: &Jail) {
     if options.native_below == NativeBelow::Off {
         return;
@@ -385,8 +387,11 @@ fn keep_inputs_read_only(options: &mut BackendOptions, base: &Path, chosen: &Jai
              let actions change captured inputs)"
         );
         options.native_below = NativeBelow::Off;
+    } else if !chosen.keeps_inputs_metadata() {
+        // Choose said why, once.
+        options.native_below = NativeBelow::Off;
     } else if match chosen {
-        Jail::Landlock(_) => jail::writable_in_landlock_jail(base),
+        Jail::Landlock { .. } => jail::writable_in_landlock_jail(base),
         _ => jail::writable_in_bazels_jail(base),
     } {
         eprintln!(
@@ -394,7 +399,7 @@ fn keep_inputs_read_only(options: &mut BackendOptions, base: &Path, chosen: &Jai
              (native ones would let actions change captured inputs); choose another \
              --sandbox_base for native sandboxes",
             base.display(),
-            if matches!(chosen, Jail::Landlock(_)) {
+            if matches!(chosen, Jail::Landlock { .. }) {
                 "actionfs"
             } else {
                 "Bazel"

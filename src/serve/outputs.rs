@@ -11,8 +11,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 
-use nix::fcntl::OFlag;
-use nix::sys::stat::Mode;
+use nix::fcntl::{OFlag, AT_FDCWD};
+use nix::sys::stat::{utimensat, FileStat, Mode, UtimensatFlags};
+use nix::sys::time::TimeSpec;
 
 use crate::sandbox::dirfd::beneath::open_beneath;
 use crate::sandbox::dirfd::{kind_of, open_file_at, readlink_at, DirFd};
@@ -248,14 +249,32 @@ fn move_output(dir: &DirFd, name: &CStr, from: &Path, to: &Path) -> Result<(), S
 }
 
 /// A copy of entry `name` of `dir` (at `from`): a file, symlink or
-/// directory tree, modes kept, read through descriptors that follow no
-/// symlink.
+/// directory tree, modes and times kept (as a rename keeps them), read
+/// through descriptors that follow no symlink.
 fn copy_tree(dir: &DirFd, name: &CStr, from: &Path, to: &Path) -> io::Result<()> {
     let st = dir.stat_at(name)?;
+    copy_entry(dir, name, from, to, &st)?;
+    // Last: writing a directory's entries moves its times.
+    #[allow(clippy::unnecessary_cast)] // time fields differ by platform
+    let (atime, mtime) = (
+        TimeSpec::new(st.st_atime as _, st.st_atime_nsec as _),
+        TimeSpec::new(st.st_mtime as _, st.st_mtime_nsec as _),
+    );
+    utimensat(
+        AT_FDCWD,
+        to,
+        &atime,
+        &mtime,
+        UtimensatFlags::NoFollowSymlink,
+    )
+    .map_err(|err| io::Error::other(format!("utimensat {to:?}: {err}")))
+}
+
+fn copy_entry(dir: &DirFd, name: &CStr, from: &Path, to: &Path, st: &FileStat) -> io::Result<()> {
     // st_mode is u16 on macOS.
     #[allow(clippy::unnecessary_cast)]
     let mode = Permissions::from_mode(st.st_mode as u32 & 0o7777);
-    match kind_of(&st) {
+    match kind_of(st) {
         FileKind::Symlink => {
             let target = readlink_at(dir.as_fd(), name)?;
             std::os::unix::fs::symlink(OsStr::from_bytes(target.to_bytes()), to)

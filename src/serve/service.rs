@@ -170,7 +170,7 @@ impl Service {
         let own = dirs.own();
         let holders = match &jail {
             Jail::None => None,
-            Jail::Landlock(_) => Some(Holders::of(own, false)),
+            Jail::Landlock { .. } => Some(Holders::of(own, false)),
             Jail::Bazel => Some(Holders::of(own, true)),
         };
         Service {
@@ -487,7 +487,7 @@ impl Service {
     /// build adds (`--sandbox_writable_path=/dev/shm`, say).
     fn writable_path_holding_inputs<'m>(&self, manifest: &'m Manifest) -> Option<&'m str> {
         let holders = self.holders.as_ref()?;
-        let landlock = matches!(self.jail, Jail::Landlock(_));
+        let landlock = matches!(self.jail, Jail::Landlock { .. });
         let confinement = manifest
             .confinement_setting
             .iter()

@@ -347,24 +347,36 @@ pub fn decisions(checks: &[Check]) -> Vec<Decision> {
 /// The jail `serve --jail=landlock` (the default) would use here.
 fn jail_decision() -> Decision {
     let abi = crate::jail::landlock_abi();
-    if abi >= crate::jail::MIN_ABI {
-        let program = crate::serve::confine::wrapper_program().join(" ");
-        Decision {
-            title: "jail",
-            choice: "landlock".to_owned(),
-            why: format!(
-                "Landlock ABI {abi}: serve answers Create with its own wrapper ({program}), no \
-                 namespace per action"
-            ),
-        }
-    } else {
-        Decision {
+    if abi < crate::jail::MIN_ABI {
+        return Decision {
             title: "jail",
             choice: "bazel".to_owned(),
             why: format!(
                 "Landlock ABI {abi} (needs {}): serve leaves confinement to Bazel's linux-sandbox",
                 crate::jail::MIN_ABI
             ),
-        }
+        };
+    }
+    let program = crate::serve::confine::wrapper_program();
+    let shown = program.join(" ");
+    match crate::serve::confine::probe_namespaces(&program) {
+        Ok(()) => Decision {
+            title: "jail",
+            choice: "landlock+namespaces".to_owned(),
+            why: format!(
+                "Landlock ABI {abi} and user namespaces: serve answers Create with its own \
+                 wrapper ({shown}), the host read-only but the action's writable paths"
+            ),
+        },
+        Err(why) => Decision {
+            title: "jail",
+            choice: "landlock".to_owned(),
+            why: format!(
+                "Landlock ABI {abi}, but no user namespace ({why}): serve's own wrapper \
+                 ({shown}) cannot keep inputs' modes and times, so every sandbox is FUSE \
+                 (allow unprivileged user namespaces, e.g. Ubuntu's \
+                 kernel.apparmor_restrict_unprivileged_userns=0, for native ones)"
+            ),
+        },
     }
 }

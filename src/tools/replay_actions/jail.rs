@@ -39,8 +39,12 @@ const KILL_DELAY_SECS: u64 = 15;
 pub enum Jail {
     /// Bazel's: the `linux-sandbox` binary.
     LinuxSandbox { path: PathBuf },
-    /// actionfs's: the wrapper's program (`actionfs-jail`).
-    Landlock { program: Vec<String> },
+    /// actionfs's: the wrapper's program (`actionfs-jail`), and whether
+    /// it makes its namespaces here (as serve's probe finds).
+    Landlock {
+        program: Vec<String>,
+        namespaces: bool,
+    },
 }
 
 impl Jail {
@@ -48,8 +52,11 @@ impl Jail {
     /// else the one on PATH) or `landlock`.
     pub fn parse(text: &str) -> Result<Jail, String> {
         if text == "landlock" {
+            let program = crate::serve::confine::wrapper_program();
+            let namespaces = crate::serve::confine::probe_namespaces(&program).is_ok();
             return Ok(Jail::Landlock {
-                program: crate::serve::confine::wrapper_program(),
+                program,
+                namespaces,
             });
         }
         let path = match text.split_once('=') {
@@ -72,7 +79,14 @@ impl Jail {
     pub fn describe(&self) -> String {
         match self {
             Jail::LinuxSandbox { path } => format!("linux-sandbox ({})", path.display()),
-            Jail::Landlock { program } => format!("landlock ({})", program.join(" ")),
+            Jail::Landlock {
+                program,
+                namespaces,
+            } => format!(
+                "landlock ({}{})",
+                program.join(" "),
+                if *namespaces { ", namespaces" } else { "" }
+            ),
         }
     }
 
@@ -115,7 +129,10 @@ impl Jail {
         let shm = std::fs::canonicalize("/dev/shm").unwrap_or_else(|_| "/dev/shm".into());
         let path = match self {
             Jail::LinuxSandbox { path } => path,
-            Jail::Landlock { program } => {
+            Jail::Landlock {
+                program,
+                namespaces,
+            } => {
                 let mut write = vec![exec_root.to_owned()];
                 write.extend(test_tmpdir.map(Path::to_owned));
                 write.extend([shm, PathBuf::from("/tmp")]);
@@ -124,6 +141,7 @@ impl Jail {
                     dev: true,
                     hide: Vec::new(),
                     network: false,
+                    namespaces: *namespaces,
                 };
                 return rules.wrapper(program);
             }
