@@ -19,11 +19,12 @@ use actionfs_protocol::{Mapping, PrefixTable, ResolvedMapping};
 use clap::error::ErrorKind;
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
+use crate::daemon::config::DaemonConfig;
 use crate::daemon::flag_values::{
     parse_allow, parse_duration, parse_method, parse_native_below, parse_positive, parse_transport,
     parse_zero_message_opens,
 };
+use crate::fuse::options::{Allow, ZeroMessageOpens};
 use crate::fuse::transport::Asked;
 use crate::sandbox::hybrid::cutoff::NativeBelow;
 use crate::sandbox::materialize::Method;

@@ -48,5 +48,6 @@ pub use actionfs_jail as jail;
 pub mod sandbox;
 pub mod serve;
 pub mod stage;
+pub mod stats;
 mod sys;
 pub mod tools;

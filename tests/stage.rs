@@ -8,8 +8,8 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use actionfs::daemon::stats::Op;
 use actionfs::stage::{FuseRoots, Mechanism, MissingBlob, StageError, Staged, Stager};
+use actionfs::stats::Op;
 use actionfs_protocol::backend::digest::sha256_hex;
 use actionfs_protocol::backend::reapi;
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};

@@ -7,26 +7,9 @@ use std::time::Duration;
 
 use actionfs_protocol::ResolvedMapping;
 
+use crate::fuse::options::{Allow, ZeroMessageOpens};
 use crate::sandbox::hybrid::cutoff::NativeBelow;
 use crate::sandbox::materialize::Method;
-
-/// Who may access the mount.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Allow {
-    OwnerOnly,
-    RootAndOwner,
-    Everyone,
-}
-
-/// Whether opens reach the daemon.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ZeroMessageOpens {
-    /// Opt-in: the kernel opens files without asking (no OPEN or RELEASE),
-    /// which changes what open files show (docs/actionfs.1.md).
-    On,
-    /// Every open is a round trip (the default; needed for passthrough).
-    Off,
-}
 
 /// Everything the daemon needs to run, however it was asked for.
 #[derive(Clone, Debug)]

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::daemon::config::{Allow, ZeroMessageOpens};
+use crate::fuse::options::{Allow, ZeroMessageOpens};
 use crate::fuse::transport::Asked;
 use crate::sandbox::hybrid::cutoff::NativeBelow;
 use crate::sandbox::materialize::Method;

@@ -17,17 +17,14 @@ use fuser::{Config, MountOption, SessionACL};
 use signal_hook::consts::SIGUSR1;
 use signal_hook::iterator::Signals;
 
-pub mod access_log;
 mod checks;
 pub mod config;
 pub mod control;
 mod error;
 pub mod flag_values;
-pub mod histogram;
 pub mod mount;
 pub mod reconfig;
 pub mod record;
-pub mod stats;
 pub mod stop;
 mod unmount_guard;
 
@@ -35,16 +32,17 @@ pub use error::DaemonError;
 use stop::Event;
 pub use stop::Stopped;
 
-use crate::daemon::access_log::AccessLog;
-use crate::daemon::config::{Allow, DaemonConfig};
+use crate::daemon::config::DaemonConfig;
 use crate::daemon::control::{Control, ControlSocket};
 use crate::daemon::record::Recording;
-use crate::daemon::stats::Stats;
+use crate::fuse::options::Allow;
 use crate::fuse::transport::{self, RingOffer, Transport};
 use crate::fuse::{Dispatcher, FuseShell, NotifierInvalidator};
+use crate::sandbox::access_log::AccessLog;
 use crate::sandbox::hybrid::cutoff;
 use crate::sandbox::hybrid::{NativeSandboxes, Sandboxes};
 use crate::sandbox::tree::{FsConfig, SandboxFs};
+use crate::stats::Stats;
 use reconfig::ResponseSink;
 
 /// Who asks the daemon for sandboxes.
@@ -419,7 +417,7 @@ fn start(options: &DaemonConfig, front_end: Option<FrontEnd>) -> Result<Started,
                 None => ResponseSink::new(output),
             });
             let threads = options.reconfig_threads;
-            let backend: Arc<dyn reconfig::Backend> = serving;
+            let backend: Arc<dyn crate::sandbox::backend::Backend> = serving;
             std::thread::Builder::new()
                 .name("requests".into())
                 .spawn(
@@ -534,7 +532,7 @@ fn start_transport<FS: fuser::Filesystem>(
 
 /// The figures `ctl stats` and SIGUSR1 show beside the counters.
 fn live_figures(fs: &SandboxFs) -> serde_json::Value {
-    let mut live = crate::daemon::stats::process_figures();
+    let mut live = crate::stats::process_figures();
     live["sandboxes"] = fs.sandbox_ids().len().into();
     live["inodes_known"] = fs.known_inodes().into();
     live["open_handles"] = fs.open_handles().into();

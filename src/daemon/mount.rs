@@ -5,7 +5,7 @@ use std::io;
 use std::path::Path;
 use std::process::Command;
 
-use crate::daemon::config::Allow;
+use crate::fuse::options::Allow;
 
 /// True if `path` is a FUSE mount whose daemon is gone: every access fails
 /// with ENOTCONN ("Transport endpoint is not connected").

@@ -27,19 +27,9 @@ use actionfs_protocol::{
 use parking_lot::Mutex;
 
 use crate::daemon::record::Recording;
-use crate::daemon::stats::{RequestKind, Stats};
+use crate::sandbox::backend::Backend;
 use crate::sandbox::layout::Draft;
-
-/// Why a request was refused; its text is the answer's error.
-pub type Refusal = Box<dyn std::error::Error + Send + Sync>;
-
-/// What the request loop drives.
-pub trait Backend: Send + Sync {
-    /// Creates sandbox `id` from its drafted layout; on success says how
-    /// it was made (for the log).
-    fn create(&self, id: &str, draft: Draft) -> Result<&'static str, Refusal>;
-    fn destroy(&self, id: &str) -> Result<(), Refusal>;
-}
+use crate::stats::{RequestKind, Stats};
 
 /// Where answers go. If the reader of our output goes away (EPIPE), answers
 /// are dropped from then on and the file system keeps serving.
@@ -305,6 +295,7 @@ pub(crate) fn apply(backend: &dyn Backend, job: Job, stats: &Stats) -> Response 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::backend::Refusal;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Condvar;
 

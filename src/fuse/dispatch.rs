@@ -19,12 +19,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::passthrough::{self, Backing, OpenMode, Passthrough};
-use crate::daemon::config::ZeroMessageOpens;
-use crate::daemon::stats::{Op, Stats};
+use crate::fuse::options::ZeroMessageOpens;
 use crate::sandbox::tree::{
     Attr, Caller, DirEntry, Errno, FsError, FsResult, Opened, SandboxFs, SetAttr, StatFs,
     XattrReply,
 };
+use crate::stats::{Op, Stats};
 
 /// Who sent a request, as the kernel says in its header.
 #[derive(Clone, Copy, Debug)]

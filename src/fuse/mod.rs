@@ -6,6 +6,7 @@
 
 mod dispatch;
 mod notify;
+pub mod options;
 mod passthrough;
 mod shell;
 pub mod transport;

@@ -6,6 +6,8 @@
 //! [`default_place`]. Nothing here knows about FUSE or the request
 //! stream.
 
+pub mod access_log;
+pub mod backend;
 pub mod default_place;
 pub mod dirfd;
 pub mod file_kind;

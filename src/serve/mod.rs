@@ -41,8 +41,9 @@ use actionfs_protocol::backend::frame::{read_frame, MAX_FRAME};
 use actionfs_protocol::backend::sandbox::{negotiate, request::Op, response, Request, Version};
 use parking_lot::Mutex;
 
-use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
+use crate::daemon::config::DaemonConfig;
 use crate::daemon::{self, FrontEnd, Owner, Stopped};
+use crate::fuse::options::{Allow, ZeroMessageOpens};
 use crate::sandbox::hybrid::cutoff::{self, NativeBelow};
 use crate::sandbox::hybrid::handoff;
 use crate::sandbox::hybrid::Sandboxes;

@@ -30,8 +30,7 @@ use super::departures::Departures;
 use super::jail::Holders;
 use super::kept::{Found, InStore, Kept, KeptTrees, TreeContent};
 use super::outputs::{self, Output};
-use crate::daemon::reconfig::Backend;
-use crate::daemon::stats::RequestKind;
+use crate::sandbox::backend::Backend;
 use crate::sandbox::default_place::{Batch, Looked, Looks, Place};
 use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::hybrid::Sandboxes;
@@ -40,6 +39,7 @@ use crate::sandbox::materialize::{remove_tree, Trash};
 use crate::sandbox::merkle::{FileEntry, MissingDir, Trees, WalkError, Walked};
 use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup, StoreError};
 use crate::sandbox::tree::{EmptyDirs, MerkleInputs, SymlinkTargets};
+use crate::stats::RequestKind;
 
 /// The directories of one `actionfs serve`, all below its base.
 #[derive(Clone, Debug)]

@@ -27,10 +27,11 @@ use std::time::Duration;
 use super::build::{in_halves, io_error, make_dirs, make_parents, open_destination, two_threads};
 use super::cas::Cas;
 use super::{MissingBlob, StageError, Staged};
-use crate::daemon::config::{Allow, DaemonConfig, ZeroMessageOpens};
-use crate::daemon::reconfig::Backend;
+use crate::daemon::config::DaemonConfig;
 use crate::daemon::Embedded;
+use crate::fuse::options::{Allow, ZeroMessageOpens};
 use crate::fuse::transport::Asked;
+use crate::sandbox::backend::Backend;
 use crate::sandbox::dirfd::DirFd;
 use crate::sandbox::hybrid::cutoff::NativeBelow;
 use crate::sandbox::materialize::{self, remove_tree, Method};
@@ -89,7 +90,7 @@ impl FuseRoots {
 
     /// The mount's counters (FUSE requests by kind), for tests and benches
     /// that check what a root's reads cost.
-    pub fn stats(&self) -> &Arc<crate::daemon::stats::Stats> {
+    pub fn stats(&self) -> &Arc<crate::stats::Stats> {
         self.mount.sandboxes().stats()
     }
 

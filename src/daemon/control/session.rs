@@ -8,8 +8,8 @@ use actionfs_protocol::{decode_value, Decoded, Framer, PrefixTable, Response};
 use serde_json::{json, Value};
 
 use super::Control;
-use crate::daemon::access_log::inputs_json;
 use crate::daemon::reconfig::{apply, prepare};
+use crate::sandbox::access_log::inputs_json;
 
 /// Longest request accepted, as on stdin.
 const REQUEST_LIMIT: u64 = 1 << 30;

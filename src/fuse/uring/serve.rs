@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::abi::{self, *};
 use super::decode::{decode, Request};
 use super::encode::{self, Writer};
-use crate::daemon::config::Allow;
+use crate::fuse::options::Allow;
 use crate::fuse::{Ctx, Dispatcher, Entry, Open};
 use crate::sandbox::tree::{Attr, Errno, StatFs, XattrReply};
 

@@ -33,9 +33,8 @@ use std::sync::{Arc, OnceLock};
 use actionfs_protocol::validate_sandbox_id;
 use parking_lot::Mutex;
 
-use crate::daemon::access_log::AccessLog;
-use crate::daemon::reconfig::{Backend, Refusal};
-use crate::daemon::stats::{Built, Stats};
+use crate::sandbox::access_log::AccessLog;
+use crate::sandbox::backend::{Backend, Refusal};
 use crate::sandbox::dirfd::Anchor;
 use crate::sandbox::layout::{Draft, Entry};
 use crate::sandbox::materialize::reuse::{self, Stamps};
@@ -43,6 +42,7 @@ use crate::sandbox::materialize::shape::Dir;
 use crate::sandbox::materialize::shape_cache::ShapeCache;
 use crate::sandbox::materialize::{self, InPlace, Materialized, Method, Options, Trash};
 use crate::sandbox::tree::{LazyEntries, SandboxError, SandboxFs};
+use crate::stats::{Built, Stats};
 
 /// The sandboxes of a mount, each made by the backend its size calls for:
 /// the FUSE view always, native trees too when hybrid mode is on. This is
@@ -350,7 +350,7 @@ pub struct NativeSandboxes {
     /// Sandboxes of fewer mappings are built afresh and not stashed.
     reuse_from: usize,
     /// Shapes of the inputs of recent builds, for the next ones'.
-    shapes: ShapeCache,
+    shapes: ShapeCache<Dir>,
     live: Mutex<HashMap<String, Live>>,
 }
 

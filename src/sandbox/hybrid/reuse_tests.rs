@@ -11,12 +11,12 @@ use proptest::prelude::*;
 
 use super::cutoff::Policy;
 use super::{NativeSandboxes, REUSE_FROM};
-use crate::daemon::stats::Built;
 use crate::sandbox::dirfd::DirFd;
 use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::layout::{self, Draft, Entry};
 use crate::sandbox::materialize::shape::{read_dir_shape, Dir};
 use crate::sandbox::materialize::{self, reuse, Method, Options};
+use crate::stats::Built;
 
 /// Inputs an action may have, below the workspace: files in nested
 /// directories, two inside the output directory Bazel makes beforehand,

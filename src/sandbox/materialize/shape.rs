@@ -127,7 +127,7 @@ impl Dir {
     /// as one; `None` where `of_plan` gives none, or if a leaf cannot be
     /// read (typing it would fail too). Subdirectories whose shape
     /// follows from the draft alone come from `cache` when it has them.
-    pub fn of_draft(draft: &Draft, at: u32, cache: Option<&ShapeCache>) -> Option<Dir> {
+    pub fn of_draft(draft: &Draft, at: u32, cache: Option<&ShapeCache<Dir>>) -> Option<Dir> {
         let fingerprints = cache.map(|cache| Fingerprints::of(draft, at, cache));
         let cached = cache.zip(fingerprints.as_ref());
         Dir::of_draft_dir(draft, at, cached)
@@ -136,7 +136,7 @@ impl Dir {
     fn of_draft_dir(
         draft: &Draft,
         at: u32,
-        cache: Option<(&ShapeCache, &Fingerprints)>,
+        cache: Option<(&ShapeCache<Dir>, &Fingerprints)>,
     ) -> Option<Dir> {
         let dir = &draft.dirs[at as usize];
         let leaves = dir.leaves.iter().map(|leaf| {
@@ -170,7 +170,7 @@ impl Dir {
     fn of_draft_subdir(
         draft: &Draft,
         sub: u32,
-        cache: Option<(&ShapeCache, &Fingerprints)>,
+        cache: Option<(&ShapeCache<Dir>, &Fingerprints)>,
     ) -> Option<Arc<Dir>> {
         let keyed = cache.and_then(|(shapes, fingerprints)| Some((shapes, fingerprints.get(sub)?)));
         if let Some(dir) = keyed.and_then(|(shapes, key)| shapes.get(key)) {

@@ -16,20 +16,21 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::shape::Dir;
 use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::layout::Draft;
 
 /// Directories kept beyond those a stash or a live sandbox still shares.
 const MAX_CACHED: usize = 8192;
 
-pub struct ShapeCache {
+/// Shapes (`shape::Dir`, generic so that this module needs nothing of
+/// the one that builds them) by fingerprint.
+pub struct ShapeCache<Shape> {
     keys: [RandomState; 2],
-    shapes: Mutex<HashMap<u128, Arc<Dir>>>,
+    shapes: Mutex<HashMap<u128, Arc<Shape>>>,
 }
 
-impl Default for ShapeCache {
-    fn default() -> ShapeCache {
+impl<Shape> Default for ShapeCache<Shape> {
+    fn default() -> ShapeCache<Shape> {
         ShapeCache {
             keys: [RandomState::new(), RandomState::new()],
             shapes: Mutex::default(),
@@ -37,12 +38,12 @@ impl Default for ShapeCache {
     }
 }
 
-impl ShapeCache {
-    pub fn get(&self, key: u128) -> Option<Arc<Dir>> {
+impl<Shape> ShapeCache<Shape> {
+    pub fn get(&self, key: u128) -> Option<Arc<Shape>> {
         self.shapes.lock().get(&key).cloned()
     }
 
-    pub fn insert(&self, key: u128, dir: Arc<Dir>) {
+    pub fn insert(&self, key: u128, dir: Arc<Shape>) {
         let mut shapes = self.shapes.lock();
         if shapes.len() >= MAX_CACHED {
             // Those only the cache holds go first; if that is not enough,
@@ -99,7 +100,7 @@ pub struct Fingerprints(Vec<Option<u128>>);
 
 impl Fingerprints {
     /// Of the directories below `at`: `at` itself is built every time.
-    pub fn of(draft: &Draft, at: u32, cache: &ShapeCache) -> Fingerprints {
+    pub fn of<Shape>(draft: &Draft, at: u32, cache: &ShapeCache<Shape>) -> Fingerprints {
         let mut all = vec![None; draft.dirs.len()];
         for &(_, sub) in &draft.dirs[at as usize].subdirs {
             fingerprint(draft, sub, cache, &mut all);
@@ -113,7 +114,7 @@ impl Fingerprints {
 }
 
 /// Fingerprints directory `at` after those below it, into `all`.
-fn fingerprint(draft: &Draft, at: u32, cache: &ShapeCache, all: &mut [Option<u128>]) {
+fn fingerprint<Shape>(draft: &Draft, at: u32, cache: &ShapeCache<Shape>, all: &mut [Option<u128>]) {
     let dir = &draft.dirs[at as usize];
     let mut whole = dir.mapped.is_none();
     for &(_, sub) in &dir.subdirs {
@@ -146,6 +147,7 @@ fn fingerprint(draft: &Draft, at: u32, cache: &ShapeCache, all: &mut [Option<u12
 
 #[cfg(test)]
 mod tests {
+    use super::super::shape::Dir;
     use super::*;
     use proptest::prelude::*;
     use std::os::unix::ffi::OsStrExt;
@@ -202,7 +204,7 @@ mod tests {
         }
     }
 
-    fn shape(draft: &Draft, cache: Option<&ShapeCache>) -> Option<Dir> {
+    fn shape(draft: &Draft, cache: Option<&ShapeCache<Dir>>) -> Option<Dir> {
         Dir::of_draft(draft, draft.inputs_dir()?, cache)
     }
 

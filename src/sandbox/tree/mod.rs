@@ -310,7 +310,7 @@ impl SandboxFs {
 
     /// Creates sandbox `id` (a valid id) as one lazy directory, `entries`,
     /// merged with the writable directory at `writable_root`, where
-    /// everything the sandbox's user makes goes (see [`crate::stage`]).
+    /// everything the sandbox's user makes goes (the `stage` front end uses it).
     /// On error nothing has changed.
     pub fn create_lazy_root(
         &self,

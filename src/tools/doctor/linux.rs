@@ -6,7 +6,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{try_clone, Base, Check, Decision, State};
-use crate::daemon::config::Allow;
+use crate::fuse::options::Allow;
 use crate::tools::doctor::transport_choice::{self, UringFacts, ENABLE_URING, URING_SINCE};
 
 pub const NAME: &str = "Linux";

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use super::histogram::Histogram;
+pub mod histogram;
+
+use histogram::Histogram;
 
 /// The FUSE operations, as counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
