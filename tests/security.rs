@@ -42,7 +42,7 @@ impl Target {
         fs::create_dir(&protected).unwrap();
         fs::write(protected.join("secret"), SECRET).unwrap();
         fs::set_permissions(protected.join("secret"), fs::Permissions::from_mode(0o644)).unwrap();
-        set_xattr(&protected.join("secret"), "user.mark", b"root's");
+        xattr::set(&protected.join("secret"), "user.mark", b"root's");
         fs::set_permissions(&protected, fs::Permissions::from_mode(0o700)).unwrap();
         let under_rw = fx.path("attacker-rw");
         let under_ro = fx.path("attacker-ro");
@@ -108,8 +108,8 @@ impl Target {
         assert_eq!(meta.mode() & 0o7777, 0o644, "mode changed");
         assert_eq!((meta.uid(), meta.gid()), (0, 0), "owner changed");
         assert_eq!(meta.nlink(), 1, "secret was hard-linked somewhere");
-        assert_eq!(get_xattr(&secret, "user.mark"), Some(b"root's".to_vec()));
-        assert_eq!(get_xattr(&secret, "user.planted"), None);
+        assert_eq!(xattr::get(&secret, "user.mark"), Some(b"root's".to_vec()));
+        assert_eq!(xattr::get(&secret, "user.planted"), None);
         assert_eq!(
             fs::symlink_metadata(&self.protected).unwrap().mode() & 0o7777,
             0o700
@@ -119,41 +119,6 @@ impl Target {
     fn view(&self, d: &Daemon, rel: &str) -> String {
         d.path(rel).to_str().unwrap().to_owned()
     }
-}
-
-fn set_xattr(path: &Path, name: &str, value: &[u8]) {
-    let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    let c_name = std::ffi::CString::new(name).unwrap();
-    // SAFETY: valid C strings and a value slice.
-    let ret = unsafe {
-        libc::setxattr(
-            c_path.as_ptr(),
-            c_name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    assert_eq!(ret, 0, "setxattr: {}", std::io::Error::last_os_error());
-}
-
-fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
-    let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    let c_name = std::ffi::CString::new(name).unwrap();
-    let mut buf = vec![0u8; 256];
-    // SAFETY: valid C strings and a buffer of buf.len() bytes.
-    let len = unsafe {
-        libc::getxattr(
-            c_path.as_ptr(),
-            c_name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    (len >= 0).then(|| {
-        buf.truncate(len as usize);
-        buf
-    })
 }
 
 /// Prints the report, then checks that no operation read the secret and

@@ -13,11 +13,13 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod backend;
 pub mod bench;
 pub mod fuzz;
 pub mod serve;
 pub mod tier;
 pub mod traces;
+pub mod xattr;
 
 use std::fs;
 use std::path::{Path, PathBuf};
