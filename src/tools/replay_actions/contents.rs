@@ -87,17 +87,30 @@ fn ctime_millis(meta: &fs::Metadata) -> i64 {
 
 /// `listContentsRecursively`: brings `contents`, the record of the
 /// directory `root`, up to date with what the action changed after
-/// `since` (ms), deleting what the record does not know.
-pub fn refresh(root: &Path, since: i64, contents: &mut Contents) -> Result<(), String> {
-    let meta =
-        fs::symlink_metadata(root).map_err(|err| format!("stat {}: {err}", root.display()))?;
+/// `since` (ms), deleting what the record does not know. Ok(false) if
+/// `root` is gone: a recorded directory moved away (a tree artifact output)
+/// within the millisecond or clock tick of `since`, which its parent's
+/// ctime did not show. Bazel's `statIfFound()` then returns null and the
+/// listing fails; the record forgets it instead.
+pub fn refresh(root: &Path, since: i64, contents: &mut Contents) -> Result<bool, String> {
+    let meta = match fs::symlink_metadata(root) {
+        Ok(meta) => meta,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(err) => return Err(format!("stat {}: {err}", root.display())),
+    };
     if ctime_millis(&meta) <= since {
+        let mut gone = Vec::new();
         for (name, entry) in &mut contents.entries {
             if let Entry::Dir(sub) = entry {
-                refresh(&root.join(name), since, sub)?;
+                if !refresh(&root.join(name), since, sub)? {
+                    gone.push(name.clone());
+                }
             }
         }
-        return Ok(());
+        for name in gone {
+            contents.entries.remove(&name);
+        }
+        return Ok(true);
     }
     let listed = fs::read_dir(root).map_err(|err| format!("readdir {}: {err}", root.display()))?;
     let mut seen: HashSet<OsString> = HashSet::new();
@@ -121,8 +134,9 @@ pub fn refresh(root: &Path, since: i64, contents: &mut Contents) -> Result<(), S
         } else if kind.is_dir() {
             match known {
                 Some(Entry::Dir(sub)) => {
-                    refresh(&path, since, sub)?;
-                    seen.insert(name);
+                    if refresh(&path, since, sub)? {
+                        seen.insert(name);
+                    }
                 }
                 _ => remove(&path)?,
             }
@@ -132,7 +146,7 @@ pub fn refresh(root: &Path, since: i64, contents: &mut Contents) -> Result<(), S
         }
     }
     contents.entries.retain(|name, _| seen.contains(name));
-    Ok(())
+    Ok(true)
 }
 
 /// Unlinks a non-directory; already gone is fine.
@@ -169,13 +183,20 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(5));
         let since = now_millis();
         std::thread::sleep(std::time::Duration::from_millis(5));
-        refresh(&root, since, &mut record).unwrap();
+        assert!(refresh(&root, since, &mut record).unwrap());
         assert_eq!(record, before);
+        // A recorded directory gone unseen (its parent's ctime not after
+        // `since`, as within a clock tick): forgotten, not an error.
+        let mut stale = before.clone();
+        stale.put("ws/keep/moved/x", Entry::File);
+        let far_future = since + 3_600_000;
+        assert!(refresh(&root, far_future, &mut stale).unwrap());
+        assert_eq!(stale, before);
         // The action removes a link, writes an unknown file, a directory.
         fs::remove_file(root.join("ws/keep/removed")).unwrap();
         fs::write(root.join("ws/keep/undeclared"), "u").unwrap();
         fs::create_dir(root.join("ws/keep/newdir")).unwrap();
-        refresh(&root, since, &mut record).unwrap();
+        assert!(refresh(&root, since, &mut record).unwrap());
         let Some(Entry::Dir(ws)) = record.entries.get(std::ffi::OsStr::new("ws")) else {
             panic!("{record:?}")
         };

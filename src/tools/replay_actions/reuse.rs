@@ -545,7 +545,12 @@ impl<'a> Reuse<'a> {
                     rename(&execroot, &moved)?;
                     let stashes = Arc::clone(&self.stashes);
                     lister.submit(Box::new(move || {
-                        contents::refresh(&moved, since, &mut record)?;
+                        if !contents::refresh(&moved, since, &mut record)? {
+                            return Err(format!(
+                                "{} is gone before it was stashed",
+                                moved.display()
+                            ));
+                        }
                         make_dir(&stash)?;
                         // Recorded before the stash can be taken.
                         stashes
