@@ -377,8 +377,13 @@ stderr when that is a terminal."
         override_usage = "actionfs replay-actions --execlog FILE --exec-root DIR [OPTIONS]",
         long_about = "Replays the actions of a Bazel execution log (--execution_log_json_file) \
 in each mode: serve (through `actionfs serve`, as Bazel's sandbox backend runner does), \
-unsandboxed (Bazel's local strategy, in a fresh exec root) and symlinks (Bazel's classic \
-symlink sandbox). Checks every output against the log's digest and prints each mode's wall \
+unsandboxed (Bazel's local strategy, in a fresh exec root), symlinks (Bazel 6's classic \
+sandbox: a fresh symlink forest per action, deleted in the action's path), and Bazel 7-9's own \
+sandbox with its defaults: reuse (sandbox directories reused from a stash per mnemonic, \
+outputs renamed into the exec root, the rest deleted in the background; the sandbox base \
+beside the mode's exec root, as <output_base>/sandbox is), reuse-shm (the same with the base \
+on /dev/shm, --sandbox_base=/dev/shm) and reuse-inmemory \
+(--experimental_inmemory_sandbox_stashes). Checks every output against the log's digest and prints each mode's wall \
 time. Exits 1 unless every action succeeded and every output matched in every mode. Shows \
 its progress on stderr when that is a terminal."
     )]
@@ -395,6 +400,9 @@ its progress on stderr when that is a terminal."
         #[arg(long, value_name = "N", value_parser = parse_positive)]
         jobs: Option<usize>,
         /// Modes to replay in, alternating: serve, unsandboxed, symlinks
+        /// (Bazel 6's sandbox), reuse, reuse-shm, reuse-inmemory (Bazel
+        /// 7-9's, its base beside the exec root, on /dev/shm, or beside it
+        /// with stashes in memory)
         #[arg(
             long,
             value_name = "MODE,...",
@@ -436,8 +444,9 @@ its progress on stderr when that is a terminal."
             value_parser = parse_backend_state
         )]
         backend_state: crate::tools::replay_actions::BackendState,
-        /// Run serve's and symlinks' actions in a jail: Bazel's, as Bazel
-        /// does (linux-sandbox, or linux-sandbox=PATH), or actionfs's own
+        /// Run serve's, symlinks' and the reuse modes' actions in a jail:
+        /// Bazel's, as Bazel does (linux-sandbox, or linux-sandbox=PATH;
+        /// the reuse modes with Bazel 9's command line), or actionfs's own
         /// (landlock) (default: none)
         #[arg(long, value_name = "linux-sandbox[=PATH]|landlock", value_parser = parse_jail)]
         jail: Option<crate::tools::replay_actions::Jail>,
@@ -844,8 +853,9 @@ fn parse_mechanism(text: &str) -> Result<crate::stage::Mechanism, String> {
 }
 
 fn parse_replay_mode(text: &str) -> Result<crate::tools::replay_actions::Mode, String> {
-    crate::tools::replay_actions::Mode::parse(text)
-        .ok_or_else(|| "takes serve, unsandboxed or symlinks".to_owned())
+    crate::tools::replay_actions::Mode::parse(text).ok_or_else(|| {
+        "takes serve, unsandboxed, symlinks, reuse, reuse-shm or reuse-inmemory".to_owned()
+    })
 }
 
 fn parse_content(text: &str) -> Result<crate::tools::replay_actions::ContentMode, String> {
@@ -1016,7 +1026,7 @@ mod tests {
             "--execlog=l.json",
             "--exec-root",
             "/e",
-            "--modes=symlinks,serve,symlinks",
+            "--modes=symlinks,serve,symlinks,reuse,reuse-shm,reuse-inmemory",
             "--backend-opt",
             "--native_below=0",
             "--backend-opt=--ttl=1s",
@@ -1029,7 +1039,16 @@ mod tests {
         ]) else {
             panic!("replay-actions did not parse");
         };
-        assert_eq!(r.modes, [Mode::Symlinks, Mode::Serve]);
+        assert_eq!(
+            r.modes,
+            [
+                Mode::Symlinks,
+                Mode::Serve,
+                Mode::Reuse,
+                Mode::ReuseShm,
+                Mode::ReuseInMemory
+            ]
+        );
         assert_eq!(r.backend_opts, ["--native_below=0", "--ttl=1s"]);
         assert_eq!(
             (r.jobs, r.runs, r.content, r.keep),

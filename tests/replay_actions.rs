@@ -334,10 +334,10 @@ fn a_wrong_logged_digest_fails_naming_the_output_in_each_mode() {
     let mut build = Build::new();
     let wrong = b"something else\n";
     build.spawns[2]["actualOutputs"][0]["digest"] = digest(wrong);
-    let out = build.replay(&["--modes", "unsandboxed,symlinks"]);
+    let out = build.replay(&["--modes", "unsandboxed,symlinks,reuse"]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    for mode in ["unsandboxed", "symlinks"] {
+    for mode in ["unsandboxed", "symlinks", "reuse"] {
         let line = text
             .lines()
             .find(|l| l.starts_with(&format!("MISMATCH {mode} run 1:")))
@@ -351,7 +351,7 @@ fn a_wrong_logged_digest_fails_naming_the_output_in_each_mode() {
         );
     }
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("2 outputs differ from the log"),
+        String::from_utf8_lossy(&out.stderr).contains("3 outputs differ from the log"),
         "{out:?}"
     );
     assert!(!build.out().exists());
@@ -397,7 +397,7 @@ fn usage_errors_and_bad_logs_are_told() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("serve, unsandboxed or symlinks"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("serve, unsandboxed, symlinks, reuse"));
 
     let log = build.dir.path().join("bad.json");
     fs::write(&log, "{\"commandArgs\": [\"true\"]} {").unwrap();
@@ -875,4 +875,324 @@ fn jail_landlock_runs_actions_in_actionfs_jail() {
     ]);
     let out = build.replay(&args);
     assert!(out.status.success(), "{out:?}\n{}", stdout(&out));
+}
+
+/// A log for the reuse modes: two Genrule actions with a slower action
+/// of another mnemonic between them (so that an in-memory stash is
+/// listed before the second Genrule looks), each Genrule writing where
+/// its sandbox was and its output's inode to `side` (not an output, so
+/// the digests stay the log's).
+fn reuse_build() -> (Build, PathBuf) {
+    let mut build = Build::new();
+    let side = build.dir.path().join("side");
+    let root = build.exec_root();
+    fs::write(root.join("bazel-out/bin/slow.txt"), A).unwrap();
+    let note = format!(
+        "echo \"$(pwd) $(stat -c %i bazel-out/bin/ab.txt 2>/dev/null || stat -f %i bazel-out/bin/ab.txt)\" >> '{}'",
+        side.display()
+    );
+    build.spawns = vec![
+        spawn(
+            &[
+                "/bin/sh",
+                "-c",
+                &format!("cat src/a.txt src/b.txt > bazel-out/bin/ab.txt && {note}"),
+            ],
+            vec![file("src/a.txt", A), file("src/b.txt", B)],
+            &["bazel-out/bin/ab.txt"],
+            vec![file("bazel-out/bin/ab.txt", AB)],
+        ),
+        spawn(
+            &["/bin/sh", "-c", "sleep 0.3; cp src/a.txt bazel-out/bin/slow.txt"],
+            vec![file("src/a.txt", A)],
+            &["bazel-out/bin/slow.txt"],
+            vec![file("bazel-out/bin/slow.txt", A)],
+        ),
+        // Reads a.txt too: its link is kept, b.txt's removed, ab.txt's made.
+        spawn(
+            &[
+                "/bin/sh",
+                "-c",
+                "tr a-z A-Z < bazel-out/bin/ab.txt > bazel-out/bin/upper.txt && echo \"$GREETING\" >> bazel-out/bin/upper.txt && test -L src/a.txt && test ! -e src/b.txt",
+            ],
+            vec![file("bazel-out/bin/ab.txt", AB), file("src/a.txt", A)],
+            &["bazel-out/bin/upper.txt"],
+            vec![file("bazel-out/bin/upper.txt", UPPER)],
+        ),
+    ];
+    build.spawns[1]["mnemonic"] = json!("Slow");
+    (build, side)
+}
+
+/// The numbers in a reuse mode's run line: from a stash, fresh, links
+/// kept, made, entries removed, outputs copied, trees deleted.
+fn reuse_counts(text: &str, mode: &str, run: usize) -> [u64; 7] {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{mode} run {run}:")))
+        .unwrap_or_else(|| panic!("no {mode} run {run} line:\n{text}"));
+    let after = |key: &str| -> u64 {
+        let rest = line
+            .split_once(key)
+            .unwrap_or_else(|| panic!("no {key:?} in {line}"))
+            .1;
+        rest.trim_start()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let [from_stash, fresh] = {
+        let s = line.split_once("sandboxes: ").unwrap().1;
+        let n: Vec<u64> = s
+            .split(", ")
+            .take(2)
+            .map(|p| p.split(' ').next().unwrap().parse().unwrap())
+            .collect();
+        [n[0], n[1]]
+    };
+    let links = line.split_once("links: ").unwrap().1;
+    let kept: u64 = links.split(' ').next().unwrap().parse().unwrap();
+    let made: u64 = links
+        .split_once(", ")
+        .unwrap()
+        .1
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let removed: u64 = line
+        .split_once(" entries removed")
+        .unwrap()
+        .0
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    [
+        from_stash,
+        fresh,
+        kept,
+        made,
+        removed,
+        after("outputs copied:"),
+        after("trees deleted in the background:"),
+    ]
+}
+
+#[test]
+fn reuse_modes_reuse_a_stash_by_mnemonic_as_bazel_7_does() {
+    let (build, side) = reuse_build();
+    let out = build.replay(&[
+        "--modes=reuse,reuse-shm,reuse-inmemory,symlinks",
+        "--jobs=1",
+        "--keep",
+    ]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{out:?}");
+    let out_dir = fs::canonicalize(build.out()).unwrap();
+    for mode in ["reuse", "reuse-shm", "reuse-inmemory", "symlinks"] {
+        assert!(
+            text.contains(&format!(
+                "{mode} run 1: 3/3 actions ok, 3 outputs compared, 0 mismatches"
+            )),
+            "{text}"
+        );
+    }
+    for mode in ["reuse", "reuse-shm", "reuse-inmemory"] {
+        let [from_stash, fresh, kept, made, removed, copied, deleted] =
+            reuse_counts(&text, mode, 1);
+        // #1 and Slow fresh; #3 takes #1's stash: a.txt's link kept,
+        // ab.txt's made (2 + 1 + 1 in all), b.txt's removed.
+        assert_eq!(
+            (from_stash, fresh, kept, made, removed),
+            (1, 2, 1, 4, 1),
+            "{mode}: {text}"
+        );
+        // On /dev/shm the outputs cross to the disk exec root: copied.
+        let expect_copied = if mode == "reuse-shm" { 3 } else { 0 };
+        assert_eq!(copied, expect_copied, "{mode}: {text}");
+        // Every sandbox's remains (3) went to the deleter, and were deleted.
+        assert!(deleted >= 3, "{mode}: {text}");
+        let exec_root = out_dir.join(mode).join("execroot").join(WS);
+        assert!(
+            text.contains(&format!("exec root {}", exec_root.display())),
+            "{text}"
+        );
+    }
+    // Links in a stash point to absolute paths in the mode's exec root.
+    for mode in ["reuse", "reuse-inmemory"] {
+        let base = out_dir.join(mode).join("sandbox");
+        let exec_root = out_dir.join(mode).join("execroot").join(WS);
+        let genrule = base.join("sandbox_stash/Genrule");
+        let stashes: Vec<PathBuf> = fs::read_dir(&genrule)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(stashes.len(), 1, "{stashes:?}");
+        let ws = stashes[0].join("execroot").join(WS);
+        for input in ["src/a.txt", "bazel-out/bin/ab.txt"] {
+            assert_eq!(
+                fs::read_link(ws.join(input)).unwrap(),
+                exec_root.join(input),
+                "{mode} {input}"
+            );
+        }
+        assert!(fs::symlink_metadata(ws.join("src/b.txt")).is_err());
+        let slow = base.join("sandbox_stash/Slow");
+        assert_eq!(fs::read_dir(slow).unwrap().count(), 1);
+        // Nothing else is left: no sandbox, no trash, no listing.
+        for dir in ["processwrapper-sandbox", "_moved_trash_dir"] {
+            assert_eq!(fs::read_dir(base.join(dir)).unwrap().count(), 0, "{dir}");
+        }
+        if mode == "reuse-inmemory" {
+            assert_eq!(
+                fs::read_dir(base.join("tmp_sandbox_stash"))
+                    .unwrap()
+                    .count(),
+                0
+            );
+        }
+    }
+    // Outputs renamed, not copied: the inode the action saw in its
+    // sandbox is the exec root's.
+    let seen = fs::read_to_string(&side).unwrap();
+    for mode in ["reuse", "reuse-inmemory"] {
+        let sandboxes = out_dir.join(mode).join("sandbox/processwrapper-sandbox");
+        let line = seen
+            .lines()
+            .find(|l| l.starts_with(&format!("{}/", sandboxes.display())))
+            .unwrap_or_else(|| panic!("no {mode} sandbox in {seen}"));
+        let inode: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        let result = out_dir.join(mode).join("execroot/ws/bazel-out/bin/ab.txt");
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(fs::metadata(result).unwrap().ino(), inode, "{mode}: {line}");
+    }
+    // reuse-shm's base was on /dev/shm, and is gone.
+    let shm = text
+        .lines()
+        .find(|l| l.starts_with("reuse-shm run 1:"))
+        .and_then(|l| l.split_once("sandbox base ").map(|(_, r)| r.to_owned()))
+        .unwrap();
+    let shm = PathBuf::from(shm.split(' ').next().unwrap());
+    assert!(
+        shm.starts_with("/dev/shm") && seen.contains(&format!("{}/", shm.display())),
+        "{shm:?} {seen}"
+    );
+    assert!(!shm.exists(), "{shm:?} left behind");
+
+    // Without --keep nothing at all is left.
+    fs::remove_dir_all(build.out()).unwrap();
+    let out = build.replay(&["--modes=reuse,reuse-inmemory,reuse-shm", "--runs=2"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!build.out().exists());
+}
+
+#[test]
+fn reuse_modes_build_what_bazel_would() {
+    let build = Build::new();
+    let modes = "--modes=reuse,reuse-shm,reuse-inmemory";
+    let out = build.replay(&[modes, "--jobs=2", "--runs=2"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{out:?}");
+    for mode in ["reuse", "reuse-shm", "reuse-inmemory"] {
+        for run in [1, 2] {
+            assert!(
+                text.contains(&format!(
+                    "{mode} run {run}: 3/3 actions ok, 4 outputs compared, 0 mismatches"
+                )),
+                "{text}"
+            );
+        }
+        let [setup, run, collect, teardown] = steps_of(&text, mode);
+        assert!(
+            setup > 0.0 && run > 0.0 && collect > 0.0 && teardown > 0.0,
+            "{text}"
+        );
+    }
+    // Runfiles trees, param files, an empty tree artifact.
+    let real = RealBuild::new();
+    let out = real.build.replay(&[modes, "--jobs=1"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{out:?}");
+    for mode in ["reuse", "reuse-shm", "reuse-inmemory"] {
+        assert!(
+            text.contains(&format!(
+                "{mode} run 1: 4/4 actions ok, 3 outputs compared, 0 mismatches"
+            )),
+            "{text}"
+        );
+        // The second rtool action takes the first's stash and keeps its
+        // links, runfiles ones too (in memory, the stash may still be in
+        // the lister's hands when it looks, as in Bazel).
+        if mode != "reuse-inmemory" {
+            let [from_stash, _, kept, ..] = reuse_counts(&text, mode, 1);
+            assert!(from_stash == 3 && kept >= 5, "{mode}: {text}");
+        }
+    }
+    assert!(!real.build.out().exists());
+}
+
+#[test]
+fn jail_linux_sandbox_runs_reuse_with_bazel_9s_hermetic_tmp() {
+    const LINUX_SANDBOX: &str = "/usr/libexec/x86_64-linux-gnu/bazel/linux-sandbox";
+    if !require(&[Need::Mount]) {
+        return;
+    }
+    if !Path::new(LINUX_SANDBOX).exists() {
+        actionfs_testkit::tier::skip(&format!("no {LINUX_SANDBOX} (Debian's bazel-bootstrap)"));
+        return;
+    }
+    let mut build = Build::new();
+    let name = format!("actionfs-hermetic-{}", std::process::id());
+    build.spawns[0]["commandArgs"] = json!([
+        "/bin/sh",
+        "-c",
+        format!("touch /tmp/{name} && test -w /dev/shm && cat src/a.txt src/b.txt > bazel-out/bin/ab.txt")
+    ]);
+    let jail = format!("--jail=linux-sandbox={LINUX_SANDBOX}");
+    let out = build.replay(&["--modes=reuse,reuse-inmemory", &jail]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{out:?}");
+    for mode in ["reuse", "reuse-inmemory"] {
+        assert!(
+            text.contains(&format!(
+                "{mode} run 1: 3/3 actions ok, 4 outputs compared, 0 mismatches"
+            )) && !text.contains("no hermetic /tmp"),
+            "{text}"
+        );
+    }
+    // /tmp was the sandbox's own.
+    assert!(!Path::new("/tmp").join(&name).exists());
+    assert!(!build.out().exists());
+
+    // Jailed: writing outside fails.
+    let (build, outside_dir, _) = escaping_build();
+    let out = build.replay(&["--modes=reuse", &jail]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text.contains("FAILED reuse run 1: #1") && text.contains("Read-only file system"),
+        "{text}"
+    );
+    assert!(!outside_dir.path().join("written").exists());
+}
+
+#[test]
+fn jail_landlock_wraps_reuse_actions() {
+    if !require(&[Need::Landlock]) {
+        return;
+    }
+    let (build, outside_dir, _) = escaping_build();
+    let out = build.replay(&["--modes=reuse", "--jail=landlock"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text.contains("FAILED reuse run 1: #1") && text.contains("Permission denied"),
+        "{text}"
+    );
+    assert!(!outside_dir.path().join("written").exists());
 }

@@ -27,6 +27,12 @@ mod macos;
 #[cfg(target_os = "macos")]
 use macos as platform;
 
+/// The name of the file system `dir` is on (replay-actions says where its
+/// exec roots and sandbox bases are).
+pub fn fs_type(dir: &std::path::Path) -> String {
+    platform::fs_type(dir)
+}
+
 /// What `doctor` was asked for.
 #[derive(Debug)]
 pub struct DoctorArgs {

@@ -17,6 +17,21 @@
 //!   `--local_termination_grace_seconds`' default. Bazel's runner names
 //!   `/dev/shm`, not `/dev`.
 //!
+//! - Modes `reuse*`: Bazel 9's `LinuxSandboxedSpawnRunner` with its
+//!   defaults (`LinuxSandboxCommandLineBuilder.java`, bazelbuild
+//!   1b5712c6): `linux-sandbox [-T SECS] -t 15 -w /dev/shm -w <sandbox
+//!   exec root> -w /tmp [-w TEST_TMPDIR] -M <sandbox>/_hermetic_tmp -m
+//!   /tmp -S <sandbox>/stats.out -- ARGV` from the sandbox exec root, no
+//!   `-W`. No `-N`: Bazel 9 allows the network by default
+//!   (`--sandbox_default_allow_network`) and blocks it only for an action
+//!   whose execution info asks, which the 4.2.3 log does not record.
+//!   Debian's 4.2.3 binary takes every one of these flags (`-M`/`-m` mount
+//!   read-only there, and the later `-w /tmp` makes the mount writable, as
+//!   in Bazel 9). The hermetic `/tmp` (`-M`/`-m`) is left out when the
+//!   sandbox or an exec root is below `/tmp`: the mount would hide them.
+//!   Bazel 9 passes nothing else by default (`-C` cgroups, `-e` tmpfs, `-R`,
+//!   `-U`, `-H`, `-D` are behind flags that default off).
+//!
 //! `--jail landlock`: actionfs's own jail ([`crate::jail`]) instead:
 //! serve is negotiated with `--jail=landlock` and its Create answers carry
 //! the wrapper; symlinks mode wraps each action in the same helper with
@@ -158,6 +173,51 @@ impl Jail {
     }
 }
 
+impl Jail {
+    /// Bazel 9's `LinuxSandboxedSpawnRunner` argv before the action's,
+    /// for the sandbox `sandbox` (`<base>/linux-sandbox/<id>`) whose exec
+    /// root is `exec_root`; `hermetic_tmp` adds `-M <sandbox>/_hermetic_tmp
+    /// -m /tmp` (the directory is the caller's to make). actionfs's jail
+    /// wraps it as the classic strategy's ([`Jail::strategy`]).
+    pub fn bazel9(
+        &self,
+        sandbox: &Path,
+        exec_root: &Path,
+        test_tmpdir: Option<&Path>,
+        timeout_secs: u64,
+        hermetic_tmp: bool,
+    ) -> Vec<String> {
+        let Jail::LinuxSandbox { path } = self else {
+            return self.strategy(exec_root, test_tmpdir, timeout_secs);
+        };
+        let shm = std::fs::canonicalize("/dev/shm").unwrap_or_else(|_| "/dev/shm".into());
+        let mut argv = vec![path.to_string_lossy().into_owned()];
+        if timeout_secs > 0 {
+            argv.extend(["-T".to_owned(), timeout_secs.to_string()]);
+        }
+        argv.extend(["-t".to_owned(), KILL_DELAY_SECS.to_string()]);
+        let mut writable = vec![shm.as_path(), exec_root, Path::new("/tmp")];
+        writable.extend(test_tmpdir);
+        let mut seen = Vec::new();
+        for path in writable {
+            // Bazel 4.2.3's binary dies on a writable path that is missing.
+            if path.exists() && !seen.contains(&path) {
+                seen.push(path);
+                argv.extend(["-w".to_owned(), path.to_string_lossy().into_owned()]);
+            }
+        }
+        if hermetic_tmp {
+            let tmp = sandbox.join("_hermetic_tmp");
+            argv.extend(["-M".to_owned(), tmp.to_string_lossy().into_owned()]);
+            argv.extend(["-m".to_owned(), "/tmp".to_owned()]);
+        }
+        let stats = sandbox.join("stats.out");
+        argv.extend(["-S".to_owned(), stats.to_string_lossy().into_owned()]);
+        argv.push("--".to_owned());
+        argv
+    }
+}
+
 fn command(path: &Path, flags: &[String], writable: &[&Path]) -> Vec<String> {
     let mut argv = vec![path.to_string_lossy().into_owned()];
     argv.extend(flags.iter().cloned());
@@ -208,5 +268,27 @@ mod tests {
         let argv = landlock.strategy(Path::new("/x"), None, 60);
         assert_eq!(&argv[argv.len() - 8..argv.len() - 6], ["--write", "/x"]);
         assert!(argv.ends_with(&["--write".into(), "/tmp".into(), "--dev".into(), "--".into()]));
+        // Bazel 9's: no -N, the hermetic /tmp, the stats file.
+        let argv = jail.bazel9(Path::new("/s"), Path::new("/"), None, 0, true);
+        assert_eq!(&argv[..3], ["/opt/ls", "-t", "15"]);
+        assert!(!argv.contains(&"-N".to_owned()), "{argv:?}");
+        assert!(argv.ends_with(&[
+            "-w".into(),
+            "/tmp".into(),
+            "-M".into(),
+            "/s/_hermetic_tmp".into(),
+            "-m".into(),
+            "/tmp".into(),
+            "-S".into(),
+            "/s/stats.out".into(),
+            "--".into()
+        ]));
+        let argv = jail.bazel9(Path::new("/s"), Path::new("/"), None, 9, false);
+        assert_eq!(&argv[..5], ["/opt/ls", "-T", "9", "-t", "15"]);
+        assert!(!argv.contains(&"-M".to_owned()), "{argv:?}");
+        assert_eq!(
+            landlock.bazel9(Path::new("/s"), Path::new("/x"), None, 0, true),
+            landlock.strategy(Path::new("/x"), None, 0)
+        );
     }
 }

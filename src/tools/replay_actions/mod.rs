@@ -17,15 +17,22 @@
 //!   Destroy);
 //! - `unsandboxed` ([`unsandboxed`]): Bazel's local strategy, in a fresh
 //!   exec root that links to DIR's sources and makes generated files anew;
-//! - `symlinks` ([`symlinks`]): Bazel's classic sandbox, a symlink per
-//!   input in a fresh directory per action.
+//! - `symlinks` ([`symlinks`]): Bazel 6's classic sandbox, a symlink per
+//!   input in a fresh directory per action, deleted in the action's path;
+//! - `reuse`, `reuse-shm`, `reuse-inmemory` ([`reuse`]): Bazel 7-9's own
+//!   sandbox with its defaults: sandbox directories reused from a stash
+//!   per mnemonic, outputs renamed into the exec root, the rest deleted in
+//!   the background; the base beside the exec root (`reuse`, Bazel's
+//!   `<output_base>/sandbox`), on `/dev/shm` (`reuse-shm`), or beside it
+//!   with the stashes remembered in memory (`reuse-inmemory`,
+//!   `--experimental_inmemory_sandbox_stashes`).
 //!
 //! Each action's inputs are those Bazel 7's runner would give it, with
-//! their sources classified as it does ([`plan`]). With `--jail`, serve
-//! and symlinks run each action in Bazel's `linux-sandbox` ([`jail`]):
-//! serve as `SandboxBackendSpawn` does when Create leaves `confinement`
-//! unset, symlinks as Bazel's `linux-sandbox` strategy; unsandboxed stays
-//! bare. Without it nothing is jailed, to measure the backend alone.
+//! their sources classified as it does ([`plan`]). With `--jail`, serve,
+//! symlinks and the reuse modes run each action in Bazel's `linux-sandbox`
+//! ([`jail`]): serve as `SandboxBackendSpawn` does when Create leaves
+//! `confinement` unset, symlinks as Bazel's `linux-sandbox` strategy, the
+//! reuse modes as Bazel 9's; unsandboxed stays bare. Without it nothing is jailed, to measure the backend alone.
 //!
 //! Actions run at most `--jobs` at once, each once the earlier actions
 //! making its inputs are done, first in the log's order first ([`pool`]).
@@ -39,11 +46,14 @@
 //! Exit status 0 only if, in every mode and run, every action succeeded,
 //! every output matched, and every backend exited 0.
 
+mod contents;
+mod deleter;
 mod execlog;
 mod jail;
 mod plan;
 mod pool;
 mod report;
+mod reuse;
 mod run;
 mod serve;
 mod steps;
@@ -69,6 +79,9 @@ pub enum Mode {
     Serve,
     Unsandboxed,
     Symlinks,
+    Reuse,
+    ReuseShm,
+    ReuseInMemory,
 }
 
 impl Mode {
@@ -77,6 +90,9 @@ impl Mode {
             "serve" => Some(Mode::Serve),
             "unsandboxed" => Some(Mode::Unsandboxed),
             "symlinks" => Some(Mode::Symlinks),
+            "reuse" => Some(Mode::Reuse),
+            "reuse-shm" => Some(Mode::ReuseShm),
+            "reuse-inmemory" => Some(Mode::ReuseInMemory),
             _ => None,
         }
     }
@@ -86,7 +102,19 @@ impl Mode {
             Mode::Serve => "serve",
             Mode::Unsandboxed => "unsandboxed",
             Mode::Symlinks => "symlinks",
+            Mode::Reuse => "reuse",
+            Mode::ReuseShm => "reuse-shm",
+            Mode::ReuseInMemory => "reuse-inmemory",
         }
+    }
+
+    /// Its sandbox's links point into its own exec root, where earlier
+    /// actions' outputs are: a failed producer blocks its dependents.
+    fn reads_own_outputs(self) -> bool {
+        matches!(
+            self,
+            Mode::Unsandboxed | Mode::Reuse | Mode::ReuseShm | Mode::ReuseInMemory
+        )
     }
 }
 
@@ -142,7 +170,7 @@ pub struct ReplayActionsArgs {
     pub backend: Option<PathBuf>,
     pub content: ContentMode,
     pub backend_state: BackendState,
-    /// Bazel's jail around serve's and symlinks' actions.
+    /// Bazel's jail around serve's, symlinks' and the reuse modes' actions.
     pub jail: Option<Jail>,
     /// Where the modes' exec roots go; `None`: a fresh temporary directory.
     pub out: Option<PathBuf>,
@@ -191,7 +219,7 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
         "jail: {}",
         match &args.jail {
             Some(jail) => format!(
-                "{} (serve: {}; symlinks: around Bazel's linux-sandbox strategy's forest; unsandboxed: none)",
+                "{} (serve: {}; symlinks: around Bazel's linux-sandbox strategy's forest; reuse: as Bazel 9's linux-sandbox strategy; unsandboxed: none)",
                 jail.describe(),
                 // A --jail among the backend options decides serve's.
                 match args.backend_opts.iter().rev().find(|o| o.starts_with("--jail")) {
@@ -242,6 +270,15 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
                     .map(|(s, _staged)| Box::new(s) as Box<dyn Session>),
                 Mode::Symlinks => symlinks::Symlinks::start(&plan, &mode_dir, args.jail.as_ref())
                     .map(|s| Box::new(s) as Box<dyn Session>),
+                Mode::Reuse | Mode::ReuseShm | Mode::ReuseInMemory => {
+                    let variant = match mode {
+                        Mode::ReuseShm => reuse::Variant::Shm,
+                        Mode::ReuseInMemory => reuse::Variant::InMemory,
+                        _ => reuse::Variant::Disk,
+                    };
+                    reuse::Reuse::start(&plan, &mode_dir, variant, args.jail.as_ref())
+                        .map(|s| Box::new(s) as Box<dyn Session>)
+                }
             };
             let session = match started {
                 Ok(session) => session,
@@ -285,7 +322,7 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
             let outcomes = pool::run(
                 &deps,
                 args.jobs,
-                mode == Mode::Unsandboxed,
+                mode.reads_own_outputs(),
                 &mut progress,
                 &|i| session.replay(i, &plan.actions[i], &steps),
             );
@@ -362,6 +399,11 @@ impl Out {
         };
         let path =
             std::fs::canonicalize(&path).map_err(|err| format!("{}: {err}", path.display()))?;
+        println!(
+            "out: {} ({}): each mode's exec root below it",
+            path.display(),
+            crate::tools::doctor::fs_type(&path)
+        );
         Ok(Out { path, keep })
     }
 

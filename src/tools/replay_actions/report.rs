@@ -228,7 +228,7 @@ impl Report {
             .and_then(|(_, r)| median(&r.times));
         let _ = writeln!(
             out,
-            "{:<12} {:>4} {:>11} {:>8} {:>10} {:>8} {:>9} {:>9} {:>9} {:>13}",
+            "{:<14} {:>4} {:>11} {:>8} {:>10} {:>8} {:>9} {:>9} {:>9} {:>13}",
             "mode",
             "runs",
             "actions ok",
@@ -252,7 +252,7 @@ impl Report {
             };
             let _ = writeln!(
                 out,
-                "{:<12} {:>4} {:>11} {:>8} {:>10} {:>8} {:>9} {:>9} {:>9} {:>13}",
+                "{:<14} {:>4} {:>11} {:>8} {:>10} {:>8} {:>9} {:>9} {:>9} {:>13}",
                 mode.name(),
                 r.runs,
                 format!("{}/{}", r.actions_ok, r.actions),
@@ -315,13 +315,13 @@ fn render_steps(out: &mut String, modes: &[(Mode, ModeReport)], actions: usize) 
         out,
         "time per action by step, ms (mean over actions, median of runs):"
     );
-    let _ = write!(out, "{:<12}", "mode");
+    let _ = write!(out, "{:<14}", "mode");
     for step in Step::ALL {
         let _ = write!(out, " {:>9}", step.name());
     }
     out.push('\n');
     for (mode, r) in modes.iter().filter(|(_, r)| !r.steps.is_empty()) {
-        let _ = write!(out, "{:<12}", mode.name());
+        let _ = write!(out, "{:<14}", mode.name());
         for step in Step::ALL {
             let per_run: Vec<Duration> = r.steps.iter().map(|s| s[step as usize]).collect();
             let per_action = median(&per_run).unwrap_or_default() / actions as u32;

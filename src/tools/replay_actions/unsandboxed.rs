@@ -43,62 +43,69 @@ impl Unsandboxed {
     /// Makes the fresh exec root; says how many files it staged.
     pub fn start(plan: &Plan, mode_dir: &Path) -> Result<(Unsandboxed, usize), String> {
         let root = results_root(mode_dir, &plan.workspace);
-        make_dir(&root)?;
-        let top = |path: &str| path.split('/').next().unwrap_or(path).to_owned();
-        let mut made: HashSet<&str> = HashSet::new();
-        let mut tops: HashSet<String> = HashSet::new();
-        for action in &plan.actions {
-            for output in &action.outputs {
-                made.insert(&output.path);
-                tops.insert(top(&output.path));
-            }
-            // A test writes in its TEST_TMPDIR (`_tmp/...`): here, not in
-            // the original exec root.
-            if let Some(dir) = run::test_tmpdir(action).filter(|d| !d.starts_with('/')) {
-                tops.insert(top(dir));
-            }
-        }
-        let entries = fs::read_dir(&plan.exec_root)
-            .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
-            .map_err(|err| format!("listing {}: {err}", plan.exec_root.display()))?;
-        for entry in entries {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let link = root.join(&name);
-            if tops.contains(&name) {
-                make_dir(&link)?;
-            } else {
-                symlink(entry.path(), &link)
-                    .map_err(|err| format!("symlink {}: {err}", link.display()))?;
-            }
-        }
-        for name in &tops {
-            make_dir(&root.join(name))?;
-        }
-        let made_by_replay = |path: &str| {
-            let mut path = path;
-            loop {
-                if made.contains(path) {
-                    return true;
-                }
-                match path.rfind('/') {
-                    Some(slash) => path = &path[..slash],
-                    None => return false,
-                }
-            }
-        };
-        let mut staged: HashSet<&str> = HashSet::new();
-        for action in &plan.actions {
-            for input in &action.inputs {
-                if tops.contains(&top(&input.path))
-                    && !made_by_replay(&input.path)
-                    && staged.insert(&input.path)
-                {
-                    stage(&plan.exec_root.join(&input.path), &root, &input.path)?;
-                }
-            }
-        }
-        Ok((Unsandboxed { root }, staged.len()))
+        let staged = stage_exec_root(plan, &root)?;
+        Ok((Unsandboxed { root }, staged))
     }
+}
+
+/// Makes `root` a fresh exec root as the module doc says (the reuse modes'
+/// too, whose links point into it); says how many files it staged.
+pub fn stage_exec_root(plan: &Plan, root: &Path) -> Result<usize, String> {
+    make_dir(root)?;
+    let top = |path: &str| path.split('/').next().unwrap_or(path).to_owned();
+    let mut made: HashSet<&str> = HashSet::new();
+    let mut tops: HashSet<String> = HashSet::new();
+    for action in &plan.actions {
+        for output in &action.outputs {
+            made.insert(&output.path);
+            tops.insert(top(&output.path));
+        }
+        // A test writes in its TEST_TMPDIR (`_tmp/...`): here, not in
+        // the original exec root.
+        if let Some(dir) = run::test_tmpdir(action).filter(|d| !d.starts_with('/')) {
+            tops.insert(top(dir));
+        }
+    }
+    let entries = fs::read_dir(&plan.exec_root)
+        .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
+        .map_err(|err| format!("listing {}: {err}", plan.exec_root.display()))?;
+    for entry in entries {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let link = root.join(&name);
+        if tops.contains(&name) {
+            make_dir(&link)?;
+        } else {
+            symlink(entry.path(), &link)
+                .map_err(|err| format!("symlink {}: {err}", link.display()))?;
+        }
+    }
+    for name in &tops {
+        make_dir(&root.join(name))?;
+    }
+    let made_by_replay = |path: &str| {
+        let mut path = path;
+        loop {
+            if made.contains(path) {
+                return true;
+            }
+            match path.rfind('/') {
+                Some(slash) => path = &path[..slash],
+                None => return false,
+            }
+        }
+    };
+    let mut staged: HashSet<&str> = HashSet::new();
+    for action in &plan.actions {
+        for input in &action.inputs {
+            if tops.contains(&top(&input.path))
+                && !made_by_replay(&input.path)
+                && staged.insert(&input.path)
+            {
+                stage(&plan.exec_root.join(&input.path), root, &input.path)?;
+            }
+        }
+    }
+    Ok(staged.len())
 }
 
 /// Puts `source` at `root/rel`: a hard link, a copy where that fails, or

@@ -1,0 +1,170 @@
+//! Work done beside the actions, as Bazel does it off the action's path:
+//! a background thread that runs jobs in order ([`Background`]), and
+//! Bazel's asynchronous tree deleter on top of it ([`TreeDeleter`]).
+//!
+//! `AsynchronousTreeDeleter.java` (bazelbuild/bazel 27f837e1): a tree is
+//! renamed into `<base>/_moved_trash_dir/<n>` in the caller (so the path is
+//! free at once), and deleted later by a background thread. Bazel 7's
+//! `--experimental_sandbox_async_tree_delete_idle_threads=4` gives it more
+//! threads only once the build is idle; during the build it has one, as
+//! here. Java's thread priorities are ignored on Linux by default
+//! (HotSpot's `ThreadPriorityPolicy=0`), so the thread is not niced.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use super::run::{make_dir, remove};
+
+type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
+
+/// One background thread running jobs in order; [`Background::finish`]
+/// waits for all of them and says what failed.
+pub struct Background {
+    sender: Mutex<Option<Sender<Job>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    errors: Arc<Mutex<Vec<String>>>,
+}
+
+impl Background {
+    pub fn start(name: &str) -> Result<Background, String> {
+        let (sender, receiver) = channel::<Job>();
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let failed = Arc::clone(&errors);
+        let thread = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                for job in receiver {
+                    if let Err(why) = job() {
+                        failed.lock().unwrap_or_else(|p| p.into_inner()).push(why);
+                    }
+                }
+            })
+            .map_err(|err| format!("starting the {name} thread: {err}"))?;
+        Ok(Background {
+            sender: Mutex::new(Some(sender)),
+            thread: Mutex::new(Some(thread)),
+            errors,
+        })
+    }
+
+    /// Queues `job`; after [`Background::finish`], runs it here instead.
+    pub fn submit(&self, job: Job) -> Result<(), String> {
+        let sender = self.sender.lock().unwrap_or_else(|p| p.into_inner());
+        match sender.as_ref() {
+            Some(sender) => sender
+                .send(job)
+                .map_err(|_| "the background thread is gone".to_owned()),
+            None => job(),
+        }
+    }
+
+    /// Waits for every queued job; Err naming the first failures.
+    pub fn finish(&self) -> Result<(), String> {
+        drop(self.sender.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            thread
+                .join()
+                .map_err(|_| "the background thread panicked".to_owned())?;
+        }
+        let errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        match errors.len() {
+            0 => Ok(()),
+            n => Err(format!(
+                "{n} background jobs failed, first: {}",
+                errors.first().map_or("", String::as_str)
+            )),
+        }
+    }
+}
+
+impl Drop for Background {
+    /// On an early return too, nothing runs on after the session.
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// Bazel's `AsynchronousTreeDeleter`.
+pub struct TreeDeleter {
+    trash: PathBuf,
+    next: AtomicUsize,
+    deleted: Arc<AtomicUsize>,
+    worker: Background,
+}
+
+impl TreeDeleter {
+    /// Trees go to `<base>/_moved_trash_dir`, made here.
+    pub fn start(base: &Path) -> Result<TreeDeleter, String> {
+        let trash = base.join("_moved_trash_dir");
+        make_dir(&trash)?;
+        Ok(TreeDeleter {
+            trash,
+            next: AtomicUsize::new(0),
+            deleted: Arc::new(AtomicUsize::new(0)),
+            worker: Background::start("tree-deleter")?,
+        })
+    }
+
+    /// Moves `path` out of the way now and deletes it in the background;
+    /// nothing there is fine (Bazel ignores a missing tree too).
+    pub fn delete_tree(&self, path: &Path) -> Result<(), String> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let moved = self.trash.join(n.to_string());
+        match fs::rename(path, &moved) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(err) => {
+                return Err(format!(
+                    "rename {} to {} (tree deleter): {err}",
+                    path.display(),
+                    moved.display()
+                ))
+            }
+        }
+        let deleted = Arc::clone(&self.deleted);
+        self.worker.submit(Box::new(move || {
+            remove(&moved)?;
+            deleted.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }))
+    }
+
+    /// Waits for every deletion; how many trees were deleted in all.
+    pub fn finish(&self) -> Result<usize, String> {
+        self.worker.finish()?;
+        Ok(self.deleted.load(Ordering::Relaxed))
+    }
+
+    pub fn trash(&self) -> &Path {
+        &self.trash
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trees_leave_their_path_at_once_and_are_gone_after_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let deleter = TreeDeleter::start(dir.path()).unwrap();
+        let tree = dir.path().join("tree");
+        make_dir(&tree.join("a/b")).unwrap();
+        fs::write(tree.join("a/b/f"), "x").unwrap();
+        deleter.delete_tree(&tree).unwrap();
+        assert!(!tree.exists());
+        deleter.delete_tree(&dir.path().join("missing")).unwrap();
+        assert_eq!(deleter.finish().unwrap(), 1);
+        assert_eq!(fs::read_dir(deleter.trash()).unwrap().count(), 0);
+        // After finish, jobs run in the caller.
+        make_dir(&tree).unwrap();
+        deleter.delete_tree(&tree).unwrap();
+        assert_eq!(deleter.finish().unwrap(), 2);
+        assert_eq!(fs::read_dir(deleter.trash()).unwrap().count(), 0);
+    }
+}
