@@ -845,6 +845,17 @@ fn assert_each_mode_failed_to_escape(text: &str, outside: &Path, error: &str) {
     assert!(!outside.join("written").exists());
 }
 
+/// How actionfs's jail refuses a write outside: the host is read-only
+/// where its wrapper makes namespaces, else Landlock refuses.
+fn landlock_refusal() -> &'static str {
+    let helper = Path::new(&bin()).with_file_name(actionfs::jail::HELPER);
+    let program = [helper.display().to_string()];
+    match actionfs::serve::confine::probe_namespaces(&program) {
+        Ok(()) => "Read-only file system",
+        Err(_) => "Permission denied",
+    }
+}
+
 #[test]
 fn jail_landlock_runs_actions_in_actionfs_jail() {
     if !require(&[Need::Mount, Need::Landlock]) {
@@ -857,15 +868,7 @@ fn jail_landlock_runs_actions_in_actionfs_jail() {
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(text.contains("jail: landlock ("), "{text}");
-    // The host read-only where the wrapper makes namespaces, else
-    // Landlock's refusal.
-    let helper = Path::new(&bin()).with_file_name(actionfs::jail::HELPER);
-    let program = [helper.display().to_string()];
-    let refusal = match actionfs::serve::confine::probe_namespaces(&program) {
-        Ok(()) => "Read-only file system",
-        Err(_) => "Permission denied",
-    };
-    assert_each_mode_failed_to_escape(&text, &outside, refusal);
+    assert_each_mode_failed_to_escape(&text, &outside, landlock_refusal());
 
     // The action that writes only its output passes in both modes.
     build.spawns[0]["commandArgs"] = json!([
@@ -1191,7 +1194,7 @@ fn jail_landlock_wraps_reuse_actions() {
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
-        text.contains("FAILED reuse run 1: #1") && text.contains("Permission denied"),
+        text.contains("FAILED reuse run 1: #1") && text.contains(landlock_refusal()),
         "{text}"
     );
     assert!(!outside_dir.path().join("written").exists());
