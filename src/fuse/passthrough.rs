@@ -36,12 +36,9 @@ const SHARDS: usize = 16;
 /// the inode's cached atime, so the reader's next stat costs a GETATTR
 /// round trip (a compiler's open, read, fstat), and registering the
 /// backing file costs two ioctls per open; the page cache costs one READ
-/// per page run on the first read only. Measured side by side (io_uring,
-/// root, tmpfs, open + read all + fstat + close, docs/BENCHMARKS.md): 4 KiB
-/// files 64/25 us first/warm cached against 58/41 passthrough, 64 KiB
-/// 97/35 against 70/54, 256 KiB 233/52 against 105/88, 1 MiB 733/113
-/// against 211/195: below 64 KiB the page cache wins from the second read
-/// on, and build inputs are read by many actions.
+/// per page run on the first read only. Measured side by side
+/// (docs/BENCHMARKS.md): below 64 KiB the page cache wins from the
+/// second read on, and build inputs are read by many actions.
 pub const PASSTHROUGH_FROM_SIZE: u64 = 64 * 1024;
 
 /// Whether passthrough pays for a file of `size` bytes: always for files

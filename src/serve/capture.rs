@@ -25,8 +25,8 @@ use crate::sandbox::store::{ContentStore, Digest, Lookup, Retention};
 use crate::serve::kept::Found;
 
 /// A Create that finds at most this many digests to capture captures them
-/// itself (about 50 us each on tmpfs from a warm page cache), so that a
-/// small action's inputs are checked by their bytes from its first use.
+/// itself (a copy and a hash each), so that a small action's inputs are
+/// checked by their bytes from its first use.
 const ON_CREATE: usize = 64;
 
 /// The capture of default places for one backend.
@@ -146,12 +146,10 @@ fn first_new<'a>(seen: &mut HashTable<&'a Digest>, digest: &'a Digest) -> bool {
 }
 
 /// The meeting at which a large Create queues a digest's capture. Before
-/// it, each meeting looks at the default place (an `fstatat`, ~3 us); a
-/// capture costs ~40 us of copying and hashing. Replays, capture from the
-/// second meeting against none (tmpfs, `--jobs 2`): stress setup 0.81x,
-/// wall 0.94x, mixed 0.87x and 0.94x, but cc-chain (headers met a median
-/// of 37 times) setup 1.19x; counting each log's meetings, the eighth is
-/// near the least cost on every log (docs/BENCHMARKS.md).
+/// it, each meeting looks at the default place (an `fstatat`), which
+/// costs far less than a capture's copy and hash; counting each log's
+/// meetings, the eighth is near the least cost on every log
+/// (docs/BENCHMARKS.md).
 const CAPTURE_AT_MEETING: u8 = 8;
 
 /// Meetings counted per digest in a fixed table indexed by the digest's
@@ -201,9 +199,8 @@ impl Capturer {
         let (done, stopped) = (pending.clone(), stopping.clone());
         let thread = Background::start("capture", 1, move || {
             // Captures are work done once per digest for later Creates,
-            // while the actions of this build run beside them (measured
-            // on mixed, 2 CPUs: at normal priority the cold replay's run
-            // step was 1.42x unsandboxed).
+            // while the actions of this build run beside them, which at
+            // normal priority they slowed (docs/BENCHMARKS.md).
             crate::background::lowest_priority();
             let (store, done, stopped) = (store.clone(), done.clone(), stopped.clone());
             move |(hash, place): Job| {

@@ -424,12 +424,9 @@ fn negotiated(outcome: Result<(), String>) -> response::Result {
 
 /// Without `--sandbox_base`: /dev/shm where it is a tmpfs we may write,
 /// else /var/tmp (unlike /tmp, read-only in Bazel's jail: see
-/// [`keep_inputs_read_only`]), else the temporary directory. Measured on
-/// Bazel actions (cc-chain, 98 compiles and links, `--jobs 2`,
-/// unsandboxed outputs on disk, docs/BENCHMARKS.md): 1.10x unsandboxed
-/// with the base on tmpfs, where sandboxes are built natively, against
-/// 1.37x on the ext4 disk, where each scratch directory made and removed
-/// is slow.
+/// [`keep_inputs_read_only`]), else the temporary directory: on tmpfs
+/// sandboxes are built natively, and on a disk each scratch directory
+/// made and removed is slow (docs/BENCHMARKS.md).
 fn default_sandbox_base() -> PathBuf {
     let usable = |dir: &Path| {
         nix::unistd::access(

@@ -1,9 +1,8 @@
 //! Directory blobs handed from one backend to the next
 //! (`--keep_state=on`). Bazel pushes every blob again to a new backend,
 //! but a tree's first walk also decodes and checks each of its
-//! directories, which a warm backend did once: on mixed, adopted, the
-//! walks of its first Creates took 0.25-0.33 ms each against 0.003 warm.
-//! So the blobs a backend holds go to the next, which decodes and checks
+//! directories, which a warm backend did once (the first Creates' walks
+//! cost a hundred times a warm one's, docs/BENCHMARKS.md). So the blobs a backend holds go to the next, which decodes and checks
 //! each on a thread of its own as it starts and keeps it under the digest
 //! of its own bytes (nothing in the file is believed), and the next
 //! build's Creates walk trees already decoded.

@@ -151,9 +151,9 @@ impl Cas {
     /// The directory holding the 0555 variant of blob `name`, made first
     /// if it is not there yet. `ENOENT` if the CAS lacks the blob.
     ///
-    /// Variants are not synced to disk (an fsync per executable made a
-    /// cold Bazel build's staging p95 2.6x the stock worker's: Bazel 4.2.3
-    /// marks every input executable). One left short by a crash is found
+    /// Variants are not synced to disk: an fsync per executable made a
+    /// cold build's staging much slower than the stock worker's, and Bazel
+    /// 4.2.3 marks every input executable (docs/BENCHMARKS.md). One left short by a crash is found
     /// by its size, once per process, and made again.
     fn executable(&self, name: &CString, size: i64) -> io::Result<&DirFd> {
         let key = name.to_str().expect("an ASCII name");

@@ -183,9 +183,8 @@ impl Stager {
     }
 
     /// Threads placing the files of a fresh root: 1 or 2; 0 (the default)
-    /// uses two from 200 files on. With a core to spare, two staged 1,978
-    /// files 1.4-2.8x faster than NativeLink's one; with the other core
-    /// busy they were 1.3x slower than one (docs/BENCHMARKS.md).
+    /// uses two from 200 files on: faster with a core to spare, slower
+    /// with the other core busy (docs/BENCHMARKS.md).
     pub fn threads(mut self, threads: usize) -> Stager {
         self.how.threads = threads;
         self

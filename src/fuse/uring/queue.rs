@@ -150,11 +150,9 @@ fn pin_to(cpu: usize) -> io::Result<()> {
 /// close(2), FORGET) wakes this thread without preempting the sender on
 /// the CPU they share, so it is served at the sender's next blocking
 /// request (an OPEN) in the same switch instead of costing one of its own.
-/// A blocking request frees the CPU at once either way. Measured (python
-/// open + read + close of a 2 KiB input, io_uring, root, 5 alternating
-/// runs of 50,000): 2.2 context switches per iteration instead of 3.4,
-/// median 19.7 us instead of 22.1 (caller pinned), 19.4 against 24.4
-/// (unpinned).
+/// A blocking request frees the CPU at once either way. Measured: fewer
+/// context switches per open and a faster open, pinned or not
+/// (docs/BENCHMARKS.md).
 fn never_preempt_on_wakeup() -> io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: plain system call on the calling thread (pid 0) with a

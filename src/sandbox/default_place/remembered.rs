@@ -227,8 +227,7 @@ mod memo {
     /// Directories remembered at most, watched or not.
     const MOST_DIRS: usize = 1 << 18;
     /// Names handed on at most: a successor looks at each again as it
-    /// starts (5-11 us each with its watches, beside a replay: mixed's
-    /// 6,607 in 31-72 ms), where a build might need a few.
+    /// starts, where a build might need a few.
     const MOST_HANDED_ON: usize = 1 << 18;
 
     /// When a directory's files were looked at: the memory's generation,

@@ -40,7 +40,7 @@ const MOST_WAYS: usize = 1 << 18;
 /// renamed; the directory itself moved or removed. All a directory only
 /// on some path's way needs, and cheap to ask for: no event of its
 /// entries' own, so the kernel need not mark every entry it has cached
-/// there (`/tmp` on this machine: 53 ms for a watch asking for those).
+/// there (a watch asking for those cost tens of ms on a busy `/tmp`).
 fn entries_changed() -> AddWatchFlags {
     AddWatchFlags::IN_MOVED_FROM
         | AddWatchFlags::IN_MOVED_TO

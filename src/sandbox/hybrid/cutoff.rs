@@ -14,8 +14,8 @@ pub const ALWAYS_NATIVE: usize = 1_000_000_000;
 /// system native sandboxes would be built on. On tmpfs a native symlink
 /// sandbox beat the FUSE view at every size from 10 to 20,000 inputs, so
 /// there every sandbox is native. On the root disk (ext4), where creating
-/// inodes costs 50-700 us after the deletes a build does, FUSE won at
-/// every size from 10 to 5,000 inputs by 4.6x to 10x, so there none is.
+/// inodes is slow after the deletes a build does, FUSE won at every size
+/// from 10 to 5,000 inputs, so there none is.
 pub const SHIPPED_TMPFS: usize = ALWAYS_NATIVE;
 pub const SHIPPED_DISK: usize = 0;
 

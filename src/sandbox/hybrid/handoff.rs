@@ -5,8 +5,8 @@
 //! checks are so that a truncated or foreign file is refused whole rather
 //! than half believed.
 //!
-//! Decoding is O(entries of every stash): ~10 ms for stress's hand-off
-//! (1.8 MB), which the first Create paid while holding the pools. So a
+//! Decoding is O(entries of every stash), which the first Create paid
+//! while holding the pools (docs/BENCHMARKS.md). So a
 //! backend starts reading it at once ([`Reading::start`]), beside its
 //! store's adoption and its mount, and the pool takes the stashes read.
 

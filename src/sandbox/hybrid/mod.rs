@@ -356,9 +356,8 @@ pub struct NativeSandboxes {
 
 /// Below this many mappings a sandbox is built afresh and not stashed:
 /// taking a stash (its stamps checked, reshaped, renamed in, restamped)
-/// and stashing it after cost more than a few links. `serve_create`
-/// seen Creates on tmpfs, stashes against none: 10 inputs 0.87x, 40
-/// 1.04x, 100 1.12x (docs/BENCHMARKS.md).
+/// and stashing it after cost more than a few links; measured where
+/// reuse starts to win (docs/BENCHMARKS.md, "Reusing native sandboxes").
 const REUSE_FROM: usize = 32;
 
 /// A native sandbox.
@@ -442,8 +441,7 @@ struct ReuseTarget {
 
 /// Refuses directory `dir` unless it is ours, and takes away group and
 /// other write access it has: everything below it becomes an action's
-/// inputs. (Daemons before 119666e made these directories 0777; one that
-/// finds such a directory left mends it.)
+/// inputs, and an older daemon may have left it writable to all.
 fn keep_others_out(dir: &Path) -> Result<(), materialize::Error> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     // Followed: `--native_dir` may name a symlink to the user's directory.

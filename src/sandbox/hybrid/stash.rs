@@ -151,9 +151,9 @@ impl Stashes {
         }
     }
 
-    /// Has `pool` adopt the stashes `handed` reads on a thread of its own:
-    /// for stress's hand-off the index alone takes ~3 ms to decode, and
-    /// every stash is renamed and stamped. Until it is done they count as
+    /// Has `pool` adopt the stashes `handed` reads on a thread of its own,
+    /// off the first Create's path: the index is decoded, and every stash
+    /// renamed and stamped. Until it is done they count as
     /// stashes on their way in, which a build waits for (bounded) before
     /// it picks one, as it does for a destroy's.
     fn adopt_in_background(&self, pool: Arc<Pool>, handed: Reading) {

@@ -157,9 +157,8 @@ impl Default for Options {
     }
 }
 
-/// From this many mappings on, two threads create leaves. Measured on
-/// tmpfs (docs/BENCHMARKS.md): a second thread costs 1.1x at 100 inputs,
-/// saves 10-20% at 200 and about 40% from 1,000 on.
+/// From this many mappings on, two threads create leaves: where a second
+/// thread starts to save more than it costs (tmpfs, docs/BENCHMARKS.md).
 pub const PARALLEL_FROM: usize = 200;
 
 /// Most threads ever used: more gains little on two cores, and a wide
