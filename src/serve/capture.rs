@@ -22,7 +22,7 @@ use crate::background::Background;
 use crate::sandbox::default_place;
 use crate::sandbox::merkle::{FileEntry, Walked};
 use crate::sandbox::store::{ContentStore, Digest, Lookup, Retention};
-use crate::serve::kept::Found;
+use crate::serve::kept::StoreAnswers;
 
 /// A Create that finds at most this many digests to capture captures them
 /// itself (a copy and a hash each), so that a small action's inputs are
@@ -55,7 +55,7 @@ impl DefaultPlaces {
     }
 
     /// Whether some file of `walked` the store lacks (`found`) is captured.
-    pub fn any_to_capture(&self, walked: &Walked, found: &Found) -> bool {
+    pub fn any_to_capture(&self, walked: &Walked, found: &StoreAnswers) -> bool {
         self.below > 0
             && (found.any_absent || found.any_gone)
             && walked
@@ -79,7 +79,7 @@ impl DefaultPlaces {
     pub fn capture(
         &self,
         walked: &Walked,
-        found: &Found,
+        found: &StoreAnswers,
         exec_root: &Path,
         refused: &HashSet<String>,
     ) -> Result<bool, String> {

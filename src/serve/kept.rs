@@ -15,15 +15,15 @@ use crate::sandbox::tree::FileContent;
 
 /// What the store said of each file of a tree, and whether any answer
 /// was other than Present (most often none is: then no pass per file).
-pub struct Found {
+pub struct StoreAnswers {
     pub each: Box<[Lookup]>,
     pub any_gone: bool,
     pub any_absent: bool,
 }
 
-impl Found {
-    pub fn new(each: Vec<Lookup>) -> Found {
-        Found {
+impl StoreAnswers {
+    pub fn new(each: Vec<Lookup>) -> StoreAnswers {
+        StoreAnswers {
             any_gone: each.contains(&Lookup::Gone),
             any_absent: each.contains(&Lookup::Absent),
             each: each.into(),
@@ -81,7 +81,7 @@ impl FileContent for InStore {
 #[derive(Clone, Default)]
 pub struct Kept {
     pub walked: Option<Arc<Walked>>,
-    pub found: Option<(u64, Arc<Found>)>,
+    pub found: Option<(u64, Arc<StoreAnswers>)>,
     pub content: Option<Arc<TreeContent>>,
 }
 
@@ -103,7 +103,7 @@ impl KeptTrees {
     }
 
     /// Keeps the store's lookups for tree `root`, made at `generation`.
-    pub fn keep_found(&self, root: &str, generation: u64, found: Arc<Found>) {
+    pub fn keep_found(&self, root: &str, generation: u64, found: Arc<StoreAnswers>) {
         self.update(root, |kept| kept.found = Some((generation, found)));
     }
 
@@ -135,7 +135,7 @@ mod tests {
         let mut walked = Walked::default();
         walked.top = "ws".into();
         kept.keep_walk("a", Arc::new(walked));
-        kept.keep_found("a", 7, Arc::new(Found::new(vec![Lookup::Present])));
+        kept.keep_found("a", 7, Arc::new(StoreAnswers::new(vec![Lookup::Present])));
         let a = kept.get("a");
         assert_eq!(a.walked.as_ref().map(|w| w.top.as_str()), Some("ws"));
         let (generation, found) = a.found.expect("lookups kept beside the walk");

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::daemon::stop::LOG;
-use crate::sandbox::default_place::Found;
+use crate::sandbox::default_place::FilesFound;
 
 use super::service::Service;
 use super::taken_again::TakenAgain;
@@ -23,7 +23,7 @@ pub fn look_again(service: &Arc<Service>, file: &Path, workspace: &Path) -> Opti
         "looks-again",
         file,
         "looks handed on are not looked at again",
-        Found::read,
+        FilesFound::read,
         move |found, stopping| {
             if found.workspace != workspace {
                 // Another output base's: its directories would take

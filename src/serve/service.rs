@@ -28,7 +28,7 @@ use super::capture::DefaultPlaces;
 use super::confine::Jail;
 use super::departures::Departures;
 use super::jail::Holders;
-use super::kept::{Found, InStore, Kept, KeptTrees, TreeContent};
+use super::kept::{InStore, Kept, KeptTrees, StoreAnswers, TreeContent};
 use super::outputs::{self, Output};
 use crate::sandbox::backend::Backend;
 use crate::sandbox::default_place::{Batch, Looked, Looks, Place};
@@ -413,9 +413,9 @@ impl Service {
         &self,
         root: &str,
         walked: &Walked,
-        found: Arc<Found>,
+        found: Arc<StoreAnswers>,
         exec_root: &Path,
-    ) -> Result<Arc<Found>, Refused> {
+    ) -> Result<Arc<StoreAnswers>, Refused> {
         if !self.default_places.any_to_capture(walked, &found) {
             return Ok(found);
         }
@@ -564,7 +564,12 @@ impl Service {
     /// What the store says of each file of tree `root` (`walked`): asked
     /// once per tree while no content comes or goes (`kept` holds the
     /// answers of the generation they were made at).
-    fn lookups(&self, root: &str, walked: &Walked, kept: Option<(u64, Arc<Found>)>) -> Arc<Found> {
+    fn lookups(
+        &self,
+        root: &str,
+        walked: &Walked,
+        kept: Option<(u64, Arc<StoreAnswers>)>,
+    ) -> Arc<StoreAnswers> {
         let generation = self.store.generation();
         if let Some((at, found)) = kept {
             if at == generation {
@@ -572,7 +577,7 @@ impl Service {
             }
         }
         let (each, generation) = self.store.lookup_all(walked.files().map(|(_, f)| f.digest));
-        let found = Arc::new(Found::new(each));
+        let found = Arc::new(StoreAnswers::new(each));
         self.kept.keep_found(root, generation, found.clone());
         found
     }

@@ -30,7 +30,7 @@ use super::{MissingBlob, StageError, Staged, Stager};
 use crate::sandbox::dirfd::{readlink_at, DirFd};
 use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::materialize::{remove_entry, remove_tree, Removed};
-use crate::sandbox::merkle::{join, Checked, DirEntry, Found, WalkError, Walked};
+use crate::sandbox::merkle::{join, Checked, DirEntry, Entry, WalkError, Walked};
 
 /// Torn-down roots kept for reuse, in one directory on the staging file
 /// system.
@@ -195,7 +195,7 @@ impl Stager {
             let name = entry.name();
             let now = new.find(name);
             if now.is_some_and(|now| same(entry, now)) {
-                if let (Found::Dir(was), Some(Found::Dir(now))) = (entry, now) {
+                if let (Entry::Dir(was), Some(Entry::Dir(now))) = (entry, now) {
                     if was.hash != now.hash {
                         let sub_path = join(path, name);
                         let c = CString::new(name).expect("checked: no NUL");
@@ -210,9 +210,9 @@ impl Stager {
             }
             let c = CString::new(name).expect("checked: no NUL");
             let kind = Some(match entry {
-                Found::Dir(_) => FileKind::Directory,
-                Found::File(_) => FileKind::RegularFile,
-                Found::Symlink(_) => FileKind::Symlink,
+                Entry::Dir(_) => FileKind::Directory,
+                Entry::File(_) => FileKind::RegularFile,
+                Entry::Symlink(_) => FileKind::Symlink,
             });
             let dir_path = build::staged_path(&root, path);
             remove_entry(dir, &dir_path, &c, kind, &mut Removed::default())?;
@@ -226,19 +226,19 @@ impl Stager {
             let c = CString::new(name).expect("checked: no NUL");
             let entry_path = join(path, name);
             match entry {
-                Found::File(file) => {
+                Entry::File(file) => {
                     let how = self.how.mechanism;
                     match build::place_file(self.cas(), how, dir, path, file, &root)? {
                         None => staged.files += 1,
                         Some(blob) => missing.push(blob),
                     }
                 }
-                Found::Symlink(link) => {
+                Entry::Symlink(link) => {
                     let target = CString::new(&*link.target).expect("checked: no NUL");
                     dir.symlink_at(&target, &c)
                         .map_err(|err| io_error("symlink", &root, &entry_path, err))?;
                 }
-                Found::Dir(sub) => {
+                Entry::Dir(sub) => {
                     dir.mkdir_at(&c, 0o755)
                         .map_err(|err| io_error("mkdir", &root, &entry_path, err))?;
                     staged.dirs += 1;
@@ -355,17 +355,17 @@ impl Stager {
             let holds = match entry {
                 // A blob the CAS evicted and got again is a new inode:
                 // ask again before calling the entry changed.
-                Found::File(file) => {
+                Entry::File(file) => {
                     kind == Some(FileKind::RegularFile)
                         && (Some(ino) == self.inode(spares, file, false)
                             || Some(ino) == self.inode(spares, file, true))
                 }
-                Found::Symlink(link) => {
+                Entry::Symlink(link) => {
                     kind == Some(FileKind::Symlink)
                         && readlink_at(dir.as_fd(), &name)
                             .is_ok_and(|t| t.as_bytes() == link.target.as_bytes())
                 }
-                Found::Dir(sub) => {
+                Entry::Dir(sub) => {
                     if kind != Some(FileKind::Directory) {
                         false
                     } else {
@@ -411,9 +411,9 @@ impl Stager {
 }
 
 /// Whether two entries are the same, directories by digest.
-fn identical(was: Found, now: Found) -> bool {
+fn identical(was: Entry, now: Entry) -> bool {
     match (was, now) {
-        (Found::Dir(a), Found::Dir(b)) => a.hash == b.hash,
+        (Entry::Dir(a), Entry::Dir(b)) => a.hash == b.hash,
         _ => same(was, now),
     }
 }
@@ -423,13 +423,13 @@ fn identical(was: Found, now: Found) -> bool {
 /// naming a held hash with another size names a blob the CAS may lack).
 /// Directories of different digests stay too, and are transformed in
 /// turn.
-fn same(was: Found, now: Found) -> bool {
+fn same(was: Entry, now: Entry) -> bool {
     match (was, now) {
-        (Found::File(a), Found::File(b)) => {
+        (Entry::File(a), Entry::File(b)) => {
             a.hash == b.hash && a.size == b.size && a.executable == b.executable
         }
-        (Found::Symlink(a), Found::Symlink(b)) => a.target == b.target,
-        (Found::Dir(_), Found::Dir(_)) => true,
+        (Entry::Symlink(a), Entry::Symlink(b)) => a.target == b.target,
+        (Entry::Dir(_), Entry::Dir(_)) => true,
         _ => false,
     }
 }

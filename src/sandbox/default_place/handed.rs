@@ -21,7 +21,7 @@ pub type Files = Vec<(Box<str>, i64)>;
 
 /// Files found at their default places, each with the size found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Found {
+pub struct FilesFound {
     /// The workspace whose builds made the looks (`serve --workspace`):
     /// another's directories are not worth a look or a watch.
     pub workspace: PathBuf,
@@ -30,7 +30,7 @@ pub struct Found {
     pub dirs: Vec<(PathBuf, Files)>,
 }
 
-impl Found {
+impl FilesFound {
     pub fn files(&self) -> usize {
         self.dirs.iter().map(|(_, files)| files.len()).sum()
     }
@@ -55,9 +55,9 @@ impl Found {
         std::fs::rename(&partial, to)
     }
 
-    /// Reads what [`Found::write`] wrote; an error says what is wrong
+    /// Reads what [`FilesFound::write`] wrote; an error says what is wrong
     /// where.
-    pub fn read(from: &Path) -> Result<Found, String> {
+    pub fn read(from: &Path) -> Result<FilesFound, String> {
         let bytes = std::fs::read(from).map_err(|err| format!("read {from:?}: {err}"))?;
         let body = bytes
             .strip_prefix(HEADER)
@@ -67,7 +67,7 @@ impl Found {
             from,
             at: HEADER.len(),
         };
-        let mut found = Found {
+        let mut found = FilesFound {
             workspace: PathBuf::from(OsStr::from_bytes(fields.next()?)),
             dirs: Vec::new(),
         };
@@ -140,7 +140,7 @@ mod tests {
     fn what_is_written_is_read_back() {
         let tmp = tempfile::tempdir().unwrap();
         let file = tmp.path().join("looks");
-        let found = Found {
+        let found = FilesFound {
             workspace: PathBuf::from("/out/execroot/ws"),
             dirs: vec![
                 (
@@ -152,7 +152,7 @@ mod tests {
             ],
         };
         found.write(&file).unwrap();
-        assert_eq!(Found::read(&file).unwrap(), found);
+        assert_eq!(FilesFound::read(&file).unwrap(), found);
         assert_eq!(found.files(), 3);
         assert!(!tmp.path().join("looks.partial").exists());
     }
@@ -184,7 +184,7 @@ mod tests {
         ];
         for (bytes, why) in cases {
             std::fs::write(&file, bytes).unwrap();
-            let err = Found::read(&file).expect_err(why);
+            let err = FilesFound::read(&file).expect_err(why);
             assert!(err.contains(why) && err.contains("looks"), "{why}: {err}");
         }
     }

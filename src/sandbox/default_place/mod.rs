@@ -19,7 +19,7 @@ mod remembered;
 #[cfg(target_os = "linux")]
 mod watch;
 
-pub use handed::Found;
+pub use handed::FilesFound;
 pub use remembered::{Batch, Looked, Looks};
 
 use std::ffi::CStr;

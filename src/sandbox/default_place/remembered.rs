@@ -26,7 +26,7 @@ use memo::Memo;
 #[cfg(target_os = "linux")]
 use parking_lot::Mutex;
 
-use super::{look, Found, Place};
+use super::{look, FilesFound, Place};
 
 /// Remembered looks for one backend.
 pub struct Looks {
@@ -64,7 +64,7 @@ impl Looks {
 
     /// The files remembered, by directory, for a successor serving
     /// `workspace` to look at again ([`Looks::look_again`]).
-    pub fn found(&self, workspace: &Path) -> Found {
+    pub fn found(&self, workspace: &Path) -> FilesFound {
         #[cfg(target_os = "linux")]
         let dirs = self
             .memo
@@ -72,7 +72,7 @@ impl Looks {
             .map_or_else(Vec::new, |m| m.lock().found());
         #[cfg(not(target_os = "linux"))]
         let dirs = Vec::new();
-        Found {
+        FilesFound {
             workspace: workspace.to_owned(),
             dirs,
         }
@@ -82,7 +82,7 @@ impl Looks {
     /// [`Looks::found`]), as a Create would, so that those still there
     /// are remembered before a Create asks; until `stop` is set. Returns
     /// how many were found.
-    pub fn look_again(&self, found: &Found, stop: &AtomicBool) -> usize {
+    pub fn look_again(&self, found: &FilesFound, stop: &AtomicBool) -> usize {
         if !self.remembers() {
             // Each look would be made again by the Create that asks.
             return 0;

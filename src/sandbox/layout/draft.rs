@@ -84,7 +84,7 @@ pub struct DirDraft {
 }
 
 /// The earliest problem found so far.
-struct Found {
+struct FirstProblem {
     index: u32,
     path: String,
     underlying: PathBuf,
@@ -109,7 +109,7 @@ pub struct Draft {
     /// The last underlying parent directory, and its anchor.
     last_anchor: Option<(Vec<u8>, u32)>,
     key: Vec<u8>,
-    problem: Option<Found>,
+    problem: Option<FirstProblem>,
     /// Mappings applied.
     count: usize,
 }
@@ -281,7 +281,7 @@ impl Draft {
 
     fn found(&mut self, index: u32, path: &str, underlying: &[u8], problem: Problem) {
         if self.problem.as_ref().is_none_or(|p| index < p.index) {
-            self.problem = Some(Found {
+            self.problem = Some(FirstProblem {
                 index,
                 path: path.to_owned(),
                 underlying: PathBuf::from(OsStr::from_bytes(underlying)),

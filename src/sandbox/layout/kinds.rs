@@ -22,10 +22,10 @@ const PARALLEL_FROM: usize = 512;
 
 /// An underlying path's type, and what pins it: the directory itself for
 /// a directory, else the directory holding it.
-pub type Found = std::io::Result<(FileKind, Arc<Anchor>)>;
+pub type TypeAndPin = std::io::Result<(FileKind, Arc<Anchor>)>;
 
 /// The file type and pin of each path, or the error, in order.
-pub fn lstat_kinds(paths: &[&Path], sandbox: Option<&Arc<str>>) -> Vec<Found> {
+pub fn lstat_kinds(paths: &[&Path], sandbox: Option<&Arc<str>>) -> Vec<TypeAndPin> {
     if paths.len() < PARALLEL_FROM {
         return lstat_run(paths, sandbox);
     }
@@ -52,7 +52,7 @@ const LIST_FROM: usize = 8;
 /// by then are `fstatat`ed.
 const ENTRIES_PER_WANTED: usize = 32;
 
-fn lstat_run(paths: &[&Path], sandbox: Option<&Arc<str>>) -> Vec<Found> {
+fn lstat_run(paths: &[&Path], sandbox: Option<&Arc<str>>) -> Vec<TypeAndPin> {
     let mut parent = ParentCache::default();
     let mut found = Vec::with_capacity(paths.len());
     let mut rest = paths;
@@ -97,7 +97,7 @@ impl ParentCache {
         }
     }
 
-    fn find(&mut self, path: &Path, sandbox: Option<&Arc<str>>) -> Found {
+    fn find(&mut self, path: &Path, sandbox: Option<&Arc<str>>) -> TypeAndPin {
         let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
             // `/`: the root pins itself.
             let anchor = Anchor::open(path, sandbox.cloned())?;
@@ -118,7 +118,7 @@ impl ParentCache {
         dir: &Path,
         paths: &[&Path],
         sandbox: Option<&Arc<str>>,
-    ) -> Vec<Found> {
+    ) -> Vec<TypeAndPin> {
         let listed = self
             .pin(dir, sandbox)
             .and_then(|parent| Ok((list_kinds(&parent, paths)?, parent)));
@@ -142,7 +142,7 @@ impl ParentCache {
 
 /// What pins an object of `kind` found as `name` in `parent`: the
 /// directory itself for a directory, else `parent`.
-fn pinned(parent: Arc<Anchor>, kind: FileKind, name: &CString, path: &Path) -> Found {
+fn pinned(parent: Arc<Anchor>, kind: FileKind, name: &CString, path: &Path) -> TypeAndPin {
     if kind == FileKind::Directory {
         return Ok((kind, Arc::new(parent.child(name, path)?)));
     }

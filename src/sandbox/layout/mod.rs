@@ -233,7 +233,7 @@ fn is_within(path: &Path, base: &Path) -> bool {
 fn apply(
     root: &mut Entry,
     mapping: &ResolvedMapping,
-    found: Option<kinds::Found>,
+    found: Option<kinds::TypeAndPin>,
     forbidden: &Path,
     root_may_be_file: bool,
 ) -> Result<(), Problem> {

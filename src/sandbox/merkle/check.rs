@@ -158,7 +158,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Found;
+    use super::super::Entry;
     use super::*;
 
     #[test]
@@ -259,13 +259,13 @@ mod tests {
             .encode_to_vec();
             let checked = check("h", &blob).unwrap();
             for name in files {
-                assert!(matches!(checked.find(name), Some(Found::File(f)) if &*f.name == name));
+                assert!(matches!(checked.find(name), Some(Entry::File(f)) if &*f.name == name));
             }
             for name in dirs {
-                assert!(matches!(checked.find(name), Some(Found::Dir(d)) if &*d.name == name));
+                assert!(matches!(checked.find(name), Some(Entry::Dir(d)) if &*d.name == name));
             }
             for name in links {
-                assert!(matches!(checked.find(name), Some(Found::Symlink(l)) if &*l.name == name));
+                assert!(matches!(checked.find(name), Some(Entry::Symlink(l)) if &*l.name == name));
             }
             for absent in ["", "0", "bb", "g"] {
                 assert!(checked.find(absent).is_none(), "{absent:?}");

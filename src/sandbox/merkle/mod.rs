@@ -58,18 +58,18 @@ pub struct Checked {
 
 /// One entry of a directory, by kind.
 #[derive(Debug, Clone, Copy)]
-pub enum Found<'a> {
+pub enum Entry<'a> {
     File(&'a FileEntry),
     Dir(&'a DirEntry),
     Symlink(&'a SymlinkEntry),
 }
 
-impl<'a> Found<'a> {
+impl<'a> Entry<'a> {
     pub fn name(self) -> &'a str {
         match self {
-            Found::File(f) => &f.name,
-            Found::Dir(d) => &d.name,
-            Found::Symlink(l) => &l.name,
+            Entry::File(f) => &f.name,
+            Entry::Dir(d) => &d.name,
+            Entry::Symlink(l) => &l.name,
         }
     }
 }
@@ -84,25 +84,25 @@ impl Checked {
     }
 
     /// Every entry: files, then directories, then symlinks.
-    pub fn entries(&self) -> impl Iterator<Item = Found<'_>> {
-        let files = self.files.iter().map(Found::File);
-        let dirs = self.dirs.iter().map(Found::Dir);
+    pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
+        let files = self.files.iter().map(Entry::File);
+        let dirs = self.dirs.iter().map(Entry::Dir);
         files
             .chain(dirs)
-            .chain(self.symlinks.iter().map(Found::Symlink))
+            .chain(self.symlinks.iter().map(Entry::Symlink))
     }
 
     /// The entry named `name`, of whatever kind.
-    pub fn find(&self, name: &str) -> Option<Found<'_>> {
+    pub fn find(&self, name: &str) -> Option<Entry<'_>> {
         fn search<'a, T>(list: &'a [T], name: &str, key: impl Fn(&T) -> &str) -> Option<&'a T> {
             let at = list.binary_search_by(|e| key(e).cmp(name)).ok()?;
             Some(&list[at])
         }
         match &self.order {
             None => search(&self.files, name, |f| &f.name)
-                .map(Found::File)
-                .or_else(|| search(&self.dirs, name, |d| &d.name).map(Found::Dir))
-                .or_else(|| search(&self.symlinks, name, |l| &l.name).map(Found::Symlink)),
+                .map(Entry::File)
+                .or_else(|| search(&self.dirs, name, |d| &d.name).map(Entry::Dir))
+                .or_else(|| search(&self.symlinks, name, |l| &l.name).map(Entry::Symlink)),
             Some(order) => {
                 let at = order
                     .binary_search_by(|&(kind, at)| self.entry(kind, at).name().cmp(name))
@@ -115,18 +115,18 @@ impl Checked {
 
     /// Entry `at` of the list of `kind` (0 files, 1 directories, 2
     /// symlinks).
-    pub(super) fn entry(&self, kind: u8, at: u32) -> Found<'_> {
+    pub(super) fn entry(&self, kind: u8, at: u32) -> Entry<'_> {
         let at = at as usize;
         match kind {
-            0 => Found::File(&self.files[at]),
-            1 => Found::Dir(&self.dirs[at]),
-            _ => Found::Symlink(&self.symlinks[at]),
+            0 => Entry::File(&self.files[at]),
+            1 => Entry::Dir(&self.dirs[at]),
+            _ => Entry::Symlink(&self.symlinks[at]),
         }
     }
 
     /// Whether `name` is a file or symlink here.
     pub fn has_leaf(&self, name: &str) -> bool {
-        matches!(self.find(name), Some(Found::File(_) | Found::Symlink(_)))
+        matches!(self.find(name), Some(Entry::File(_) | Entry::Symlink(_)))
     }
 }
 

@@ -182,7 +182,9 @@ mod tests {
         // Nothing changed since: the record stays as it is.
         std::thread::sleep(std::time::Duration::from_millis(5));
         let since = now_millis();
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        // Past a clock tick (10 ms at HZ=100): a change's ctime is the
+        // tick's time, which lags the clock `since` was read from.
+        std::thread::sleep(std::time::Duration::from_millis(25));
         assert!(refresh(&root, since, &mut record).unwrap());
         assert_eq!(record, before);
         // A recorded directory gone unseen (its parent's ctime not after
