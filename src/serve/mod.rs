@@ -19,6 +19,7 @@ mod base;
 mod capture;
 pub mod confine;
 mod departures;
+mod handing_on;
 mod jail;
 mod kept;
 mod looks_handed;
@@ -161,14 +162,18 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
     };
     let served = serve_in(
         base.path(),
-        warm.as_deref(),
-        claimed.as_ref(),
+        Keeping {
+            warm: warm.as_deref(),
+            claimed: claimed.as_ref(),
+        },
         &options,
         jail,
         args,
         input,
-        &answers,
-        rid,
+        Negotiation {
+            answers: answers.clone(),
+            rid,
+        },
     );
     if let Err(why) = base.remove() {
         log::error!("cannot remove what this backend made: {why}");
@@ -179,140 +184,101 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
     served
 }
 
+/// The Negotiate request, answered exactly once: refused here if the
+/// start fails before the daemon runs, else accepted once the mount
+/// serves, or refused with the daemon's error.
+struct Negotiation {
+    answers: Arc<Answers>,
+    rid: u64,
+}
+
+impl Negotiation {
+    /// Answers Error; returns `why` for the caller's own error.
+    fn refuse(&self, why: String) -> String {
+        self.answers.send(self.rid, negotiated(Err(why.clone())));
+        why
+    }
+
+    fn accept(&self) {
+        self.answers.send(self.rid, negotiated(Ok(())));
+    }
+}
+
+/// What this backend keeps for the next one: the store's content
+/// (`warm`) and, in a claimed state directory, the rest.
+#[derive(Clone, Copy)]
+struct Keeping<'a> {
+    warm: Option<&'a Path>,
+    claimed: Option<&'a Claimed>,
+}
+
 /// Mounts below `base`, answers Negotiate once the mount serves, and
 /// serves until the stream ends.
-#[allow(clippy::too_many_arguments)]
 fn serve_in(
     base: &Path,
-    warm: Option<&Path>,
-    claimed: Option<&Claimed>,
+    keeping: Keeping<'_>,
     options: &BackendOptions,
     jail: Jail,
     args: &ServeArgs,
     input: BufReader<io::Stdin>,
-    answers: &Arc<Answers>,
-    rid: u64,
+    negotiation: Negotiation,
 ) -> Result<Served, String> {
-    let dirs = Dirs {
-        mount: base.join("mnt"),
-        scratch: base.join("scratch"),
-        links: base.join("links"),
-        empty: base.join("empty"),
-    };
-    // Negotiate is answered once: here if the start fails before the
-    // daemon runs, else by the front end or below.
-    let refuse = |why: String| {
-        answers.send(rid, negotiated(Err(why.clone())));
-        why
-    };
-    for dir in [&dirs.mount, &dirs.scratch, &dirs.links, &dirs.empty] {
-        std::fs::DirBuilder::new()
-            .mode(if dir == &dirs.empty { 0o555 } else { 0o755 })
-            .create(dir)
-            .map_err(|err| refuse(format!("mkdir {dir:?}: {err}")))?;
-    }
+    let dirs = make_dirs(base).map_err(|why| negotiation.refuse(why))?;
     // In the claimed state directory, its files keep their paths from one
     // backend to the next, as the stashes handed on there need.
-    let store_dir = claimed.map_or_else(|| base.join("store"), Claimed::store);
-    let stashes = claimed.map(Claimed::stashes);
-    // Read beside the store's adoption and the mount, not by the first
-    // Create (see `handoff`).
-    let handed_stashes = stashes
-        .as_ref()
-        .filter(|dir| dir.exists())
-        .map(|dir| handoff::Reading::start(dir.clone()));
-    let store = Arc::new(open_store(&store_dir, warm, options, base).map_err(refuse)?);
-    let looks = claimed.map(Claimed::looks);
-    let directories = claimed.map(Claimed::directories);
-    let handing_on = warm.map(|warm| (store.clone(), warm));
+    let store_dir = keeping
+        .claimed
+        .map_or_else(|| base.join("store"), Claimed::store);
+    let state = handing_on::StateFiles::of(keeping.claimed);
+    let handed_stashes = state.read_stashes();
+    let store = Arc::new(
+        open_store(&store_dir, keeping.warm, options, base)
+            .map_err(|why| negotiation.refuse(why))?,
+    );
+    let handing_store_on = keeping.warm.map(|warm| (store.clone(), warm));
     // Beside the scratch directories, so that a rename takes one there.
-    let trash = Trash::open(&base.join("trash"), 1).map_err(|err| refuse(err.to_string()))?;
-    let workers = options
-        .reconfig_threads
-        .unwrap_or_else(|| 4 * std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let trash =
+        Trash::open(&base.join("trash"), 1).map_err(|err| negotiation.refuse(err.to_string()))?;
     log::info!(
         "serving the sandbox backend protocol for {:?} below {base:?}, jail {}",
         args.workspace,
         jail.name()
     );
-    // Bazel's Manifest.exec_root: the exec root's parent.
-    let locations_root = args
-        .workspace
-        .parent()
-        .unwrap_or(&args.workspace)
-        .to_owned();
-    let capture_below = options.capture_below;
-    let fatal = Arc::new(Mutex::new(None));
-    let served = Arc::new(AtomicBool::new(false));
     let halt = Arc::new(Halt::default());
-    // For a stop signal, which comes while the request loop has it.
-    let serving: Arc<Mutex<Option<Arc<Service>>>> = Arc::default();
-    let front_end = {
-        let (answers, fatal, mount) = (answers.clone(), fatal.clone(), dirs.mount.clone());
-        let (served, halt) = (served.clone(), halt.clone());
-        let serving = serving.clone();
-        let own = base.to_owned();
-        let workspace = args.workspace.clone();
-        Box::new(move |sandboxes: Arc<Sandboxes>| {
-            if let Some(handed) = handed_stashes {
-                sandboxes.adopt_stashes(handed);
-            }
-            let service = Arc::new(Service::new(
-                sandboxes,
-                store,
-                dirs,
-                trash,
-                locations_root,
-                jail,
-                capture_below,
-            ));
-            let looking_again = looks
-                .as_deref()
-                .and_then(|file| looks_handed::look_again(&service, file, &workspace));
-            let decoding_again = directories
-                .as_deref()
-                .and_then(|file| trees_handed::decode_again(&service, file));
-            *serving.lock() = Some(service.clone());
-            // One more than apply at once: the one that reads meanwhile.
-            let ended = session::serve(
-                input,
-                service.clone(),
-                answers.clone(),
-                workers + 1,
-                halt.clone(),
-                || {
-                    served.store(true, Ordering::SeqCst);
-                    answers.send(rid, negotiated(Ok(())));
-                    log::info!("sandboxes appear in {mount:?}");
-                },
-            );
-            if let Some(looking) = looking_again {
-                looking.stop();
-            }
-            if let Some(decoding) = decoding_again {
-                decoding.stop();
-            }
-            service.destroy_all();
-            // Bazel closed stdin: the trees stashed, where looks found
-            // files and the directory blobs go to the next backend (a
-            // signal or an error hands nothing on).
-            if ended.is_ok() && !halt.is_halted() {
-                if let Some(to) = &stashes {
-                    match service.hand_on_stashes(to, &own) {
-                        Some(Ok(n)) => log::info!("handed {n} stashed trees on in {to:?}"),
-                        Some(Err(err)) => log::warn!("cannot hand stashed trees on: {err}"),
-                        None => {}
-                    }
-                }
-                if let Some(file) = &looks {
-                    looks_handed::hand_on(&service, file, &workspace);
-                }
-                if let Some(file) = &directories {
-                    trees_handed::hand_on(&service, file);
-                }
-            }
-            *fatal.lock() = ended.err();
-        })
+    let requests = RequestLoop {
+        workers: options
+            .reconfig_threads
+            .unwrap_or_else(|| 4 * std::thread::available_parallelism().map_or(2, |n| n.get())),
+        // Bazel's Manifest.exec_root: the exec root's parent.
+        locations_root: args
+            .workspace
+            .parent()
+            .unwrap_or(&args.workspace)
+            .to_owned(),
+        workspace: args.workspace.clone(),
+        own: base.to_owned(),
+        capture_below: options.capture_below,
+        jail,
+        dirs,
+        store,
+        trash,
+        handed_stashes,
+        state,
+        input,
+        negotiation,
+        halt: halt.clone(),
+        fatal: Arc::default(),
+        served: Arc::default(),
+        serving: Arc::default(),
+    };
+    let (fatal, served, serving) = (
+        requests.fatal.clone(),
+        requests.served.clone(),
+        requests.serving.clone(),
+    );
+    let negotiation = Negotiation {
+        answers: requests.negotiation.answers.clone(),
+        rid: requests.negotiation.rid,
     };
     let on_signal = Box::new(move |signal| {
         let running = halt.halt(HALT_WAIT);
@@ -332,7 +298,7 @@ fn serve_in(
     let stopped = daemon::run_with(
         daemon_config(options, base),
         FrontEnd::Owning(Owner {
-            serve: front_end,
+            serve: Box::new(move |sandboxes| requests.run(sandboxes)),
             on_signal,
         }),
     );
@@ -348,7 +314,7 @@ fn serve_in(
             // Bazel closed stdin, its sandboxes are gone: what the store
             // kept goes to the next backend (a signal or an error hands
             // nothing on).
-            if let Some((store, warm)) = handing_on {
+            if let Some((store, warm)) = handing_store_on {
                 match store.hand_on(warm) {
                     Ok(handed) => log::info!(
                         "handed {} inputs ({:.1} MiB) on to the next backend in {warm:?}",
@@ -365,10 +331,96 @@ fn serve_in(
             // Negotiate is answered once the mount serves; a start that
             // failed before that answers it now.
             if !served.load(Ordering::SeqCst) {
-                answers.send(rid, negotiated(Err(err.to_string())));
+                negotiation.refuse(err.to_string());
             }
             Err(err.to_string())
         }
+    }
+}
+
+/// The backend's directories below `base`: the mount point, the scratch
+/// directories' parent, symlink targets and the empty directory.
+fn make_dirs(base: &Path) -> Result<Dirs, String> {
+    let dirs = Dirs {
+        mount: base.join("mnt"),
+        scratch: base.join("scratch"),
+        links: base.join("links"),
+        empty: base.join("empty"),
+    };
+    for dir in [&dirs.mount, &dirs.scratch, &dirs.links, &dirs.empty] {
+        std::fs::DirBuilder::new()
+            .mode(if dir == &dirs.empty { 0o555 } else { 0o755 })
+            .create(dir)
+            .map_err(|err| format!("mkdir {dir:?}: {err}"))?;
+    }
+    Ok(dirs)
+}
+
+/// Everything the request loop needs, moved into the daemon's front end
+/// and run once the mount serves.
+struct RequestLoop {
+    workers: usize,
+    locations_root: PathBuf,
+    workspace: PathBuf,
+    /// This backend's directory.
+    own: PathBuf,
+    capture_below: u64,
+    jail: Jail,
+    dirs: Dirs,
+    store: Arc<ContentStore>,
+    trash: Trash,
+    handed_stashes: Option<handoff::Reading>,
+    state: handing_on::StateFiles,
+    input: BufReader<io::Stdin>,
+    negotiation: Negotiation,
+    halt: Arc<Halt>,
+    /// The request loop's error, for the caller.
+    fatal: Arc<Mutex<Option<String>>>,
+    /// Whether Negotiate was answered.
+    served: Arc<AtomicBool>,
+    /// For a stop signal, which comes while the request loop has it.
+    serving: Arc<Mutex<Option<Arc<Service>>>>,
+}
+
+impl RequestLoop {
+    fn run(self, sandboxes: Arc<Sandboxes>) {
+        if let Some(handed) = self.handed_stashes {
+            sandboxes.adopt_stashes(handed);
+        }
+        let mount = self.dirs.mount.clone();
+        let service = Arc::new(Service::new(
+            sandboxes,
+            self.store,
+            self.dirs,
+            self.trash,
+            self.locations_root,
+            self.jail,
+            self.capture_below,
+        ));
+        let adopting = self.state.adopt(&service, &self.workspace);
+        *self.serving.lock() = Some(service.clone());
+        let (served, negotiation) = (&self.served, &self.negotiation);
+        // One more than apply at once: the one that reads meanwhile.
+        let ended = session::serve(
+            self.input,
+            service.clone(),
+            negotiation.answers.clone(),
+            self.workers + 1,
+            self.halt.clone(),
+            || {
+                served.store(true, Ordering::SeqCst);
+                negotiation.accept();
+                log::info!("sandboxes appear in {mount:?}");
+            },
+        );
+        adopting.stop();
+        service.destroy_all();
+        // Bazel closed stdin: what the state directory keeps goes to the
+        // next backend (a signal or an error hands nothing on).
+        if ended.is_ok() && !self.halt.is_halted() {
+            self.state.hand_on(&service, &self.own, &self.workspace);
+        }
+        *self.fatal.lock() = ended.err();
     }
 }
 
