@@ -67,10 +67,13 @@ pub struct Owner {
     pub serve: Box<dyn FnOnce(Arc<Sandboxes>) + Send>,
     /// Called on the main thread at a stop signal, before the unmount:
     /// ends what the front end is doing, in bounded time.
-    pub on_signal: Box<dyn FnOnce(i32) + Send>,
+    pub on_signal: OnSignal,
 }
 
 /// A front end with what it reads and writes opened.
+/// An owning front end's hook, run on a stop signal with its number.
+pub type OnSignal = Box<dyn FnOnce(i32) + Send>;
+
 enum Requests {
     Stream {
         input: Box<dyn Read + Send>,
@@ -170,7 +173,7 @@ struct Started {
     /// it is unmounted.
     guard: Option<unmount_guard::UnmountGuard>,
     /// An owning front end's hook, for a stop signal.
-    on_signal: Option<Box<dyn FnOnce(i32) + Send>>,
+    on_signal: Option<OnSignal>,
 }
 
 impl Started {
@@ -305,20 +308,7 @@ fn start(options: &DaemonConfig, front_end: Option<FrontEnd>) -> Result<Started,
         source,
     })?;
     let mounted = stop::Mounted::new(&mount_point);
-    let device = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned();
-    if let Err(err) = &device {
-        log::warn!("cannot duplicate the /dev/fuse descriptor ({err}); destroy will invalidate whole subtrees");
-    }
-    match std::os::fd::AsFd::as_fd(&session).try_clone_to_owned() {
-        Ok(device) => dispatch.set_device(device),
-        Err(err) => dispatch.passthrough().disable(&format!(
-            "cannot duplicate the /dev/fuse descriptor ({err})"
-        )),
-    }
-    fs.set_invalidator(Arc::new(NotifierInvalidator::new(
-        session.notifier(),
-        device.ok(),
-    )));
+    hand_out_device(&session, &dispatch, &fs);
     log::info!("mounted at {mount_point:?}");
     // On error the session is dropped, which unmounts.
     let transport = start_transport(&session, &ring, &dispatch, options, &why)?;
@@ -327,40 +317,10 @@ fn start(options: &DaemonConfig, front_end: Option<FrontEnd>) -> Result<Started,
     created.keep();
 
     let (events, event) = channel();
-    {
-        // The session would unmount again when its mount handle is dropped
-        // (after ours succeeded: "Failed to umount filesystem: Invalid
-        // argument", or a newer mount at the same path gone). The daemon
-        // unmounts by itself (`stop`), so that handle is never dropped.
-        let background =
-            ManuallyDrop::new(session.spawn().map_err(|source| DaemonError::Thread {
-                name: "FUSE session",
-                source,
-            })?);
-        // SAFETY: `background` is never dropped nor used again, so the
-        // join handle read out of it has exactly one owner.
-        let session_thread = unsafe { std::ptr::read(&background.guard) };
-        let events = events.clone();
-        std::thread::Builder::new()
-            .name("fuse-session".into())
-            .spawn(move || {
-                let ended = session_thread
-                    .join()
-                    .unwrap_or_else(|_| Err(io::Error::other("the FUSE session panicked")));
-                let _ = events.send(Event::SessionEnded(ended));
-            })
-            .map_err(|source| DaemonError::Thread {
-                name: "FUSE session watcher",
-                source,
-            })?;
-    }
+    serve_session(session, events.clone())?;
     let report: Arc<dyn Fn() -> serde_json::Value + Send + Sync> = {
         let (fs, stats) = (fs.clone(), stats.clone());
-        Arc::new(move || {
-            let mut live = live_figures(&fs);
-            live["transport"] = transport.name().into();
-            stats.to_json(live)
-        })
+        Arc::new(move || stats.to_json(live_figures(&fs, transport)))
     };
     let sandboxes = Arc::new(Sandboxes::new(
         fs.clone(),
@@ -371,11 +331,7 @@ fn start(options: &DaemonConfig, front_end: Option<FrontEnd>) -> Result<Started,
     if let Some(socket) = &mut control_socket {
         let control = Arc::new(Control {
             sandboxes: sandboxes.clone(),
-            live_figures: Box::new(move || {
-                let mut live = live_figures(&fs);
-                live["transport"] = transport.name().into();
-                live
-            }),
+            live_figures: Box::new(move || live_figures(&fs, transport)),
         });
         socket
             .serve(control)
@@ -390,34 +346,124 @@ fn start(options: &DaemonConfig, front_end: Option<FrontEnd>) -> Result<Started,
         None | Some(Requests::Owning(_)) => watch(&mount_point),
         Some(Requests::Stream { .. }) => None,
     };
-    let mut on_signal = None;
-    let serving = sandboxes.clone();
+    let on_signal = match requests {
+        None => None,
+        Some(requests) => serve_requests(
+            requests,
+            sandboxes.clone(),
+            &events,
+            recording,
+            options.reconfig_threads,
+            stats,
+        )?,
+    };
+    Ok(Started {
+        sandboxes,
+        events: event,
+        sender: events,
+        mounted,
+        mount_point,
+        native,
+        report,
+        control_socket,
+        guard,
+        on_signal,
+    })
+}
+
+/// Hands the `/dev/fuse` descriptor to what writes to it beside fuser:
+/// the dispatcher (passthrough's backing ids) and the invalidator (each
+/// its own duplicate). Without one, passthrough is off and a destroy
+/// invalidates whole subtrees.
+fn hand_out_device<FS: fuser::Filesystem>(
+    session: &fuser::Session<FS>,
+    dispatch: &Dispatcher,
+    fs: &SandboxFs,
+) {
+    let duplicate = || std::os::fd::AsFd::as_fd(session).try_clone_to_owned();
+    match duplicate() {
+        Ok(device) => dispatch.set_device(device),
+        Err(err) => dispatch.passthrough().disable(&format!(
+            "cannot duplicate the /dev/fuse descriptor ({err})"
+        )),
+    }
+    let device = duplicate()
+        .inspect_err(|err| {
+            log::warn!(
+                "cannot duplicate the /dev/fuse descriptor ({err}); destroy will invalidate \
+                 whole subtrees"
+            )
+        })
+        .ok();
+    fs.set_invalidator(Arc::new(NotifierInvalidator::new(
+        session.notifier(),
+        device,
+    )));
+}
+
+/// Runs the classic session loop on its thread, and says on `events`
+/// when it ends.
+fn serve_session<FS: fuser::Filesystem + Send + 'static>(
+    session: fuser::Session<FS>,
+    events: Sender<Event>,
+) -> Result<(), DaemonError> {
+    // The session would unmount again when its mount handle is dropped
+    // (after ours succeeded: "Failed to umount filesystem: Invalid
+    // argument", or a newer mount at the same path gone). The daemon
+    // unmounts by itself (`stop`), so that handle is never dropped.
+    let background = ManuallyDrop::new(session.spawn().map_err(|source| DaemonError::Thread {
+        name: "FUSE session",
+        source,
+    })?);
+    // SAFETY: `background` is never dropped nor used again, so the join
+    // handle read out of it has exactly one owner.
+    let session_thread = unsafe { std::ptr::read(&background.guard) };
+    std::thread::Builder::new()
+        .name("fuse-session".into())
+        .spawn(move || {
+            let ended = session_thread
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the FUSE session panicked")));
+            let _ = events.send(Event::SessionEnded(ended));
+        })
+        .map(drop)
+        .map_err(|source| DaemonError::Thread {
+            name: "FUSE session watcher",
+            source,
+        })
+}
+
+/// Starts what makes sandboxes: an owning front end on its thread (its
+/// stop-signal hook returned), or the sandboxfs stream's reader.
+fn serve_requests(
+    requests: Requests,
+    sandboxes: Arc<Sandboxes>,
+    events: &Sender<Event>,
+    recording: Option<Recording>,
+    threads: usize,
+    stats: Arc<Stats>,
+) -> Result<Option<OnSignal>, DaemonError> {
     match requests {
-        None => {}
-        Some(Requests::Owning(Owner {
-            serve,
-            on_signal: hook,
-        })) => {
-            on_signal = Some(hook);
+        Requests::Owning(Owner { serve, on_signal }) => {
             let events = events.clone();
             std::thread::Builder::new()
                 .name("front end".into())
                 .spawn(move || {
-                    serve(serving);
+                    serve(sandboxes);
                     let _ = events.send(Event::FrontEndDone);
                 })
                 .map_err(|source| DaemonError::Thread {
                     name: "front end",
                     source,
                 })?;
+            Ok(Some(on_signal))
         }
-        Some(Requests::Stream { input, output }) => {
+        Requests::Stream { input, output } => {
             let sink = Arc::new(match recording {
                 Some(recording) => ResponseSink::recorded(output, recording),
                 None => ResponseSink::new(output),
             });
-            let threads = options.reconfig_threads;
-            let backend: Arc<dyn crate::sandbox::backend::Backend> = serving;
+            let backend: Arc<dyn crate::sandbox::backend::Backend> = sandboxes;
             std::thread::Builder::new()
                 .name("requests".into())
                 .spawn(
@@ -432,20 +478,9 @@ fn start(options: &DaemonConfig, front_end: Option<FrontEnd>) -> Result<Started,
                     name: "request reader",
                     source,
                 })?;
+            Ok(None)
         }
     }
-    Ok(Started {
-        sandboxes,
-        events: event,
-        sender: events,
-        mounted,
-        mount_point,
-        native,
-        report,
-        control_socket,
-        guard,
-        on_signal,
-    })
 }
 
 /// The watcher of `mount_point` ([`unmount_guard`]); without one, the
@@ -531,8 +566,9 @@ fn start_transport<FS: fuser::Filesystem>(
 }
 
 /// The figures `ctl stats` and SIGUSR1 show beside the counters.
-fn live_figures(fs: &SandboxFs) -> serde_json::Value {
+fn live_figures(fs: &SandboxFs, transport: Transport) -> serde_json::Value {
     let mut live = crate::stats::process_figures();
+    live["transport"] = transport.name().into();
     live["sandboxes"] = fs.sandbox_ids().len().into();
     live["inodes_known"] = fs.known_inodes().into();
     live["open_handles"] = fs.open_handles().into();
