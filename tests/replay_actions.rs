@@ -794,17 +794,15 @@ fn escaping_build() -> (Build, tempfile::TempDir, String) {
 
 #[test]
 fn jail_runs_actions_in_linux_sandbox() {
-    const LINUX_SANDBOX: &str = "/usr/libexec/x86_64-linux-gnu/bazel/linux-sandbox";
-    if !require(&[Need::Mount]) {
-        return;
-    }
-    if !Path::new(LINUX_SANDBOX).exists() {
-        actionfs_testkit::tier::skip(&format!("no {LINUX_SANDBOX} (Debian's bazel-bootstrap)"));
+    if !require(&[Need::Mount, Need::LinuxSandbox]) {
         return;
     }
     let (build, outside_dir, sandbox_base) = escaping_build();
     let outside = outside_dir.path().to_owned();
-    let jail = format!("--jail=linux-sandbox={LINUX_SANDBOX}");
+    let jail = format!(
+        "--jail=linux-sandbox={}",
+        actionfs_testkit::tier::linux_sandbox().display()
+    );
     // FUSE sandboxes: the ones today's serve can run in the jail.
     let fuse = "--backend-opt=--native_below=0";
     let args = ["--modes=serve,symlinks", &sandbox_base, fuse];
@@ -1141,12 +1139,7 @@ fn reuse_modes_build_what_bazel_would() {
 
 #[test]
 fn jail_linux_sandbox_runs_reuse_with_bazel_9s_hermetic_tmp() {
-    const LINUX_SANDBOX: &str = "/usr/libexec/x86_64-linux-gnu/bazel/linux-sandbox";
-    if !require(&[Need::Mount]) {
-        return;
-    }
-    if !Path::new(LINUX_SANDBOX).exists() {
-        actionfs_testkit::tier::skip(&format!("no {LINUX_SANDBOX} (Debian's bazel-bootstrap)"));
+    if !require(&[Need::Mount, Need::LinuxSandbox]) {
         return;
     }
     let mut build = Build::new();
@@ -1156,7 +1149,10 @@ fn jail_linux_sandbox_runs_reuse_with_bazel_9s_hermetic_tmp() {
         "-c",
         format!("touch /tmp/{name} && test -w /dev/shm && cat src/a.txt src/b.txt > bazel-out/bin/ab.txt")
     ]);
-    let jail = format!("--jail=linux-sandbox={LINUX_SANDBOX}");
+    let jail = format!(
+        "--jail=linux-sandbox={}",
+        actionfs_testkit::tier::linux_sandbox().display()
+    );
     let out = build.replay(&["--modes=reuse,reuse-inmemory", &jail]);
     let text = stdout(&out);
     assert!(out.status.success(), "{out:?}");

@@ -77,6 +77,43 @@ fn modes_on_file_systems() -> Vec<(String, PathBuf, Vec<&'static str>, &'static 
     all
 }
 
+/// The two inputs of the jail tests, pushed: `src/a.txt` from the exec
+/// root ("source") and `src/b.txt` pushed inline ("pushed").
+fn source_and_pushed(b: &Backend) -> Tree {
+    let source = b.write_input("src/a.txt", b"source\n");
+    let pushed = b"pushed\n";
+    let mut tb = TreeBuilder::new();
+    tb.add_file("ws/src/a.txt", source, false).unwrap();
+    tb.add_file("ws/src/b.txt", digest_of(pushed), false)
+        .unwrap();
+    let tree = tb.build();
+    b.client()
+        .push(Push {
+            blobs: tree.blobs.clone(),
+            content: [(sha256_hex(pushed), inline(pushed))].into(),
+        })
+        .unwrap();
+    tree
+}
+
+/// After the attempts of a jail test: the source in the exec root is as
+/// written, the output `out/x` is collected with both inputs' bytes, and
+/// sandbox "1" is destroyed.
+fn assert_source_kept_and_output_collected(b: &Backend, name: &str) {
+    assert_eq!(
+        fs::read(b.exec_root().join("ws/src/a.txt")).unwrap(),
+        b"source\n",
+        "{name}: the action changed the source"
+    );
+    let collected = b.collect_ok("1");
+    assert_eq!(
+        fs::read(collected.join("ws/out/x")).unwrap(),
+        b"source\npushed\n",
+        "{name}"
+    );
+    b.destroy_ok("1");
+}
+
 #[test]
 fn an_action_in_bazels_linux_sandbox_writes_its_outputs_and_never_its_inputs() {
     if !require(&[Need::Mount, Need::LinuxSandbox]) {
@@ -84,19 +121,7 @@ fn an_action_in_bazels_linux_sandbox_writes_its_outputs_and_never_its_inputs() {
     }
     for (name, parent, options, built) in modes_on_file_systems() {
         let b = Backend::start_on(&parent, &options);
-        let source = b.write_input("src/a.txt", b"source\n");
-        let pushed = b"pushed\n";
-        let mut tb = TreeBuilder::new();
-        tb.add_file("ws/src/a.txt", source, false).unwrap();
-        tb.add_file("ws/src/b.txt", digest_of(pushed), false)
-            .unwrap();
-        let tree = tb.build();
-        b.client()
-            .push(Push {
-                blobs: tree.blobs.clone(),
-                content: [(sha256_hex(pushed), inline(pushed))].into(),
-            })
-            .unwrap();
+        let tree = source_and_pushed(&b);
         let scratch = b.root.path().join("bazel-scratch/1");
         fs::create_dir_all(scratch.join("tmp")).unwrap();
         let mut manifest = b.manifest(&tree, &[("/ws/out/x", "file")]);
@@ -124,7 +149,7 @@ fn an_action_in_bazels_linux_sandbox_writes_its_outputs_and_never_its_inputs() {
                 let expected: &[u8] = if input == "src/a.txt" {
                     b"source\n"
                 } else {
-                    pushed
+                    b"pushed\n"
                 };
                 assert_eq!(
                     fs::read(ws.join(input)).unwrap(),
@@ -133,18 +158,7 @@ fn an_action_in_bazels_linux_sandbox_writes_its_outputs_and_never_its_inputs() {
                 );
             }
         }
-        assert_eq!(
-            fs::read(b.exec_root().join("ws/src/a.txt")).unwrap(),
-            b"source\n",
-            "{name}: the action changed the source"
-        );
-        let collected = b.collect_ok("1");
-        assert_eq!(
-            fs::read(collected.join("ws/out/x")).unwrap(),
-            b"source\npushed\n",
-            "{name}"
-        );
-        b.destroy_ok("1");
+        assert_source_kept_and_output_collected(&b, &name);
         if parent == Path::new("/tmp") && !options.contains(&"--native_below=0") {
             assert!(
                 b.log()
@@ -276,19 +290,7 @@ fn jailed_sandbox(
     id: &str,
     setting: impl FnOnce(&Path) -> sandbox::ConfinementSetting,
 ) -> (PathBuf, sandbox::CustomConfinement, PathBuf) {
-    let source = b.write_input("src/a.txt", b"source\n");
-    let pushed = b"pushed\n";
-    let mut tb = TreeBuilder::new();
-    tb.add_file("ws/src/a.txt", source, false).unwrap();
-    tb.add_file("ws/src/b.txt", digest_of(pushed), false)
-        .unwrap();
-    let tree = tb.build();
-    b.client()
-        .push(Push {
-            blobs: tree.blobs.clone(),
-            content: [(sha256_hex(pushed), inline(pushed))].into(),
-        })
-        .unwrap();
+    let tree = source_and_pushed(b);
     let scratch = b.root.path().join(format!("bazel-scratch/{id}"));
     fs::create_dir_all(scratch.join("tmp")).unwrap();
     let mut manifest = b.manifest(&tree, &[("/ws/out/x", "file")]);
@@ -383,18 +385,7 @@ fn an_action_in_the_landlock_jail_writes_its_outputs_and_never_its_inputs() {
                 "{name}: `{attempt}` wrote outside"
             );
         }
-        assert_eq!(
-            fs::read(b.exec_root().join("ws/src/a.txt")).unwrap(),
-            b"source\n",
-            "{name}: the action changed the source"
-        );
-        let collected = b.collect_ok("1");
-        assert_eq!(
-            fs::read(collected.join("ws/out/x")).unwrap(),
-            b"source\npushed\n",
-            "{name}"
-        );
-        b.destroy_ok("1");
+        assert_source_kept_and_output_collected(&b, &name);
         b.close();
     }
 }

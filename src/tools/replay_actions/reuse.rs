@@ -71,7 +71,7 @@ use super::contents::{self, unlink, Contents, Entry};
 use super::deleter::{Background, TreeDeleter};
 use super::jail::Jail;
 use super::plan::{Action, Plan, Source};
-use super::run::{self, make_dir, remove, results_root, Wrapper};
+use super::run::{self, make_dir, remove, results_root};
 use super::steps::{Step, StepClock};
 use super::unsandboxed::stage_exec_root;
 use super::Session;
@@ -471,15 +471,7 @@ impl<'a> Reuse<'a> {
             action.timeout_secs,
             self.hermetic_tmp,
         );
-        let env = HashMap::new();
-        run::command(
-            action,
-            root,
-            Some(&Wrapper {
-                argv: &argv,
-                env: &env,
-            }),
-        )
+        run::jailed(action, root, &argv)
     }
 
     /// `moveOutputs`: renamed, copied only across file systems.

@@ -20,6 +20,13 @@ pub struct Wrapper<'a> {
     pub env: &'a HashMap<String, String>,
 }
 
+/// Runs `action` in `cwd` behind a jail's `argv` (no environment of its
+/// own), as a strategy's jail wraps it.
+pub fn jailed(action: &Action, cwd: &Path, argv: &[String]) -> Result<(), String> {
+    let env = HashMap::new();
+    command(action, cwd, Some(&Wrapper { argv, env: &env }))
+}
+
 /// Runs the action's argv in `cwd` with exactly the logged environment
 /// (plus the wrapper's), stdin empty; Ok if it exits 0. A relative program
 /// path with a slash (`bazel-out/host/bin/tool`) is taken from `cwd`, as

@@ -6,13 +6,13 @@
 //! `linux-sandbox` as Bazel's `linux-sandbox` strategy runs it
 //! ([`super::jail`]); without, bare (Bazel's `processwrapper-sandbox`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use super::jail::Jail;
 use super::plan::{Action, Plan};
-use super::run::{self, make_dir, remove, results_root, Wrapper};
+use super::run::{self, make_dir, remove, results_root};
 use super::steps::{Step, StepClock};
 use super::Session;
 
@@ -91,15 +91,7 @@ impl<'a> Symlinks<'a> {
             .filter(|dir| dir.starts_with('/'))
             .map(Path::new);
         let argv = jail.strategy(root, test_tmpdir, action.timeout_secs);
-        let env = HashMap::new();
-        run::command(
-            action,
-            root,
-            Some(&Wrapper {
-                argv: &argv,
-                env: &env,
-            }),
-        )
+        run::jailed(action, root, &argv)
     }
 
     fn move_outputs(&self, action: &Action, root: &Path) -> Result<(), String> {
