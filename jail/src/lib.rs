@@ -1,6 +1,7 @@
-//! actionfs's own jail for an action: Landlock (and a small seccomp
-//! filter) applied by a wrapper before it execs the action, so that no
-//! namespace or mount is made per action.
+//! actionfs's own jail for an action: a wrapper that confines itself
+//! (Landlock, a small seccomp filter and, where user namespaces are
+//! allowed, a read-only view of the host), then spawns the action and
+//! stays until it and everything it started are gone.
 //!
 //! `serve` answers Create with a `custom` confinement whose wrapper is
 //! [`Rules::wrapper`]: the jail's program, the rules as flags, then `--`;
@@ -168,8 +169,9 @@ pub unsafe fn args_from_main(
 }
 
 /// The jail's entry point, for `actionfs-jail` and `actionfs __jail`:
-/// applies the rules in `args` and execs the action; returns only on
-/// failure, with the exit status to use (the error is on stderr).
+/// applies the rules in `args`, runs the action and returns the exit
+/// status to use (the action's, or 127 and the error on stderr); an
+/// action killed by a signal kills the wrapper with it.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     let args: Vec<OsString> = args.into_iter().collect();
     if args.len() == 1 && args[0] == PROBE_NAMESPACES {

@@ -1,5 +1,8 @@
 //! `actionfs-jail [--write PATH]... [--hide PATH]... [--dev] [--network]
-//! -- ACTION...`: confines itself (Landlock, seccomp) and execs ACTION.
+//! [--namespaces] -- ACTION...`: confines itself (Landlock, seccomp, with
+//! `--namespaces` a read-only host) and runs ACTION, killing what it
+//! leaves running; `actionfs-jail --probe-namespaces` says whether
+//! `--namespaces` works here.
 //! `actionfs serve` names it in the wrapper it answers Create with; a
 //! binary of its own because it runs before every action, and a small
 //! one execs faster than `actionfs __jail` (docs/BENCHMARKS.md).
