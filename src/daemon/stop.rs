@@ -128,7 +128,7 @@ pub fn wait_and_unmount(
     events: &Receiver<Event>,
     mut mounted: Mounted,
     mount_point: &Path,
-    on_signal: Option<Box<dyn FnOnce(i32) + Send>>,
+    on_signal: Option<super::OnSignal>,
 ) -> Result<Stopped, DaemonError> {
     let shown = mount_point.display();
     let signal = match events.recv() {

@@ -109,10 +109,8 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
             "request {rid}: the first request must be Negotiate; stopping"
         ));
     };
-    let refuse = |message: String| {
-        answers.send(rid, negotiated(Err(message.clone())));
-        Err(message)
-    };
+    let negotiation = Negotiation { answers, rid };
+    let refuse = |why: String| Err(negotiation.refuse(why));
     if !negotiate.versions.is_empty() && !negotiate.versions.contains(&(Version::Version1 as i32)) {
         return refuse(format!(
             "no protocol version in common: the client offers {:?}, this backend speaks VERSION_1",
@@ -170,10 +168,7 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
         jail,
         args,
         input,
-        Negotiation {
-            answers: answers.clone(),
-            rid,
-        },
+        negotiation.clone(),
     );
     if let Err(why) = base.remove() {
         log::error!("cannot remove what this backend made: {why}");
@@ -187,6 +182,7 @@ pub fn run(args: &ServeArgs) -> Result<Served, String> {
 /// The Negotiate request, answered exactly once: refused here if the
 /// start fails before the daemon runs, else accepted once the mount
 /// serves, or refused with the daemon's error.
+#[derive(Clone)]
 struct Negotiation {
     answers: Arc<Answers>,
     rid: u64,
@@ -265,7 +261,7 @@ fn serve_in(
         handed_stashes,
         state,
         input,
-        negotiation,
+        negotiation: negotiation.clone(),
         halt: halt.clone(),
         fatal: Arc::default(),
         served: Arc::default(),
@@ -276,10 +272,6 @@ fn serve_in(
         requests.served.clone(),
         requests.serving.clone(),
     );
-    let negotiation = Negotiation {
-        answers: requests.negotiation.answers.clone(),
-        rid: requests.negotiation.rid,
-    };
     let on_signal = Box::new(move |signal| {
         let running = halt.halt(HALT_WAIT);
         if running > 0 {
