@@ -485,8 +485,7 @@ attempt("udp6", lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))
 attempt("unix", lambda: socket.socket(socket.AF_UNIX).bind("out/sock"))
 "#
     );
-    if Command::new("python3").arg("-c").arg("1").output().is_err() {
-        eprintln!("skipped: no python3");
+    if !python3_or_skip() {
         return;
     }
     for allow_network in [false, true] {

@@ -14,64 +14,50 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use super::run::{make_dir, remove};
 
 type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
 
-/// One background thread running jobs in order; [`Background::finish`]
-/// waits for all of them and says what failed.
+/// One background thread running jobs in order (the daemon's
+/// [`crate::background::Background`]), keeping what failed;
+/// [`Background::finish`] waits for all of them and says what failed.
 pub struct Background {
-    sender: Mutex<Option<Sender<Job>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    jobs: crate::background::Background<Job>,
     errors: Arc<Mutex<Vec<String>>>,
 }
 
 impl Background {
     pub fn start(name: &str) -> Result<Background, String> {
-        let (sender, receiver) = channel::<Job>();
         let errors = Arc::new(Mutex::new(Vec::new()));
         let failed = Arc::clone(&errors);
-        let thread = std::thread::Builder::new()
-            .name(name.to_owned())
-            .spawn(move || {
-                for job in receiver {
-                    if let Err(why) = job() {
-                        failed.lock().unwrap_or_else(|p| p.into_inner()).push(why);
-                    }
+        let jobs = crate::background::Background::start(name, 1, move || {
+            let failed = Arc::clone(&failed);
+            move |job: Job| {
+                if let Err(why) = job() {
+                    failed.lock().push(why);
                 }
-            })
-            .map_err(|err| format!("starting the {name} thread: {err}"))?;
-        Ok(Background {
-            sender: Mutex::new(Some(sender)),
-            thread: Mutex::new(Some(thread)),
-            errors,
+            }
         })
+        .map_err(|err| format!("starting the {name} thread: {err}"))?;
+        Ok(Background { jobs, errors })
     }
 
     /// Queues `job`; after [`Background::finish`], runs it here instead.
     pub fn submit(&self, job: Job) -> Result<(), String> {
-        let sender = self.sender.lock().unwrap_or_else(|p| p.into_inner());
-        match sender.as_ref() {
-            Some(sender) => sender
-                .send(job)
-                .map_err(|_| "the background thread is gone".to_owned()),
-            None => job(),
+        match self.jobs.send(job) {
+            Ok(()) => Ok(()),
+            Err(job) => job(),
         }
     }
 
     /// Waits for every queued job; Err naming the first failures.
     pub fn finish(&self) -> Result<(), String> {
-        drop(self.sender.lock().unwrap_or_else(|p| p.into_inner()).take());
-        if let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            thread
-                .join()
-                .map_err(|_| "the background thread panicked".to_owned())?;
-        }
-        let errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        self.jobs.stop();
+        let errors = self.errors.lock();
         match errors.len() {
             0 => Ok(()),
             n => Err(format!(
@@ -79,13 +65,6 @@ impl Background {
                 errors.first().map_or("", String::as_str)
             )),
         }
-    }
-}
-
-impl Drop for Background {
-    /// On an early return too, nothing runs on after the session.
-    fn drop(&mut self) {
-        let _ = self.finish();
     }
 }
 

@@ -476,39 +476,19 @@ impl<'a> Reuse<'a> {
 
     /// `moveOutputs`: renamed, copied only across file systems.
     fn move_outputs(&self, action: &Action, root: &Path) -> Result<(), String> {
-        for output in &action.outputs {
-            let from = root.join(&output.path);
-            if fs::symlink_metadata(&from).is_err() {
-                // Not made: the comparison says so if the log has it.
-                continue;
+        run::move_outputs(action, root, &self.results, |from, to| {
+            if !self.warned_copy.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "replay-actions: outputs are copied, not renamed: {} and {} are on different file systems",
+                    from.display(),
+                    to.display()
+                );
             }
-            let to = self.results.join(&output.path);
-            run::make_parent(&self.results, &output.path)?;
-            remove(&to)?;
-            match fs::rename(&from, &to) {
-                Ok(()) => {}
-                Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
-                    if !self.warned_copy.swap(true, Ordering::Relaxed) {
-                        eprintln!(
-                            "replay-actions: outputs are copied, not renamed: {} and {} are on different file systems",
-                            from.display(),
-                            to.display()
-                        );
-                    }
-                    copy_tree(&from, &to)?;
-                    remove(&from)?;
-                    self.counts.copied.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(err) => {
-                    return Err(format!(
-                        "rename {} to {}: {err}",
-                        from.display(),
-                        to.display()
-                    ))
-                }
-            }
-        }
-        Ok(())
+            copy_tree(from, to)?;
+            remove(from)?;
+            self.counts.copied.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
     }
 
     /// `stashSandbox`, then the rest of the sandbox to the tree deleter.

@@ -85,6 +85,39 @@ pub fn test_tmpdir(action: &Action) -> Option<&str> {
         .map(|(_, value)| value.as_str())
 }
 
+/// Moves each output `action` made in the sandbox at `root` to the same
+/// path below `results` (what is there goes first), by rename; where the
+/// two are on different file systems, `across` moves it instead.
+pub fn move_outputs(
+    action: &Action,
+    root: &Path,
+    results: &Path,
+    across: impl Fn(&Path, &Path) -> Result<(), String>,
+) -> Result<(), String> {
+    for output in &action.outputs {
+        let from = root.join(&output.path);
+        if fs::symlink_metadata(&from).is_err() {
+            // Not made: the comparison says so if the log has it.
+            continue;
+        }
+        let to = results.join(&output.path);
+        make_parent(results, &output.path)?;
+        remove(&to)?;
+        match fs::rename(&from, &to) {
+            Ok(()) => {}
+            Err(err) if err.raw_os_error() == Some(libc::EXDEV) => across(&from, &to)?,
+            Err(err) => {
+                return Err(format!(
+                    "moving {} to {}: {err}",
+                    from.display(),
+                    to.display()
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Makes the directory that holds `root/rel`, and those above it.
 pub fn make_parent(root: &Path, rel: &str) -> Result<(), String> {
     let path = root.join(rel);

@@ -95,19 +95,14 @@ impl<'a> Symlinks<'a> {
     }
 
     fn move_outputs(&self, action: &Action, root: &Path) -> Result<(), String> {
-        for output in &action.outputs {
-            let from = root.join(&output.path);
-            if std::fs::symlink_metadata(&from).is_err() {
-                // Not made: the comparison says so if the log has it.
-                continue;
-            }
-            let to = self.results.join(&output.path);
-            run::make_parent(&self.results, &output.path)?;
-            remove(&to)?;
-            std::fs::rename(&from, &to)
-                .map_err(|err| format!("moving {} to {}: {err}", from.display(), to.display()))?;
-        }
-        Ok(())
+        run::move_outputs(action, root, &self.results, |from, to| {
+            Err(format!(
+                "moving {} to {}: {}",
+                from.display(),
+                to.display(),
+                std::io::Error::from_raw_os_error(libc::EXDEV)
+            ))
+        })
     }
 }
 
