@@ -59,7 +59,7 @@ pub struct Rules {
     pub hide: Vec<PathBuf>,
     /// TCP and every socket family allowed.
     pub network: bool,
-    /// The host read-only but `write`, and a PID namespace of its own.
+    /// The host read-only but `write` (a user and mount namespace).
     pub namespaces: bool,
 }
 

@@ -24,7 +24,7 @@ pub enum Jail {
     Landlock {
         /// The wrapper's program (`actionfs-jail`, or `actionfs __jail`).
         program: Vec<String>,
-        /// The host read-only and a PID namespace per action
+        /// The host read-only but the action's writable paths
         /// ([`Rules::namespaces`]), where user namespaces are allowed.
         namespaces: bool,
     },
