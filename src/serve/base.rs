@@ -25,6 +25,7 @@ use nix::fcntl::{Flock, FlockArg};
 
 use crate::daemon::mount;
 use crate::sandbox::materialize::remove_tree;
+use crate::serve::error::StartError;
 
 const PREFIX: &str = "actionfs-serve-";
 
@@ -37,9 +38,9 @@ pub struct Base {
 impl Base {
     /// Removes what dead backends left in `parent`, then makes and locks
     /// our directory there. The error names the path and the call.
-    pub fn make(parent: &Path) -> Result<(Base, Swept), String> {
+    pub fn make(parent: &Path) -> Result<(Base, Swept), StartError> {
         if !parent.is_absolute() {
-            return Err(format!("--sandbox_base {parent:?} is not absolute"));
+            return Err(StartError::SandboxBaseNotAbsolute(parent.to_owned()));
         }
         let swept = sweep(parent);
         let name = format!("{PREFIX}{}", std::process::id());
@@ -47,24 +48,24 @@ impl Base {
         let starting = parent.join(format!(".{name}.new"));
         // One of our pid is a dead backend's: ours starts only now.
         if starting.symlink_metadata().is_ok() {
-            remove_tree(&starting).map_err(|err| err.to_string())?;
+            remove_tree(&starting)?;
         }
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&starting)
-            .map_err(|err| format!("mkdir {starting:?}: {err}"))?;
+            .map_err(|err| StartError::io("mkdir", &starting, err))?;
         let locked = open_dir(&starting)
-            .map_err(|err| format!("open {starting:?}: {err}"))
+            .map_err(|err| StartError::io("open", &starting, err))
             .and_then(
                 |dir| match Flock::lock(dir, FlockArg::LockExclusiveNonblock) {
                     Ok(lock) => Ok(lock),
-                    Err((_, errno)) => Err(format!("flock {starting:?}: {errno}")),
+                    Err((_, errno)) => Err(StartError::io("flock", &starting, errno.into())),
                 },
             )
             .and_then(|lock| {
                 std::fs::rename(&starting, &path)
                     .map(|()| lock)
-                    .map_err(|err| format!("rename {starting:?} to {path:?}: {err}"))
+                    .map_err(|err| StartError::io("rename", &starting, err))
             });
         match locked {
             Ok(lock) => Ok((Base { path, _lock: lock }, swept)),
@@ -81,10 +82,8 @@ impl Base {
 
     /// Removes our directory and everything in it; the lock goes with the
     /// value.
-    pub fn remove(self) -> Result<(), String> {
-        remove_tree(&self.path)
-            .map(drop)
-            .map_err(|err| err.to_string())
+    pub fn remove(self) -> Result<(), crate::sandbox::materialize::Error> {
+        remove_tree(&self.path).map(drop)
     }
 }
 
@@ -188,7 +187,7 @@ fn sweep(parent: &Path) -> Swept {
         }
         match remove_dead(&path) {
             Ok(()) => swept.removed.push(name),
-            Err(why) => swept.failed.push(why),
+            Err(why) => swept.failed.push(why.to_string()),
         }
     }
     swept.removed.sort();
@@ -232,29 +231,30 @@ fn open_dir(path: &Path) -> io::Result<File> {
 
 /// Detaches what is mounted below `dir`, then removes it. Nothing is
 /// removed through a mount that stays.
-fn remove_dead(dir: &Path) -> Result<(), String> {
+fn remove_dead(dir: &Path) -> Result<(), StartError> {
     for point in mounts_below(dir)? {
         match mount::unmount_lazily(&point) {
             Ok(()) => {}
             // Not a mount (only guessed where the table cannot be read).
             Err(err) if !cfg!(target_os = "linux") && err.raw_os_error() == Some(libc::EINVAL) => {}
-            Err(err) => return Err(format!("umount {point:?}: {err}")),
+            Err(err) => return Err(StartError::io("umount", &point, err)),
         }
     }
     #[cfg(target_os = "linux")]
     if let Some(left) = mounts_below(dir)?.first() {
-        return Err(format!("{left:?} is still mounted after a detach"));
+        return Err(StartError::StillMounted(left.clone()));
     }
-    remove_tree(dir).map(drop).map_err(|err| err.to_string())
+    remove_tree(dir)?;
+    Ok(())
 }
 
 /// The mount points at or below `dir`, deepest first, from the mount table.
 #[cfg(target_os = "linux")]
-fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, String> {
+fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, StartError> {
     const TABLE: &str = "/proc/self/mountinfo";
     // The table names mount points by their resolved paths.
     let dir = &std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
-    let table = std::fs::read_to_string(TABLE).map_err(|err| format!("read {TABLE}: {err}"))?;
+    let table = std::fs::read_to_string(TABLE).map_err(|err| StartError::io("read", TABLE, err))?;
     let mut below: Vec<PathBuf> = table
         .lines()
         .filter_map(|line| line.split(' ').nth(4))
@@ -268,7 +268,7 @@ fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, String> {
 
 /// Where there is no mount table to read: the one mount a backend makes.
 #[cfg(not(target_os = "linux"))]
-fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, String> {
+fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, StartError> {
     let point = dir.join("mnt");
     Ok(if point.symlink_metadata().is_ok() {
         vec![point]

@@ -22,6 +22,7 @@ use crate::background::Background;
 use crate::sandbox::default_place;
 use crate::sandbox::merkle::{FileEntry, Walked};
 use crate::sandbox::store::{ContentStore, Digest, Lookup, Retention};
+use crate::serve::error::Error;
 use crate::serve::kept::StoreAnswers;
 
 /// A Create that finds at most this many digests to capture captures them
@@ -82,7 +83,7 @@ impl DefaultPlaces {
         found: &StoreAnswers,
         exec_root: &Path,
         refused: &HashSet<String>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, Error> {
         // Each digest once. Keyed by the parsed digest's first 8 bytes (a
         // SHA-256's are uniform): hashing each 64-byte hex name took most
         // of a warm 5,000-input Create's capture pass (stress, profiled).
@@ -116,11 +117,10 @@ impl DefaultPlaces {
                 Ok(()) => captured = true,
                 Err(_) if *found == Lookup::Gone => {}
                 Err(err) => {
-                    return Err(format!(
-                        "input {dir}/{}: {}",
-                        entry.name,
-                        default_place::capture_refusal(&err)
-                    ))
+                    return Err(Error::DefaultPlace {
+                        input: format!("{dir}/{}", entry.name),
+                        why: default_place::capture_refusal(&err),
+                    })
                 }
             }
         }

@@ -19,6 +19,7 @@ mod base;
 mod capture;
 pub mod confine;
 mod departures;
+mod error;
 mod handing_on;
 mod jail;
 mod kept;
@@ -52,6 +53,7 @@ use crate::sandbox::materialize::Trash;
 use crate::sandbox::store::ContentStore;
 use base::Base;
 use confine::Jail;
+pub use error::StartError;
 use options::BackendOptions;
 use service::{Dirs, Service};
 use session::{Answers, Halt};
@@ -95,31 +97,26 @@ fn unbuffered_stdout() -> Box<dyn io::Write + Send> {
 /// Serves one client on stdin and stdout until it closes the stream. An
 /// error (a frame that cannot be read, options refused, a mount that
 /// cannot be made) has been logged in one line; exit 1.
-pub fn run(args: &ServeArgs) -> Result<Served, String> {
+pub fn run(args: &ServeArgs) -> Result<Served, StartError> {
     let mut input = BufReader::with_capacity(1 << 20, io::stdin());
     let answers = Arc::new(Answers::new(unbuffered_stdout()));
     let first: Request = match read_frame(&mut input, MAX_FRAME) {
         Ok(Some(request)) => request,
         Ok(None) => return Ok(Served::Closed),
-        Err(err) => return Err(format!("request frame #1 cannot be read: {err}")),
+        Err(source) => return Err(StartError::UnreadableFrame { frame: 1, source }),
     };
     let rid = first.rid;
     let Some(Op::Negotiate(negotiate)) = first.op else {
-        return Err(format!(
-            "request {rid}: the first request must be Negotiate; stopping"
-        ));
+        return Err(StartError::NotNegotiate { rid });
     };
     let negotiation = Negotiation { answers, rid };
-    let refuse = |why: String| Err(negotiation.refuse(why));
+    let refuse = |why: StartError| Err(negotiation.refuse(why));
     if !negotiate.versions.is_empty() && !negotiate.versions.contains(&(Version::Version1 as i32)) {
-        return refuse(format!(
-            "no protocol version in common: the client offers {:?}, this backend speaks VERSION_1",
-            negotiate.versions
-        ));
+        return refuse(StartError::NoVersionInCommon(negotiate.versions));
     }
     let mut options = match options::parse(&negotiate.options) {
         Ok(options) => options,
-        Err(why) => return refuse(why),
+        Err(why) => return refuse(StartError::Options(why)),
     };
     let parent = options
         .sandbox_base
@@ -190,8 +187,9 @@ struct Negotiation {
 
 impl Negotiation {
     /// Answers Error; returns `why` for the caller's own error.
-    fn refuse(&self, why: String) -> String {
-        self.answers.send(self.rid, negotiated(Err(why.clone())));
+    fn refuse(&self, why: StartError) -> StartError {
+        self.answers
+            .send(self.rid, negotiated(Err(why.to_string())));
         why
     }
 
@@ -218,7 +216,7 @@ fn serve_in(
     args: &ServeArgs,
     input: BufReader<io::Stdin>,
     negotiation: Negotiation,
-) -> Result<Served, String> {
+) -> Result<Served, StartError> {
     let dirs = make_dirs(base).map_err(|why| negotiation.refuse(why))?;
     // In the claimed state directory, its files keep their paths from one
     // backend to the next, as the stashes handed on there need.
@@ -233,8 +231,8 @@ fn serve_in(
     );
     let handing_store_on = keeping.warm.map(|warm| (store.clone(), warm));
     // Beside the scratch directories, so that a rename takes one there.
-    let trash =
-        Trash::open(&base.join("trash"), 1).map_err(|err| negotiation.refuse(err.to_string()))?;
+    let trash = Trash::open(&base.join("trash"), 1)
+        .map_err(|err| negotiation.refuse(StartError::Remove(err)))?;
     log::info!(
         "serving the sandbox backend protocol for {:?} below {base:?}, jail {}",
         args.workspace,
@@ -322,17 +320,18 @@ fn serve_in(
         Err(err) => {
             // Negotiate is answered once the mount serves; a start that
             // failed before that answers it now.
-            if !served.load(Ordering::SeqCst) {
-                negotiation.refuse(err.to_string());
-            }
-            Err(err.to_string())
+            let err = StartError::Daemon(err);
+            Err(match served.load(Ordering::SeqCst) {
+                true => err,
+                false => negotiation.refuse(err),
+            })
         }
     }
 }
 
 /// The backend's directories below `base`: the mount point, the scratch
 /// directories' parent, symlink targets and the empty directory.
-fn make_dirs(base: &Path) -> Result<Dirs, String> {
+fn make_dirs(base: &Path) -> Result<Dirs, StartError> {
     let dirs = Dirs {
         mount: base.join("mnt"),
         scratch: base.join("scratch"),
@@ -343,7 +342,7 @@ fn make_dirs(base: &Path) -> Result<Dirs, String> {
         std::fs::DirBuilder::new()
             .mode(if dir == &dirs.empty { 0o555 } else { 0o755 })
             .create(dir)
-            .map_err(|err| format!("mkdir {dir:?}: {err}"))?;
+            .map_err(|err| StartError::io("mkdir", dir, err))?;
     }
     Ok(dirs)
 }
@@ -367,7 +366,7 @@ struct RequestLoop {
     negotiation: Negotiation,
     halt: Arc<Halt>,
     /// The request loop's error, for the caller.
-    fatal: Arc<Mutex<Option<String>>>,
+    fatal: Arc<Mutex<Option<StartError>>>,
     /// Whether Negotiate was answered.
     served: Arc<AtomicBool>,
     /// For a stop signal, which comes while the request loop has it.
@@ -505,13 +504,12 @@ fn open_store(
     warm: Option<&Path>,
     options: &BackendOptions,
     base: &Path,
-) -> Result<ContentStore, String> {
+) -> Result<ContentStore, StartError> {
     let bound = store_bound(options, base);
     let Some(warm) = warm else {
-        return ContentStore::open(dir, bound).map_err(|err| err.to_string());
+        return Ok(ContentStore::open(dir, bound)?);
     };
-    let (store, adopted) =
-        ContentStore::open_adopting(dir, bound, warm).map_err(|err| err.to_string())?;
+    let (store, adopted) = ContentStore::open_adopting(dir, bound, warm)?;
     match adopted {
         Ok(None) => {}
         Ok(Some(adopted)) => {

@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::fcntl::{OFlag, AT_FDCWD};
 use nix::sys::stat::{utimensat, FileStat, Mode, UtimensatFlags};
@@ -31,23 +31,108 @@ pub struct Output {
     pub dir: bool,
 }
 
+/// Why a declared output was refused, or could not be made or collected.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("output {key:?}: {why}")]
+    Key { key: String, why: PathFault },
+    #[error("output {key:?}: destination {dest:?}: {why}")]
+    Destination {
+        key: String,
+        dest: String,
+        why: PathFault,
+    },
+    #[error("output {key:?}: type {kind:?} is neither \"file\" nor \"dir\"")]
+    Type { key: String, kind: String },
+    #[error("output {output:?}: the input tree holds {holds:?} as a file or symlink")]
+    InTheTree { output: String, holds: String },
+    #[error("output {0:?}: a directory output the input tree already holds")]
+    DirectoryInTheTree(String),
+    #[error("mkdir {path:?}: {source}")]
+    Mkdir { path: PathBuf, source: io::Error },
+    #[error("open {scratch:?}: {source}")]
+    OpenScratch { scratch: PathBuf, source: io::Error },
+    #[error("output {output:?}: {why}")]
+    NotCollected { output: String, why: CollectFault },
+}
+
+/// What is wrong with a path a manifest names.
+#[derive(Debug, thiserror::Error)]
+pub enum PathFault {
+    #[error("not absolute (it must start with /<workspace>/)")]
+    NotInTheWorkspaceForm,
+    #[error("not absolute")]
+    NotAbsolute,
+    #[error("not inside the workspace /{0}")]
+    OutsideTheWorkspace(String),
+    #[error("names the workspace itself")]
+    TheWorkspaceItself,
+    #[error("the sandbox root cannot be a writable directory")]
+    TheSandboxRoot,
+    #[error("{0}")]
+    Name(String),
+}
+
+/// Why an output the action made was not moved out.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectFault {
+    #[error("a symlink the action put on its path below {0:?} is not followed: not collected")]
+    SymlinkOnItsPath(PathBuf),
+    #[error("something on its path below {0:?} is no longer a directory: not collected")]
+    NoLongerADirectory(PathBuf),
+    #[error("{syscall} {path:?}: {source}")]
+    Io {
+        syscall: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("rename {from:?} to {to:?}: {source}")]
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        source: io::Error,
+    },
+    #[error("copy {from:?} to {to:?}: {source}")]
+    Copy {
+        from: PathBuf,
+        to: PathBuf,
+        source: io::Error,
+    },
+    #[error("removing what was at {to:?}: {source}")]
+    Replace {
+        to: PathBuf,
+        source: crate::sandbox::materialize::Error,
+    },
+    #[error("after copying {from:?}: {source}")]
+    AfterCopy {
+        from: PathBuf,
+        source: crate::sandbox::materialize::Error,
+    },
+}
+
 /// Checks an output's key (`/<workspace>/<path>`), type and destination.
-pub fn check(workspace: &str, key: &str, kind: &str, dest: &str) -> Result<Output, String> {
-    let path =
-        relative_in_workspace(workspace, key).map_err(|why| format!("output {key:?}: {why}"))?;
+pub fn check(workspace: &str, key: &str, kind: &str, dest: &str) -> Result<Output, OutputError> {
+    let path = relative_in_workspace(workspace, key).map_err(|why| OutputError::Key {
+        key: key.to_owned(),
+        why,
+    })?;
     let dest = if dest.is_empty() {
         path.clone()
     } else {
-        relative_in_workspace(workspace, dest)
-            .map_err(|why| format!("output {key:?}: destination {dest:?}: {why}"))?
+        relative_in_workspace(workspace, dest).map_err(|why| OutputError::Destination {
+            key: key.to_owned(),
+            dest: dest.to_owned(),
+            why,
+        })?
     };
     let dir = match kind {
         "file" => false,
         "dir" => true,
         other => {
-            return Err(format!(
-                "output {key:?}: type {other:?} is neither \"file\" nor \"dir\""
-            ))
+            return Err(OutputError::Type {
+                key: key.to_owned(),
+                kind: other.to_owned(),
+            })
         }
     };
     Ok(Output { path, dest, dir })
@@ -55,43 +140,41 @@ pub fn check(workspace: &str, key: &str, kind: &str, dest: &str) -> Result<Outpu
 
 /// `/<workspace>/a/b` as `<workspace>/a/b`, refusing anything outside the
 /// workspace or not normalized.
-fn relative_in_workspace(workspace: &str, key: &str) -> Result<String, String> {
+fn relative_in_workspace(workspace: &str, key: &str) -> Result<String, PathFault> {
     let rest = key
         .strip_prefix('/')
-        .ok_or("not absolute (it must start with /<workspace>/)")?;
+        .ok_or(PathFault::NotInTheWorkspaceForm)?;
     let mut components = rest.split('/');
     if components.next() != Some(workspace) {
-        return Err(format!("not inside the workspace /{workspace}"));
+        return Err(PathFault::OutsideTheWorkspace(workspace.to_owned()));
     }
     let mut any = false;
     for component in components {
-        check_name(component)?;
+        check_name(component).map_err(PathFault::Name)?;
         any = true;
     }
     if !any {
-        return Err("names the workspace itself".to_owned());
+        return Err(PathFault::TheWorkspaceItself);
     }
     Ok(rest.to_owned())
 }
 
 /// Checks a writable directory's sandbox path (`/tmp`, `/<ws>/x`): absolute,
 /// normalized, not the root.
-pub fn check_sandbox_path(path: &str) -> Result<(), String> {
-    let rest = path
-        .strip_prefix('/')
-        .ok_or_else(|| format!("{path:?} is not absolute"))?;
+pub fn check_sandbox_path(path: &str) -> Result<(), PathFault> {
+    let rest = path.strip_prefix('/').ok_or(PathFault::NotAbsolute)?;
     if rest.is_empty() {
-        return Err("the sandbox root cannot be a writable directory".to_owned());
+        return Err(PathFault::TheSandboxRoot);
     }
     rest.split('/')
         .try_for_each(check_name)
-        .map_err(|why| format!("{path:?}: {why}"))
+        .map_err(PathFault::Name)
 }
 
 /// Refuses an output the input tree already holds as a file or symlink,
 /// or below one (the action could not write it), and a directory output
 /// the tree holds as a directory.
-pub fn check_against_tree(outputs: &[Output], walked: &Walked) -> Result<(), String> {
+pub fn check_against_tree(outputs: &[Output], walked: &Walked) -> Result<(), OutputError> {
     if outputs.is_empty() {
         return Ok(());
     }
@@ -104,18 +187,15 @@ pub fn check_against_tree(outputs: &[Output], walked: &Walked) -> Result<(), Str
         let mut prefix = output.path.as_str();
         while let Some((parent, name)) = prefix.rsplit_once('/') {
             if dirs.get(parent).is_some_and(|dir| dir.has_leaf(name)) {
-                return Err(format!(
-                    "output {:?}: the input tree holds {prefix:?} as a file or symlink",
-                    output.path
-                ));
+                return Err(OutputError::InTheTree {
+                    output: output.path.clone(),
+                    holds: prefix.to_owned(),
+                });
             }
             prefix = parent;
         }
         if output.dir && dirs.contains_key(output.path.as_str()) {
-            return Err(format!(
-                "output {:?}: a directory output the input tree already holds",
-                output.path
-            ));
+            return Err(OutputError::DirectoryInTheTree(output.path.clone()));
         }
     }
     Ok(())
@@ -124,7 +204,7 @@ pub fn check_against_tree(outputs: &[Output], walked: &Walked) -> Result<(), Str
 /// Makes, below `scratch` (the sandbox root's stand-in), each file
 /// output's parent and each directory output itself, writable and empty;
 /// `made` (the workspace directory, say) is there already.
-pub fn prepare(scratch: &Path, made: &str, outputs: &[Output]) -> io::Result<()> {
+pub fn prepare(scratch: &Path, made: &str, outputs: &[Output]) -> Result<(), OutputError> {
     // Top down, each directory once: outputs share their parents, and a
     // recursive mkdir tries each missing level twice (the full path
     // first, failing, then its parent).
@@ -147,12 +227,7 @@ pub fn prepare(scratch: &Path, made: &str, outputs: &[Output]) -> io::Result<()>
             match fs::DirBuilder::new().mode(0o755).create(&path) {
                 Ok(()) => {}
                 Err(err) if err.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => {}
-                Err(err) => {
-                    return Err(io::Error::new(
-                        err.kind(),
-                        format!("mkdir {}: {err}", path.display()),
-                    ))
-                }
+                Err(source) => return Err(OutputError::Mkdir { path, source }),
             }
             made.insert(level);
         }
@@ -170,8 +245,11 @@ pub fn prepare(scratch: &Path, made: &str, outputs: &[Output]) -> io::Result<()>
 /// Collect, which runs outside the jail, move, copy or delete what lies
 /// there. Such an output is refused, as is a FIFO, socket or device to be
 /// copied (opening it could wait forever).
-pub fn collect(scratch: &Path, exec_root: &Path, outputs: &[Output]) -> Result<(), String> {
-    let root = DirFd::open(scratch).map_err(|err| format!("open {scratch:?}: {err}"))?;
+pub fn collect(scratch: &Path, exec_root: &Path, outputs: &[Output]) -> Result<(), OutputError> {
+    let root = DirFd::open(scratch).map_err(|source| OutputError::OpenScratch {
+        scratch: scratch.to_owned(),
+        source,
+    })?;
     // Outputs come sorted by path: those of one directory one after
     // another, which is opened once for them (an object file and its .d).
     let mut opened: Option<(&str, DirFd)> = None;
@@ -181,22 +259,23 @@ pub fn collect(scratch: &Path, exec_root: &Path, outputs: &[Output]) -> Result<(
             .rsplit_once('/')
             .expect("an output's path is below the workspace directory");
         let from = scratch.join(&output.path);
-        let refused = |why: String| format!("output {:?}: {why}", output.path);
+        let refused = |why: CollectFault| OutputError::NotCollected {
+            output: output.path.clone(),
+            why,
+        };
         let reuse = opened.take().filter(|(at, _)| *at == parent);
         let dir = match reuse.map_or_else(|| open_dir_beneath(&root, parent), |(_, dir)| Ok(dir)) {
             Ok(dir) => dir,
             Err(err) if err.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(err) => {
                 return Err(refused(match err.raw_os_error() {
-                    Some(libc::ELOOP) => format!(
-                        "a symlink the action put on its path below {scratch:?} is not \
-                         followed: not collected"
-                    ),
-                    Some(libc::ENOTDIR) => format!(
-                        "something on its path below {scratch:?} is no longer a directory: not \
-                         collected"
-                    ),
-                    _ => format!("opening {:?}: {err}", scratch.join(parent)),
+                    Some(libc::ELOOP) => CollectFault::SymlinkOnItsPath(scratch.to_owned()),
+                    Some(libc::ENOTDIR) => CollectFault::NoLongerADirectory(scratch.to_owned()),
+                    _ => CollectFault::Io {
+                        syscall: "open",
+                        path: scratch.join(parent),
+                        source: err,
+                    },
                 }))
             }
         };
@@ -205,7 +284,13 @@ pub fn collect(scratch: &Path, exec_root: &Path, outputs: &[Output]) -> Result<(
         match dir.stat_at(&name) {
             Ok(_) => {}
             Err(err) if err.raw_os_error() == Some(libc::ENOENT) => continue,
-            Err(err) => return Err(refused(format!("lstat {from:?}: {err}"))),
+            Err(source) => {
+                return Err(refused(CollectFault::Io {
+                    syscall: "lstat",
+                    path: from,
+                    source,
+                }))
+            }
         }
         let to = exec_root.join(&output.dest);
         move_output(dir, &name, &from, &to).map_err(refused)?;
@@ -226,25 +311,43 @@ fn open_dir_beneath(root: &DirFd, rel: &str) -> io::Result<DirFd> {
 }
 
 /// Moves entry `name` of `dir` (at `from`) to `to`.
-fn move_output(dir: &DirFd, name: &CStr, from: &Path, to: &Path) -> Result<(), String> {
+fn move_output(dir: &DirFd, name: &CStr, from: &Path, to: &Path) -> Result<(), CollectFault> {
     if let Some(parent) = to.parent() {
-        fs::create_dir_all(parent).map_err(|err| format!("mkdir {parent:?}: {err}"))?;
+        fs::create_dir_all(parent).map_err(|source| CollectFault::Io {
+            syscall: "mkdir",
+            path: parent.to_owned(),
+            source,
+        })?;
     }
     // What a previous build left there, read-only directories included.
     if fs::symlink_metadata(to).is_ok() {
-        remove_tree(to).map_err(|err| err.to_string())?;
+        remove_tree(to).map_err(|source| CollectFault::Replace {
+            to: to.to_owned(),
+            source,
+        })?;
     }
     match nix::fcntl::renameat(dir, name, nix::fcntl::AT_FDCWD, to) {
         Ok(()) => Ok(()),
         Err(nix::errno::Errno::EXDEV) => {
-            copy_tree(dir, name, from, to)
-                .map_err(|err| format!("copy {from:?} to {to:?}: {err}"))?;
+            copy_tree(dir, name, from, to).map_err(|source| CollectFault::Copy {
+                from: from.to_owned(),
+                to: to.to_owned(),
+                source,
+            })?;
             let parent = from.parent().expect("an output has a parent");
             let mut removed = Removed::default();
-            remove_entry(dir, parent, name, None, &mut removed)
-                .map_err(|err| format!("after copying {from:?}: {err}"))
+            remove_entry(dir, parent, name, None, &mut removed).map_err(|source| {
+                CollectFault::AfterCopy {
+                    from: from.to_owned(),
+                    source,
+                }
+            })
         }
-        Err(err) => Err(format!("rename {from:?} to {to:?}: {err}")),
+        Err(errno) => Err(CollectFault::Rename {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            source: errno.into(),
+        }),
     }
 }
 
@@ -407,7 +510,10 @@ mod tests {
 
             let err = collect(scratch.path(), exec.path(), &outputs).unwrap_err();
             assert!(
-                err.contains("ws/out/sub/f") && err.contains("symlink"),
+                matches!(&err, OutputError::NotCollected {
+                    output,
+                    why: CollectFault::SymlinkOnItsPath(_),
+                } if output == "ws/out/sub/f"),
                 "{err}"
             );
             assert_eq!(
@@ -449,7 +555,14 @@ mod tests {
             collected.unwrap();
         } else {
             let err = collected.unwrap_err();
-            assert!(err.contains("ws/out/p") && err.contains("FIFO"), "{err}");
+            assert!(
+                matches!(&err, OutputError::NotCollected {
+                    output,
+                    why: CollectFault::Copy { .. },
+                } if output == "ws/out/p"),
+                "{err}"
+            );
+            assert!(err.to_string().contains("FIFO"), "{err}");
         }
     }
 

@@ -21,6 +21,7 @@ use actionfs_protocol::backend::sandbox::{
 };
 use parking_lot::{Condvar, Mutex};
 
+use super::error::StartError;
 use super::service::Service;
 use crate::daemon::reconfig::worker_for;
 
@@ -139,7 +140,7 @@ pub fn serve(
     threads: usize,
     halt: Arc<Halt>,
     ready: impl FnOnce(),
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     let threads = threads.max(1);
     let session = Session {
         input: Mutex::new(Input {
@@ -222,7 +223,7 @@ struct Input<R> {
     reader: R,
     frames: u64,
     /// Set once the input ended, or could not be read (why).
-    ended: Option<Result<(), String>>,
+    ended: Option<Result<(), StartError>>,
 }
 
 /// A lane: whether a thread applies its requests now, and those waiting.
@@ -255,12 +256,11 @@ impl<R: BufRead> Session<'_, R> {
                     input.ended = Some(Ok(()));
                     return None;
                 }
-                Err(err) => {
-                    input.ended = Some(Err(format!(
-                        "request frame #{} cannot be read: {err}; stopping (the stream cannot be \
-                         resynchronised)",
-                        input.frames + 2
-                    )));
+                Err(source) => {
+                    input.ended = Some(Err(StartError::UnreadableFrame {
+                        frame: input.frames + 2,
+                        source,
+                    }));
                     return None;
                 }
             };

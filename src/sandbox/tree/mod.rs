@@ -136,6 +136,14 @@ impl fmt::Display for SandboxError {
 
 impl std::error::Error for SandboxError {}
 
+impl SandboxError {
+    /// Whether the text names the sandbox (all but an invalid id's do),
+    /// so that an answer need not name it again.
+    pub fn names_the_sandbox(&self) -> bool {
+        !matches!(self, SandboxError::InvalidId(_))
+    }
+}
+
 /// The whole view.
 pub struct SandboxFs {
     config: FsConfig,
