@@ -12,12 +12,12 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use actionfs_protocol::backend::digest::{digest_of, sha256_hex};
-use actionfs_protocol::backend::sandbox::{self, create, destroy, Manifest, Push};
+use actionfs_protocol::backend::sandbox::{self, create, Manifest, Push};
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
-use actionfs_testkit::backend::{assert_built_as, inline, shown, Backend, WS};
-use actionfs_testkit::serve::{ServeProcess, LOGGED};
+use actionfs_testkit::backend::{assert_built_as, inline, shown, Backend, Place, WS};
+use actionfs_testkit::serve::LOGGED;
 use actionfs_testkit::tier::{require, Need};
-use actionfs_testkit::{bin, wait_for, xattr};
+use actionfs_testkit::{wait_for, xattr};
 
 /// Runs `script` in the sandbox at `root` inside Bazel's linux-sandbox, as
 /// `SandboxBackendSpawn.builtin()` wraps an action when Create leaves
@@ -122,7 +122,7 @@ fn an_action_in_bazels_linux_sandbox_writes_its_outputs_and_never_its_inputs() {
     for (name, parent, options, built) in modes_on_file_systems() {
         let b = Backend::start_on(&parent, &options);
         let tree = source_and_pushed(&b);
-        let scratch = b.root.path().join("bazel-scratch/1");
+        let scratch = b.root().join("bazel-scratch/1");
         fs::create_dir_all(scratch.join("tmp")).unwrap();
         let mut manifest = b.manifest(&tree, &[("/ws/out/x", "file")]);
         manifest.writable_dirs =
@@ -213,7 +213,7 @@ fn a_create_that_may_write_the_store_is_served_by_fuse() {
                 .filesystem_type()
                 == nix::sys::statfs::FUSE_SUPER_MAGIC
         };
-        let scratch = b.root.path().join("scratch");
+        let scratch = b.root().join("scratch");
         fs::create_dir_all(&scratch).unwrap();
         let mut manifest = b.manifest(&tree, &[("/ws/out/x", "file")]);
         manifest.confinement_setting = Some(bazels_confinement(&scratch));
@@ -291,7 +291,7 @@ fn jailed_sandbox(
     setting: impl FnOnce(&Path) -> sandbox::ConfinementSetting,
 ) -> (PathBuf, sandbox::CustomConfinement, PathBuf) {
     let tree = source_and_pushed(b);
-    let scratch = b.root.path().join(format!("bazel-scratch/{id}"));
+    let scratch = b.root().join(format!("bazel-scratch/{id}"));
     fs::create_dir_all(scratch.join("tmp")).unwrap();
     let mut manifest = b.manifest(&tree, &[("/ws/out/x", "file")]);
     manifest.writable_dirs =
@@ -334,7 +334,7 @@ fn an_action_in_the_landlock_jail_writes_its_outputs_and_never_its_inputs() {
             .iter()
             .map(|input| fs::canonicalize(ws.join(input)).unwrap())
             .collect();
-        let outside = b.root.path().join("outside");
+        let outside = b.root().join("outside");
         let shm = PathBuf::from(format!(
             "/dev/shm/actionfs-jail-test-{}",
             std::process::id()
@@ -398,12 +398,12 @@ fn inaccessible_paths_are_unreadable_in_the_landlock_jail() {
         return;
     }
     let b = Backend::start(&[]);
-    let secret = b.root.path().join("secret");
-    let beside = b.root.path().join("beside");
+    let secret = b.root().join("secret");
+    let beside = b.root().join("beside");
     fs::create_dir_all(&secret).unwrap();
     fs::write(secret.join("key"), b"key\n").unwrap();
     fs::write(&beside, b"beside\n").unwrap();
-    let link = b.root.path().join("link-to-secret");
+    let link = b.root().join("link-to-secret");
     std::os::unix::fs::symlink(&secret, &link).unwrap();
     let (root, jail, _) = jailed_sandbox(&b, "1", |scratch| sandbox::ConfinementSetting {
         inaccessible_paths: vec![secret.display().to_string()],
@@ -716,10 +716,8 @@ fn jail_modes() -> Vec<JailMode> {
 
 impl JailMode {
     fn start(&self) -> Backend {
-        let root = tempfile::tempdir_in("/var/tmp").unwrap();
-        let base_dir = tempfile::tempdir_in(self.parent).unwrap();
-        let base = base_dir.path().to_owned();
-        Backend::start_with(root, Some(base_dir), base, self.options, self.env)
+        let place = Place::on(Path::new(self.parent));
+        Backend::start_with(&place, WS, "backend", self.options, self.env)
     }
 
     /// Creates `id` as Bazel would ask (its `/tmp` a writable dir in
@@ -779,7 +777,7 @@ fn inputs_to_tamper_with(b: &Backend) -> (Tree, Vec<String>, Vec<PathBuf>) {
     let big = b.write_input("src/big.bin", &big_bytes);
     let tool = b.write_input("bin/tool.sh", b"#!/bin/sh\necho tool\n");
     fs::set_permissions(ws.join("bin/tool.sh"), fs::Permissions::from_mode(0o755)).unwrap();
-    let elsewhere = b.root.path().join("sources/real.txt");
+    let elsewhere = b.root().join("sources/real.txt");
     fs::create_dir_all(elsewhere.parent().unwrap()).unwrap();
     fs::write(&elsewhere, b"real\n").unwrap();
     std::os::unix::fs::symlink(&elsewhere, ws.join("src/linked.txt")).unwrap();
@@ -844,7 +842,7 @@ fn no_action_changes_an_inputs_bytes_or_metadata_in_any_jail() {
         let b = mode.start();
         let (tree, inputs, users) = inputs_to_tamper_with(&b);
         let user_before: Vec<_> = users.iter().map(|f| user_view(f)).collect();
-        let scratch = b.root.path().join("bazel-scratch/1");
+        let scratch = b.root().join("bazel-scratch/1");
         let (root, jail) = mode.create(&b, "1", &tree, &scratch);
         let mut argv = vec!["python3", "-c", TAMPER, "tamper"];
         argv.extend(inputs.iter().map(String::as_str));
@@ -876,7 +874,7 @@ fn no_action_changes_an_inputs_bytes_or_metadata_in_any_jail() {
         }
         b.destroy_ok("1");
         // A later sandbox of the same tree sees what the first saw.
-        let scratch = b.root.path().join("bazel-scratch/2");
+        let scratch = b.root().join("bazel-scratch/2");
         let (root, jail) = mode.create(&b, "2", &tree, &scratch);
         let mut argv = vec!["python3", "-c", TAMPER, "snap"];
         argv.extend(inputs.iter().map(String::as_str));
@@ -909,7 +907,7 @@ fn outputs_and_writable_dirs_take_modes_times_and_copies_in_every_jail() {
         let name = mode.name;
         let b = mode.start();
         let (tree, _, _) = inputs_to_tamper_with(&b);
-        let scratch = b.root.path().join("bazel-scratch/1");
+        let scratch = b.root().join("bazel-scratch/1");
         let (root, jail) = mode.create(&b, "1", &tree, &scratch);
         let script = "set -e; mkdir -p out/tree out/x; echo x > out/run && chmod +x out/run \
              && touch -d 2001-01-01 out/run && cp -p bin/tool.sh src/small.txt out/tree/ \
@@ -979,7 +977,7 @@ fn nothing_an_action_leaves_running_outlives_it_in_any_jail() {
         let name = mode.name;
         let b = mode.start();
         let (tree, _, _) = inputs_to_tamper_with(&b);
-        let scratch = b.root.path().join("bazel-scratch/1");
+        let scratch = b.root().join("bazel-scratch/1");
         let (root, jail) = mode.create(&b, "1", &tree, &scratch);
         let marker = format!("leftover-{}-{n}", std::process::id());
         let stay = "import os, time; os.fork(); open('out/up.%d' % os.getpid(), 'w').close(); \
@@ -1016,7 +1014,7 @@ fn signals_to_actionfs_jail_reach_the_action_and_its_end_is_the_wrappers() {
         let name = mode.name;
         let b = mode.start();
         let (tree, _, _) = inputs_to_tamper_with(&b);
-        let scratch = b.root.path().join("bazel-scratch/1");
+        let scratch = b.root().join("bazel-scratch/1");
         let (root, jail) = mode.create(&b, "1", &tree, &scratch);
         let jail = jail.unwrap();
         for (script, signal, expected_code, expected_signal) in [
@@ -1117,47 +1115,26 @@ fn without_landlock_serve_falls_back_to_bazels_jail_and_says_so_once() {
     if !require(&[Need::Mount]) {
         return;
     }
-    let root = tempfile::tempdir_in("/var/tmp").unwrap();
-    let ws = root.path().join("execroot").join(WS);
-    fs::create_dir_all(&ws).unwrap();
-    fs::write(ws.join("f"), b"f").unwrap();
-    let log = root.path().join("backend.log");
-    let mut serve = ServeProcess::spawn(
-        bin(),
-        &ws,
-        Some(&log),
-        &[(actionfs::jail::ABI_OVERRIDE, "5")],
-    );
-    let base = root.path().join("base");
-    fs::create_dir_all(&base).unwrap();
-    serve.negotiate_or_panic(&base, None, &[]);
-    let mut tb = TreeBuilder::new();
-    tb.add_file("ws/f", digest_of(b"f"), false).unwrap();
-    let tree = tb.build();
-    serve.push_tree(&tree);
-    let client = serve.client();
+    let env = [(actionfs::jail::ABI_OVERRIDE, "5")];
+    let mut b = Backend::start_with(&Place::new(), WS, "backend", &[], &env);
+    let tree = b.push_files([("ws/f", b.write_input("f", b"f"))]);
     for id in ["1", "2"] {
-        let manifest = Manifest {
-            mnemonic: "Test".into(),
-            exec_root: root.path().join("execroot").display().to_string(),
-            hash_function: "SHA-256".into(),
-            input_root_digest: Some(tree.root.clone()),
-            ..Default::default()
-        };
-        match client.create(id, manifest).unwrap().outcome {
+        match b
+            .client()
+            .create(id, b.manifest(&tree, &[]))
+            .unwrap()
+            .outcome
+        {
             Some(create::result::Outcome::Ok(ok)) => {
                 assert_eq!(ok.confinement, None, "sandbox {id}")
             }
             other => panic!("create {id}: {other:?}"),
         }
-        assert!(matches!(
-            client.destroy(id).unwrap().outcome,
-            Some(destroy::result::Outcome::Ok(_))
-        ));
+        b.destroy_ok(id);
     }
-    serve.close_input().unwrap();
-    assert!(serve.wait().success());
-    let said = serve.log();
+    b.close_input().unwrap();
+    assert!(b.wait().success());
+    let said = b.log();
     assert_eq!(
         said.matches("Landlock ABI is 5 (needs 6), so actions run in Bazel's jail")
             .count(),

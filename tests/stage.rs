@@ -14,7 +14,7 @@ use actionfs_protocol::backend::digest::sha256_hex;
 use actionfs_protocol::backend::reapi;
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
 use actionfs_testkit::tier::{self, require, Need};
-use actionfs_testkit::LoopXfs;
+use actionfs_testkit::{is_mounted, LoopXfs};
 use prost::Message;
 
 /// A CAS directory (`content/d/<hash>-<size>`, blobs 0444, as NativeLink
@@ -1108,15 +1108,6 @@ fn an_executable_variant_left_short_is_made_again() {
 }
 
 // Roots served by the stager's FUSE mount.
-
-/// Whether `path` is a mount point now.
-fn is_mounted(path: &Path) -> bool {
-    let path = path.to_str().unwrap();
-    fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|line| line.split(' ').nth(4) == Some(path))
-}
 
 /// What a FUSE root holds equals what a linked root of the same tree
 /// holds (kinds, modes, bytes, symlink targets), for the sample tree and

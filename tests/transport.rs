@@ -287,10 +287,11 @@ fn an_unprivileged_daemon_mounting_through_fusermount3_gets_the_ring() {
         assert_eq!(stats["fuse_on_ring"], 0, "{stats}");
     }
     assert!(
-        fs::read_to_string("/proc/self/mounts")
-            .unwrap()
-            .lines()
-            .any(|l| l.contains(fx.mnt().to_str().unwrap()) && l.contains("user_id=65534")),
+        mounts().iter().any(|mount| mount.point == fx.mnt()
+            && mount
+                .options
+                .split(',')
+                .any(|option| option == "user_id=65534")),
         "mounted by the user through fusermount3"
     );
     assert_eq!(d.terminate(), BY_SIGTERM);

@@ -1,100 +1,107 @@
-//! One `actionfs serve` backend for a test, as every serve test file uses
-//! it: its own exec root and sandbox base, the typed client, and checks
-//! that it built sandboxes as asked and left nothing behind.
+//! The one harness of every serve test file: `actionfs serve` backends
+//! on a [`Place`] (an exec root and a sandbox base, the backend's own or
+//! shared by several), the typed client, and checks that they built
+//! sandboxes as asked and left nothing behind.
 
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 use actionfs_protocol::backend::digest::{digest_of, sha256_hex};
 use actionfs_protocol::backend::reapi;
 use actionfs_protocol::backend::sandbox::{
     self, collect, content, create, destroy, Content, Manifest, Push, Retention,
 };
-use actionfs_protocol::backend::tree::Tree;
+use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
 
-use crate::serve::{ServeProcess, LOGGED};
-use crate::{bin, transport};
+use crate::serve::{state_dir_name, warm_dir_name, ServeProcess, LOGGED};
+use crate::{bin, mounts_below, transport};
 
 pub const WS: &str = "ws";
 
-/// One running `actionfs serve`, with a workspace exec root of its own.
-pub struct Backend {
-    serve: ServeProcess,
-    pub root: tempfile::TempDir,
-    /// The sandbox base (`root/base` unless made elsewhere).
-    pub base: PathBuf,
+/// Below this many mappings a sandbox is built natively: of
+/// [`Place::inputs_tree`]s, one of 2 inputs is native, one of 40 is in
+/// the FUSE view.
+pub const NATIVE_BELOW: &str = "--native_below=10";
+
+/// Where a test's backends work: a directory in /var/tmp holding the exec
+/// root (`execroot/ws`, the workspace's default places) and the sandbox
+/// base. Backends share a place as a user's backends share a base: one
+/// after another, or at once. A clone is another handle on the same
+/// place; when the last goes, whatever is still mounted below the base is
+/// detached, so that the directories can go too.
+#[derive(Clone)]
+pub struct Place(Arc<PlaceDirs>);
+
+struct PlaceDirs {
+    root: tempfile::TempDir,
+    base: PathBuf,
+    /// The base, when made elsewhere than in `root`.
     _base_dir: Option<tempfile::TempDir>,
 }
 
-/// The process's own methods (client, log, stats, wait...) are the
-/// backend's.
-impl std::ops::Deref for Backend {
-    type Target = ServeProcess;
-    fn deref(&self) -> &ServeProcess {
-        &self.serve
+impl Drop for PlaceDirs {
+    /// What a failed test left mounted goes, so that the temporary
+    /// directories can.
+    fn drop(&mut self) {
+        for mount in mounts_below(&self.base) {
+            let _ = Command::new("umount").arg("-l").arg(&mount).status();
+        }
     }
 }
 
-impl std::ops::DerefMut for Backend {
-    fn deref_mut(&mut self) -> &mut ServeProcess {
-        &mut self.serve
+impl Default for Place {
+    fn default() -> Place {
+        Place::new()
     }
 }
 
-impl Backend {
+impl Place {
     /// Everything in /var/tmp: below /tmp, which Bazel's jail leaves
     /// writable, `serve` builds no native sandbox.
-    pub fn start(options: &[&str]) -> Backend {
-        let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    pub fn new() -> Place {
+        let root = Place::make_root();
         let base = root.path().join("base");
-        Backend::start_at(root, None, base, options)
-    }
-
-    /// A backend whose sandbox base is a directory made in `parent` (whose
-    /// file system decides what `auto` picks), its exec root in /var/tmp,
-    /// where Bazel's jail leaves it read-only as it does Bazel's own.
-    pub fn start_on(parent: &Path, options: &[&str]) -> Backend {
-        let root = tempfile::tempdir_in("/var/tmp").unwrap();
-        let base_dir = tempfile::tempdir_in(parent).unwrap();
-        let base = base_dir.path().to_owned();
-        Backend::start_at(root, Some(base_dir), base, options)
-    }
-
-    pub fn start_at(
-        root: tempfile::TempDir,
-        base_dir: Option<tempfile::TempDir>,
-        base: PathBuf,
-        options: &[&str],
-    ) -> Backend {
-        Backend::start_with(root, base_dir, base, options, LOGGED)
-    }
-
-    /// As [`Backend::start_at`], with `env` for the backend process.
-    pub fn start_with(
-        root: tempfile::TempDir,
-        base_dir: Option<tempfile::TempDir>,
-        base: PathBuf,
-        options: &[&str],
-        env: &[(&str, &str)],
-    ) -> Backend {
-        fs::create_dir_all(&base).unwrap();
-        let workspace = root.path().join("execroot").join(WS);
-        fs::create_dir_all(&workspace).unwrap();
-        let log = root.path().join("backend.log");
-        let serve = ServeProcess::spawn(bin(), &workspace, Some(&log), env);
-        serve.negotiate_or_panic(&base, transport(), options);
-        Backend {
-            serve,
+        fs::create_dir(&base).unwrap();
+        Place(Arc::new(PlaceDirs {
             root,
             base,
-            _base_dir: base_dir,
-        }
+            _base_dir: None,
+        }))
+    }
+
+    /// A place whose sandbox base is a directory made in `parent` (whose
+    /// file system decides what `auto` picks), its exec root in /var/tmp,
+    /// where Bazel's jail leaves it read-only as it does Bazel's own.
+    pub fn on(parent: &Path) -> Place {
+        let root = Place::make_root();
+        let base_dir = tempfile::tempdir_in(parent).unwrap();
+        Place(Arc::new(PlaceDirs {
+            root,
+            base: base_dir.path().to_owned(),
+            _base_dir: Some(base_dir),
+        }))
+    }
+
+    fn make_root() -> tempfile::TempDir {
+        let root = tempfile::tempdir_in("/var/tmp").unwrap();
+        fs::create_dir_all(root.path().join("execroot").join(WS)).unwrap();
+        root
+    }
+
+    /// The test's own directory (logs, scratch, what Collect fills).
+    pub fn path(&self) -> &Path {
+        self.0.root.path()
+    }
+
+    pub fn base(&self) -> &Path {
+        &self.0.base
     }
 
     pub fn exec_root(&self) -> PathBuf {
-        self.root.path().join("execroot")
+        self.path().join("execroot")
     }
 
     /// A file of the workspace's exec root (the default place).
@@ -105,15 +112,8 @@ impl Backend {
         digest_of(bytes)
     }
 
-    pub fn push_inline(&self, bytes: &[u8]) {
-        self.client()
-            .push(Push {
-                blobs: HashMap::new(),
-                content: [(sha256_hex(bytes), inline(bytes))].into(),
-            })
-            .unwrap();
-    }
-
+    /// A Manifest of `tree` for this place's exec root, with `outputs`
+    /// (key, "file" or "dir").
     pub fn manifest(&self, tree: &Tree, outputs: &[(&str, &str)]) -> Manifest {
         Manifest {
             mnemonic: "Test".into(),
@@ -137,6 +137,136 @@ impl Backend {
         }
     }
 
+    /// A tree of `files` inputs at their default places: `ws/inFILES/fN`
+    /// holds "input N of FILES".
+    pub fn inputs_tree(&self, files: usize) -> Tree {
+        let mut tb = TreeBuilder::new();
+        for n in 0..files {
+            let rel = format!("in{files}/f{n}");
+            let digest = self.write_input(&rel, format!("input {n} of {files}\n").as_bytes());
+            tb.add_file(&format!("{WS}/{rel}"), digest, false).unwrap();
+        }
+        tb.build()
+    }
+
+    /// The sorted names on the base but the state backends keep and hand
+    /// on ([`warm_dir_name`], [`state_dir_name`]: the subjects of their
+    /// own tests): backends' own directories, and whatever else is there.
+    pub fn names_on_base(&self) -> Vec<String> {
+        let (warm, state) = (warm_dir_name(), state_dir_name());
+        let mut names: Vec<String> = fs::read_dir(self.base())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| *name != warm && *name != state)
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// One running `actionfs serve` on a [`Place`].
+pub struct Backend {
+    serve: ServeProcess,
+    place: Place,
+}
+
+/// The process's own methods (client, log, stats, wait...) are the
+/// backend's.
+impl std::ops::Deref for Backend {
+    type Target = ServeProcess;
+    fn deref(&self) -> &ServeProcess {
+        &self.serve
+    }
+}
+
+impl std::ops::DerefMut for Backend {
+    fn deref_mut(&mut self) -> &mut ServeProcess {
+        &mut self.serve
+    }
+}
+
+impl Backend {
+    /// A backend on a place of its own.
+    pub fn start(options: &[&str]) -> Backend {
+        Backend::start_in(&Place::new(), "backend", options)
+    }
+
+    /// A backend on a place of its own whose base is made in `parent`
+    /// ([`Place::on`]).
+    pub fn start_on(parent: &Path, options: &[&str]) -> Backend {
+        Backend::start_in(&Place::on(parent), "backend", options)
+    }
+
+    /// A backend on `place`, logging to `NAME.log` there.
+    pub fn start_in(place: &Place, name: &str, options: &[&str]) -> Backend {
+        Backend::start_with(place, WS, name, options, LOGGED)
+    }
+
+    /// As [`Backend::start_in`], for workspace `workspace` of the exec
+    /// root (another output base's, say), with `env` for the process.
+    pub fn start_with(
+        place: &Place,
+        workspace: &str,
+        name: &str,
+        options: &[&str],
+        env: &[(&str, &str)],
+    ) -> Backend {
+        let log = place.path().join(format!("{name}.log"));
+        let serve = ServeProcess::spawn(bin(), &place.exec_root().join(workspace), Some(&log), env);
+        serve.negotiate_or_panic(place.base(), transport(), options);
+        Backend {
+            serve,
+            place: place.clone(),
+        }
+    }
+
+    /// The test's own directory ([`Place::path`]).
+    pub fn root(&self) -> &Path {
+        self.place.path()
+    }
+
+    pub fn base(&self) -> &Path {
+        self.place.base()
+    }
+
+    pub fn exec_root(&self) -> PathBuf {
+        self.place.exec_root()
+    }
+
+    /// A file of the workspace's exec root (the default place).
+    pub fn write_input(&self, rel: &str, bytes: &[u8]) -> reapi::Digest {
+        self.place.write_input(rel, bytes)
+    }
+
+    pub fn push_inline(&self, bytes: &[u8]) {
+        self.push_content(sha256_hex(bytes), inline(bytes));
+    }
+
+    /// Pushes one content entry under `hash`, and no blobs.
+    pub fn push_content(&self, hash: String, content: Content) {
+        self.client()
+            .push(Push {
+                blobs: HashMap::new(),
+                content: [(hash, content)].into(),
+            })
+            .unwrap();
+    }
+
+    pub fn manifest(&self, tree: &Tree, outputs: &[(&str, &str)]) -> Manifest {
+        self.place.manifest(tree, outputs)
+    }
+
+    /// Pushes `tree` (a [`Place::inputs_tree`] of `files` inputs), creates
+    /// sandbox `id` of it, checks that input `n` reads right there,
+    /// destroys it.
+    pub fn serve_inputs_tree(&self, tree: &Tree, id: &str, (files, n): (usize, usize)) {
+        self.push_tree(tree);
+        let root = self.create_ok(id, self.manifest(tree, &[("/ws/out/o", "file")]));
+        let read = fs::read_to_string(root.join(WS).join(format!("in{files}/f{n}"))).unwrap();
+        assert_eq!(read, format!("input {n} of {files}\n"), "{}", self.log());
+        assert!(self.client().destroy(id).is_ok());
+    }
+
     pub fn create_error(&self, id: &str, manifest: Manifest) -> String {
         match self.client().create(id, manifest).unwrap().outcome {
             Some(create::result::Outcome::Error(e)) => e.message,
@@ -147,7 +277,7 @@ impl Backend {
     /// Collects `id` into a fresh exec root below the test's directory,
     /// expecting Ok; returns that exec root.
     pub fn collect_ok(&self, id: &str) -> PathBuf {
-        let collected = self.root.path().join(format!("collected-{id}"));
+        let collected = self.root().join(format!("collected-{id}"));
         match self
             .client()
             .collect(id, &collected.display().to_string())
@@ -168,27 +298,20 @@ impl Backend {
 
     /// Closes stdin and checks the backend exited 0 and left nothing.
     pub fn close(mut self) {
+        self.close_and_expect_exit_0();
+        assert_nothing_left(self.base(), &self.log());
+    }
+
+    /// Closes stdin and checks the backend exited 0; what is on the base
+    /// is the test's to check, since other backends may share it.
+    pub fn close_sharing_base(mut self) {
+        self.close_and_expect_exit_0();
+    }
+
+    fn close_and_expect_exit_0(&mut self) {
         self.close_input().unwrap();
         let status = self.wait();
         assert!(status.success(), "exit {status:?}\n{}", self.log());
-        assert_nothing_left(&self.base, &self.log());
-    }
-}
-
-impl Drop for Backend {
-    /// Whatever a failed test left mounted goes, so that the temporary
-    /// directories can.
-    fn drop(&mut self) {
-        self.serve.kill();
-        for line in fs::read_to_string("/proc/mounts")
-            .unwrap_or_default()
-            .lines()
-        {
-            let mount = line.split(' ').nth(1).unwrap_or("");
-            if mount.starts_with(&self.base.display().to_string()) {
-                let _ = Command::new("umount").args(["-l", mount]).status();
-            }
-        }
     }
 }
 
@@ -198,8 +321,8 @@ impl Drop for Backend {
 /// trees, the list of where looks found files and the directory blobs
 /// handed on).
 pub fn assert_nothing_left(base: &Path, log: &str) {
-    let warm = base.join(format!("actionfs-warm-{}", nix::unistd::geteuid()));
-    let state = base.join(format!("actionfs-state-{}", nix::unistd::geteuid()));
+    let warm = base.join(warm_dir_name());
+    let state = base.join(state_dir_name());
     let left: Vec<_> = fs::read_dir(base)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -223,16 +346,25 @@ pub fn assert_nothing_left(base: &Path, log: &str) {
             );
         }
     }
-    let mounts = fs::read_to_string("/proc/mounts").unwrap();
+    let mounts = mounts_below(base);
     assert!(
-        !mounts.contains(&base.display().to_string()),
-        "a mount is left below {base:?}"
+        mounts.is_empty(),
+        "mounts are left below {base:?}: {mounts:?}"
     );
 }
 
 pub fn inline(bytes: &[u8]) -> Content {
     Content {
         source: Some(content::Source::Inline(bytes.to_vec())),
+        retention: Retention::Reuse as i32,
+    }
+}
+
+/// Content Bazel names by where it is (absolute, or relative to the
+/// workspace's parent), kept for reuse.
+pub fn located_at(location: &str) -> Content {
+    Content {
+        source: Some(content::Source::Location(location.into())),
         retention: Retention::Reuse as i32,
     }
 }

@@ -9,7 +9,8 @@
 //! - [`traces`]: the recorded Bazel request streams, made replayable;
 //! - [`fuzz`]: what the fuzz targets run, replayed by a regression test;
 //! - [`bench`]: what the benchmarks read from their environment;
-//! - [`serve`]: `actionfs serve`, Bazel's sandbox backend, on a client.
+//! - [`serve`]: `actionfs serve`, Bazel's sandbox backend, on a client;
+//! - [`backend`]: the harness every serve test file uses on top of it.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -338,13 +339,46 @@ pub fn as_nobody<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output 
         .unwrap()
 }
 
-/// Whether `path` is a mount point, per /proc/self/mounts.
-pub fn is_mounted(path: &Path) -> bool {
-    let path = path.to_string_lossy().into_owned();
+/// One line of this process's mount table.
+#[derive(Debug)]
+pub struct Mount {
+    pub point: PathBuf,
+    pub fs_type: String,
+    /// Comma-separated, as the kernel lists them.
+    pub options: String,
+}
+
+/// The mount table now, from /proc/self/mounts: the one parser of it every
+/// test uses. Fields are as the kernel writes them (a space in a path is
+/// `\040`); no test's paths hold one.
+pub fn mounts() -> Vec<Mount> {
     fs::read_to_string("/proc/self/mounts")
         .unwrap()
         .lines()
-        .any(|line| line.split(' ').nth(1) == Some(path.as_str()))
+        .filter_map(|line| {
+            // source, mount point, type, options, dump, pass
+            let mut fields = line.split(' ').skip(1);
+            Some(Mount {
+                point: fields.next()?.into(),
+                fs_type: fields.next()?.to_owned(),
+                options: fields.next()?.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Whether `path` is a mount point.
+pub fn is_mounted(path: &Path) -> bool {
+    mounts().iter().any(|mount| mount.point == path)
+}
+
+/// The mount points at or below `dir`.
+pub fn mounts_below(dir: &Path) -> Vec<PathBuf> {
+    mounts()
+        .into_iter()
+        .map(|mount| mount.point)
+        .filter(|point| point.starts_with(dir))
+        .collect()
 }
 
 /// The state letter of a process or thread (`R`, `S`, `T`, `Z`, ...) from

@@ -17,6 +17,27 @@ use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
 /// (warn) and what the start removed of dead backends (lifecycle, info).
 pub const LOGGED: &[(&str, &str)] = &[("RUST_LOG", "warn,actionfs::lifecycle=info")];
 
+/// What a backend's own directory on the sandbox base is named: this,
+/// then its pid ([`backend_dir_name`]).
+pub const BACKEND_DIR_PREFIX: &str = "actionfs-serve-";
+
+pub fn backend_dir_name(pid: u32) -> String {
+    format!("{BACKEND_DIR_PREFIX}{pid}")
+}
+
+/// Where on the sandbox base a backend hands its store on to the next
+/// backend of its user (`--keep_state=on`).
+pub fn warm_dir_name() -> String {
+    format!("actionfs-warm-{}", nix::unistd::geteuid())
+}
+
+/// Where on the sandbox base a backend of this user keeps its state while
+/// it runs, and hands on what it stashed, where its looks found files and
+/// its directory blobs (`--keep_state=on`).
+pub fn state_dir_name() -> String {
+    format!("actionfs-state-{}", nix::unistd::geteuid())
+}
+
 /// How long [`ServeProcess::wait`] waits for the exit: a backend that does
 /// not end is a failure, never a hung test.
 const EXIT_LIMIT: Duration = Duration::from_secs(60);
@@ -98,7 +119,7 @@ impl ServeProcess {
 
     /// Its directory on the sandbox base.
     pub fn dir_name(&self) -> String {
-        format!("actionfs-serve-{}", self.pid())
+        backend_dir_name(self.pid())
     }
 
     /// Its stderr so far (empty if discarded).
@@ -107,6 +128,12 @@ impl ServeProcess {
             .as_ref()
             .and_then(|path| fs::read_to_string(path).ok())
             .unwrap_or_default()
+    }
+
+    /// Whether `what` shows in its log within 10 s (work it does on a
+    /// thread of its own as it starts).
+    pub fn logs(&self, what: &str) -> bool {
+        crate::wait_for(Duration::from_secs(10), || self.log().contains(what))
     }
 
     /// Its counters now: the report SIGUSR1 makes it log (at warn).
