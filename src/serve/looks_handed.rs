@@ -23,7 +23,7 @@ pub fn look_again(service: &Arc<Service>, file: &Path, workspace: &Path) -> Opti
         "looks-again",
         file,
         "looks handed on are not looked at again",
-        FilesFound::read,
+        |file: &Path| FilesFound::read(file).map_err(|err| err.to_string()),
         move |found, stopping| {
             if found.workspace != workspace {
                 // Another output base's: its directories would take

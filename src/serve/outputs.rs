@@ -65,7 +65,7 @@ fn relative_in_workspace(workspace: &str, key: &str) -> Result<String, String> {
     }
     let mut any = false;
     for component in components {
-        check_name(component)?;
+        check_name(component).map_err(|err| err.to_string())?;
         any = true;
     }
     if !any {

@@ -36,7 +36,9 @@ use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::layout::Draft;
 use crate::sandbox::materialize::{remove_tree, Trash};
-use crate::sandbox::merkle::{FileEntry, MissingDir, Trees, WalkError, Walked};
+use crate::sandbox::merkle::{
+    Fault, FileEntry, InvalidDirectory, MissingDir, Trees, WalkError, Walked,
+};
 use crate::sandbox::store::{self, AcquireError, ContentStore, Lookup, StoreError};
 use crate::sandbox::tree::{EmptyDirs, MerkleInputs, SymlinkTargets};
 use crate::stats::RequestKind;
@@ -552,7 +554,7 @@ impl Service {
         }
         let walked = match walk_workspace(&self.trees, root, size) {
             Ok(walked) => Arc::new(walked),
-            Err(WalkError::Invalid(why)) => return Err(why.into()),
+            Err(WalkError::Invalid(why)) => return Err(why.to_string().into()),
             Err(WalkError::Missing(missing)) => {
                 return Err(self.missing(missing.into_iter().map(|dir| dir.hash).collect()))
             }
@@ -592,7 +594,7 @@ impl Service {
             fs::create_dir(&ws_dir).map_err(|err| format!("mkdir {ws_dir:?}: {err}"))?;
             outputs::prepare(&scratch, &plan.walked.top, &plan.outs)
                 .map_err(|err| err.to_string())?;
-            let links = self.links.of(&plan.walked)?;
+            let links = self.links.of(&plan.walked).map_err(|err| err.to_string())?;
             let mappings = mapping_count(plan);
             // Natively, every input (the materializer needs them all). In
             // FUSE, directories off the outputs' paths are lazy, made into
@@ -899,7 +901,9 @@ impl Service {
     /// a valid directory is not kept.
     pub fn take_directory(&self, bytes: Vec<u8>) -> Result<(), String> {
         let hash = crate::sandbox::store::Digest::of(&bytes).hex();
-        self.trees.check_ahead(&hash, &bytes)?;
+        self.trees
+            .check_ahead(&hash, &bytes)
+            .map_err(|err| err.to_string())?;
         self.store
             .put_directory(&hash, bytes)
             .map_err(|err| err.to_string())
@@ -959,19 +963,23 @@ fn walk_workspace(
             path: String::new(),
         }]));
     };
+    let unexpected = || {
+        WalkError::Invalid(InvalidDirectory {
+            hash: root.to_owned(),
+            fault: Fault::Unexpected {
+                dirs: top.dirs.len(),
+                files: top.files.len(),
+                symlinks: top.symlinks.len(),
+                expected: "an input root must hold exactly one directory, named after the \
+                           workspace, and nothing beside it",
+            },
+        })
+    };
     let [workspace] = &top.dirs[..] else {
-        return Err(WalkError::Invalid(format!(
-            "root directory {root}: holds {} directories, {} files and {} symlinks; it must \
-             hold exactly one directory, named after the workspace",
-            top.dirs.len(),
-            top.files.len(),
-            top.symlinks.len()
-        )));
+        return Err(unexpected());
     };
     if !top.files.is_empty() || !top.symlinks.is_empty() {
-        return Err(WalkError::Invalid(format!(
-            "root directory {root}: holds files or symlinks beside the workspace directory"
-        )));
+        return Err(unexpected());
     }
     trees.walk(&workspace.name, &workspace.hash, workspace.size)
 }

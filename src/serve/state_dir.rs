@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::sandbox::private_dir::ours_alone;
+use crate::sandbox::ownership::{self, Rules};
 
 /// The state directory, claimed.
 pub struct Claimed {
@@ -53,7 +53,7 @@ impl Claimed {
             }
             _ => {}
         }
-        ours_alone(&path).map_err(Retry::No)?;
+        ownership::check(&path, &Rules::PRIVATE).map_err(|err| Retry::No(err.to_string()))?;
         let lock_path = path.join("lock");
         let lock = OpenOptions::new()
             .read(true)

@@ -237,7 +237,7 @@ impl Stager {
         }
         let walked = match self.trees.walk("", hash, size) {
             Ok(walked) => walked,
-            Err(WalkError::Invalid(why)) => return Err(StageError::Invalid(why)),
+            Err(WalkError::Invalid(why)) => return Err(StageError::Invalid(why.to_string())),
             Err(WalkError::Missing(missing)) => {
                 return Err(StageError::Missing(
                     missing
