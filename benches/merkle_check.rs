@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use actionfs::sandbox::merkle::{DirectorySource, Trees};
+use actionfs::sandbox::merkle::{BlobError, DirectorySource, Trees};
 use actionfs::sandbox::store::Digest;
 use actionfs_protocol::backend::reapi;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -22,7 +22,7 @@ static ALLOCATOR: actionfs::allocator::Allocator = actionfs::allocator::Allocato
 struct Blobs(HashMap<String, Arc<[u8]>>);
 
 impl DirectorySource for Blobs {
-    fn directory_blob(&self, hash: &str, _size: i64) -> Result<Option<Arc<[u8]>>, String> {
+    fn directory_blob(&self, hash: &str, _size: i64) -> Result<Option<Arc<[u8]>>, BlobError> {
         Ok(self.0.get(hash).cloned())
     }
 }

@@ -28,12 +28,14 @@
 //!   socket, the access log and recording.
 //! - [`tools`]: every subcommand but the daemon: `ctl`, `replay`,
 //!   `replay-actions`, `calibrate`, `doctor`, `man` and `completions`, `materialize`,
-//!   `rmtree` and `stage-root`, and the progress line they share.
+//!   `rmtree` and `stage-root`, the progress line they share, and the
+//!   command line's definition (`tools::command_line`) that `man` renders.
 //! - [`stage`]: the library remote-execution workers call to lay out an
 //!   action's REAPI input root from their CAS (NativeLink's layout).
 //! - [`jail`]: actionfs's own jail for `serve`'s actions (Landlock and
 //!   seccomp, applied before exec by `actionfs-jail`).
-//! - [`cli`]: the one command-line grammar; `main.rs` dispatches on it.
+//! - [`cli`]: the command line parsed with that grammar; `main.rs`
+//!   dispatches on it.
 //! - `sys`: the platform's mechanisms, from the `linux/` or `macos/` crate.
 
 #![deny(clippy::undocumented_unsafe_blocks)]

@@ -28,7 +28,7 @@ pub enum DaemonError {
     /// A `--mapping` cannot be served.
     Mapping(PlanError),
     Calibration(CalibrationError),
-    NativeDir(crate::sandbox::materialize::Error),
+    NativeDir(crate::sandbox::hybrid::NativeDirError),
     Signals(io::Error),
     Mount {
         path: PathBuf,

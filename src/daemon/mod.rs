@@ -240,7 +240,8 @@ fn start(options: &DaemonConfig, front_end: Option<FrontEnd>) -> Result<Started,
     if !mount::allow_permitted(options.allow) {
         return Err(DaemonError::AllowOtherRefused);
     }
-    let (transport, why) = transport::choose(options.transport).map_err(DaemonError::Transport)?;
+    let (transport, why) = transport::choose(options.transport)
+        .map_err(|err| DaemonError::Transport(err.to_string()))?;
     let checked = checks::mount_point(&options.mount_point)?;
     let mount_point = checked.path;
 

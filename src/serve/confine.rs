@@ -157,21 +157,39 @@ pub fn rules(manifest: &Manifest, root: &Path, scratch: &Path) -> Rules {
 
 /// Asks the wrapper whether it can make its namespaces here (a process
 /// of its own, as each action's wrapper would); says why not.
-pub fn probe_namespaces(program: &[String]) -> Result<(), String> {
+pub fn probe_namespaces(program: &[String]) -> Result<(), NoNamespaces> {
     if std::env::var(NAMESPACES_OVERRIDE).as_deref() == Ok("off") {
-        return Err(format!("{NAMESPACES_OVERRIDE}=off"));
+        return Err(NoNamespaces::Overridden);
     }
     let probed = std::process::Command::new(&program[0])
         .args(&program[1..])
         .arg(jail::PROBE_NAMESPACES)
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|err| format!("{}: {err}", program[0]))?;
+        .map_err(|source| NoNamespaces::Spawn {
+            program: program[0].clone(),
+            source,
+        })?;
     if probed.status.success() {
         return Ok(());
     }
     let said = String::from_utf8_lossy(&probed.stderr);
-    Err(said.trim().to_owned())
+    Err(NoNamespaces::Refused(said.trim().to_owned()))
+}
+
+/// Why actionfs's jail has no namespaces here.
+#[derive(Debug, thiserror::Error)]
+pub enum NoNamespaces {
+    #[error("{NAMESPACES_OVERRIDE}=off")]
+    Overridden,
+    #[error("{program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    /// In the wrapper's words (which call the kernel refused).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// `actionfs-jail` beside this executable (a smaller program, faster to

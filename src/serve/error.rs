@@ -12,8 +12,10 @@ use actionfs_protocol::resolve::ResolveError;
 use super::outputs::OutputError;
 use super::service::PushRefusal;
 use crate::sandbox::backend::Refusal;
+use crate::sandbox::merkle::InvalidDirectory;
 use crate::sandbox::store::StoreError;
 use crate::sandbox::tree::SandboxError;
+use crate::sandbox::tree::SymlinkTargetError;
 
 /// Why a Create, Collect or Destroy did not do what it asked.
 #[derive(Debug, thiserror::Error)]
@@ -36,9 +38,9 @@ pub enum Error {
     NoInputRoot,
     #[error("input_root_digest {0:?} is not a SHA-256 hash")]
     RootNotSha256(String),
-    /// The input tree itself is malformed (the walk's words).
-    #[error("{0}")]
-    Tree(String),
+    /// The input tree itself is malformed.
+    #[error(transparent)]
+    Tree(InvalidDirectory),
     #[error(transparent)]
     Output(OutputError),
     #[error("writable dir {path:?}: {why}")]
@@ -68,8 +70,8 @@ pub enum Error {
         source: io::Error,
     },
     /// The symlink targets' holders could not be made.
-    #[error("{0}")]
-    SymlinkTargets(String),
+    #[error(transparent)]
+    SymlinkTargets(SymlinkTargetError),
     /// The core refused to build or serve the sandbox.
     #[error("{0}")]
     Core(Refusal),
@@ -80,8 +82,8 @@ pub enum Error {
     #[error("destroy: {0}")]
     Destroy(Refusal),
     /// A directory blob handed on by a predecessor is not one.
-    #[error("{0}")]
-    DirectoryBlob(String),
+    #[error(transparent)]
+    DirectoryBlob(InvalidDirectory),
 }
 
 fn input_prefix(input: Option<&str>, then: &str) -> String {

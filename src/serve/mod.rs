@@ -194,8 +194,7 @@ struct Negotiation {
 impl Negotiation {
     /// Answers Error; returns `why` for the caller's own error.
     fn refuse(&self, why: StartError) -> StartError {
-        self.answers
-            .send(self.rid, negotiated(Err(why.to_string())));
+        self.answers.send(self.rid, negotiated(Err(&why)));
         why
     }
 
@@ -469,14 +468,16 @@ fn keep_inputs_read_only(options: &mut BackendOptions, base: &Path, chosen: &Jai
     }
 }
 
-fn negotiated(outcome: Result<(), String>) -> response::Result {
+fn negotiated(outcome: Result<(), &StartError>) -> response::Result {
     use negotiate::result::Outcome;
     response::Result::Negotiate(negotiate::Result {
         outcome: Some(match outcome {
             Ok(()) => Outcome::Ok(negotiate::result::Ok {
                 version: Version::Version1 as i32,
             }),
-            Err(message) => Outcome::Error(actionfs_protocol::backend::sandbox::Error { message }),
+            Err(why) => Outcome::Error(actionfs_protocol::backend::sandbox::Error {
+                message: why.to_string(),
+            }),
         }),
     })
 }

@@ -19,7 +19,7 @@ use crate::sandbox::dirfd::beneath::open_beneath;
 use crate::sandbox::dirfd::{kind_of, open_file_at, readlink_at, DirFd};
 use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::materialize::{remove_entry, remove_tree, Removed};
-use crate::sandbox::merkle::{check_name, Checked, Walked};
+use crate::sandbox::merkle::{check_name, BadName, Checked, Walked};
 
 /// One declared output, checked.
 #[derive(Clone, Debug)]
@@ -69,8 +69,8 @@ pub enum PathFault {
     TheWorkspaceItself,
     #[error("the sandbox root cannot be a writable directory")]
     TheSandboxRoot,
-    #[error("{0}")]
-    Name(String),
+    #[error(transparent)]
+    Name(BadName),
 }
 
 /// Why an output the action made was not moved out.

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::sandbox::private_dir::ours_alone;
+use crate::sandbox::ownership::{self, Rules};
 
 /// The state directory, claimed.
 pub struct Claimed {
@@ -30,30 +30,31 @@ pub struct Claimed {
 impl Claimed {
     /// Claims the state directory of this user on `base` (making it if
     /// missing): `None` if another live backend holds it.
-    pub fn claim(base: &Path) -> Result<Option<Claimed>, String> {
+    pub fn claim(base: &Path) -> Result<Option<Claimed>, ClaimError> {
         let path = base.join(format!("actionfs-state-{}", nix::unistd::geteuid()));
         // A holder that ends removes the lock file and the directory: a
         // claim that raced with that finds its lock unlinked, and again.
-        let mut last = String::new();
+        let mut last = None;
         for _ in 0..3 {
             match Claimed::try_claim(&path) {
                 Ok(claimed) => return Ok(claimed),
-                Err(Retry::Raced(why)) => last = why,
+                Err(Retry::Raced(why)) => last = Some(why),
                 Err(Retry::No(why)) => return Err(why),
             }
         }
-        Err(last)
+        Err(last.expect("three tries, each raced"))
     }
 
     fn try_claim(path: &Path) -> Result<Option<Claimed>, Retry> {
         let path = path.to_owned();
         match std::fs::DirBuilder::new().mode(0o700).create(&path) {
             Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(Retry::No(format!("mkdir {path:?}: {err}")))
+                return Err(Retry::No(ClaimError::io("mkdir", &path, err)))
             }
             _ => {}
         }
-        ours_alone(&path).map_err(Retry::No)?;
+        ownership::check(&path, &Rules::PRIVATE)
+            .map_err(|err| Retry::No(ClaimError::NotOurs(err)))?;
         let lock_path = path.join("lock");
         let lock = OpenOptions::new()
             .read(true)
@@ -63,24 +64,25 @@ impl Claimed {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&lock_path)
             .map_err(|err| {
-                let why = format!("open {lock_path:?}: {err}");
-                match err.kind() {
-                    std::io::ErrorKind::NotFound => Retry::Raced(why),
-                    _ => Retry::No(why),
+                let raced = err.kind() == std::io::ErrorKind::NotFound;
+                let why = ClaimError::io("open", &lock_path, err);
+                match raced {
+                    true => Retry::Raced(why),
+                    false => Retry::No(why),
                 }
             })?;
         let lock = match Flock::lock(lock, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
             Err((_, Errno::EWOULDBLOCK)) => return Ok(None),
-            Err((_, errno)) => return Err(Retry::No(format!("flock {lock_path:?}: {errno}"))),
+            Err((_, errno)) => {
+                return Err(Retry::No(ClaimError::io("flock", &lock_path, errno.into())))
+            }
         };
         let held = nix::sys::stat::fstat(&*lock).map(|st| (st.st_dev, st.st_ino));
         let named = nix::sys::stat::lstat(&lock_path).map(|st| (st.st_dev, st.st_ino));
         match (held, named) {
             (Ok(held), Ok(named)) if held == named => Ok(Some(Claimed { path, _lock: lock })),
-            _ => Err(Retry::Raced(format!(
-                "{lock_path:?} was removed as it was locked"
-            ))),
+            _ => Err(Retry::Raced(ClaimError::LockRemoved(lock_path))),
         }
     }
 
@@ -131,8 +133,34 @@ impl Claimed {
 
 enum Retry {
     /// Raced with a holder that was ending: try again.
-    Raced(String),
-    No(String),
+    Raced(ClaimError),
+    No(ClaimError),
+}
+
+/// Why the state directory cannot be claimed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error("{syscall} {path:?}: {source}")]
+    Io {
+        syscall: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    NotOurs(crate::sandbox::ownership::OwnershipError),
+    /// A holder that was ending removed it, three times.
+    #[error("{0:?} was removed as it was locked")]
+    LockRemoved(PathBuf),
+}
+
+impl ClaimError {
+    fn io(syscall: &'static str, path: &Path, source: std::io::Error) -> ClaimError {
+        ClaimError::Io {
+            syscall,
+            path: path.to_owned(),
+            source,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -184,6 +212,7 @@ mod tests {
         std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         let why = Claimed::claim(base.path()).err().expect("refused");
-        assert!(why.contains("not ours alone"), "{why}");
+        assert!(matches!(why, ClaimError::NotOurs(_)), "{why}");
+        assert!(why.to_string().contains("not ours alone"), "{why}");
     }
 }

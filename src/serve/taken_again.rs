@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::sandbox::handed_on::HandedOnError;
+
 /// Taking a handed-on file again, until stopped.
 pub struct TakenAgain {
     stop: Arc<AtomicBool>,
@@ -24,7 +26,7 @@ impl TakenAgain {
         name: &str,
         file: &Path,
         not_taken: &'static str,
-        read: impl FnOnce(&Path) -> Result<T, String> + Send + 'static,
+        read: impl FnOnce(&Path) -> Result<T, HandedOnError> + Send + 'static,
         take: impl FnOnce(T, &AtomicBool) + Send + 'static,
     ) -> Option<TakenAgain> {
         if !file.exists() {

@@ -16,6 +16,7 @@ use crate::daemon::stop::LOG;
 
 use super::service::Service;
 use super::taken_again::TakenAgain;
+use crate::sandbox::handed_on::{Damage, HandedOnError};
 
 /// The first bytes of the file, naming its format.
 const MAGIC: &[u8] = b"actionfs directories 1\n";
@@ -29,8 +30,17 @@ pub fn decode_again(service: &Arc<Service>, file: &Path) -> Option<TakenAgain> {
         file,
         "directories handed on are not decoded again",
         |file| {
-            let bytes = std::fs::read(file).map_err(|err| format!("read {file:?}: {err}"))?;
-            decode(&bytes).map(|blobs| blobs.into_iter().map(<[u8]>::to_vec).collect())
+            let bytes = std::fs::read(file).map_err(|source| HandedOnError::Io {
+                syscall: "read",
+                path: file.to_owned(),
+                source,
+            })?;
+            let blobs = decode(&bytes).map_err(|(at, damage)| HandedOnError::Damaged {
+                path: file.to_owned(),
+                at,
+                damage,
+            })?;
+            Ok(blobs.into_iter().map(<[u8]>::to_vec).collect())
         },
         move |blobs: Vec<Vec<u8>>, stopping| {
             let began = Instant::now();
@@ -87,23 +97,24 @@ fn encode(blobs: &[Arc<[u8]>]) -> Vec<u8> {
     out
 }
 
-/// The blobs of file `bytes`, or why it cannot be read (refused whole).
-fn decode(bytes: &[u8]) -> Result<Vec<&[u8]>, String> {
-    let mut rest = bytes
-        .strip_prefix(MAGIC)
-        .ok_or("not a list of directories of this version")?;
+/// The blobs of file `bytes`, or what is wrong at which offset (refused
+/// whole).
+fn decode(bytes: &[u8]) -> Result<Vec<&[u8]>, (usize, Damage)> {
+    let foreign = Damage::Foreign {
+        what: "a list of directories",
+    };
+    let mut rest = bytes.strip_prefix(MAGIC).ok_or((0, foreign))?;
     let mut blobs = Vec::new();
     while !rest.is_empty() {
+        let at = bytes.len() - rest.len();
         let (len, after) = rest
             .split_first_chunk::<8>()
-            .ok_or("cut short in a length")?;
-        let len = usize::try_from(u64::from_le_bytes(*len)).unwrap_or(usize::MAX);
-        if len > after.len() {
-            return Err(format!(
-                "a directory of {len} bytes where {} are left",
-                after.len()
-            ));
+            .ok_or((at, Damage::CutShort))?;
+        let len = u64::from_le_bytes(*len);
+        if usize::try_from(len).map_or(true, |len| len > after.len()) {
+            return Err((at, Damage::Length(len)));
         }
+        let len = len as usize;
         let (blob, after) = after.split_at(len);
         blobs.push(blob);
         rest = after;
@@ -122,14 +133,15 @@ mod tests {
         let read = decode(&bytes).unwrap();
         assert_eq!(read, [&b"\x0a\x01a"[..], &b""[..]]);
         let cut = decode(&bytes[..MAGIC.len() + 10]).unwrap_err();
-        assert!(
-            cut.contains("a directory of 3 bytes where 2 are left"),
-            "{cut}"
+        assert_eq!(cut, (MAGIC.len(), Damage::Length(3)));
+        assert_eq!(
+            decode(&bytes[..MAGIC.len() + 3]).unwrap_err(),
+            (MAGIC.len(), Damage::CutShort)
         );
-        assert!(decode(&bytes[..MAGIC.len() + 3])
-            .unwrap_err()
-            .contains("cut short"));
-        assert!(decode(b"actionfs directories 0\n").is_err());
+        assert!(matches!(
+            decode(b"actionfs directories 0\n").unwrap_err(),
+            (0, Damage::Foreign { .. })
+        ));
         assert_eq!(decode(MAGIC).unwrap(), Vec::<&[u8]>::new());
     }
 }

@@ -29,11 +29,23 @@ pub struct How {
 /// materializer's measured threshold, which staging shares).
 const PARALLEL_FROM: usize = materialize::PARALLEL_FROM;
 
+/// Why an output's path cannot be made below the root.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputPathError {
+    #[error("output path {output:?}: {source}")]
+    Name {
+        output: String,
+        source: crate::sandbox::merkle::BadName,
+    },
+    #[error("output path {output:?}: the input root holds {leaf:?} as a file or symlink")]
+    ThroughALeaf { output: String, leaf: String },
+}
+
 /// The directories to make for `outputs` (paths relative to the root),
 /// beyond those of the tree: each output's parent, and its ancestors.
 /// Refuses a path that is not relative and normalized, or whose parent
 /// would pass through a file or symlink of the tree.
-pub fn output_parents(walked: &Walked, outputs: &[&str]) -> Result<Vec<String>, String> {
+pub fn output_parents(walked: &Walked, outputs: &[&str]) -> Result<Vec<String>, OutputPathError> {
     let dirs: HashMap<&str, &Checked> = walked
         .dirs
         .iter()
@@ -43,7 +55,10 @@ pub fn output_parents(walked: &Walked, outputs: &[&str]) -> Result<Vec<String>, 
     let mut seen = HashSet::new();
     for output in outputs {
         for name in output.split('/') {
-            check_name(name).map_err(|why| format!("output path {output:?}: {why}"))?;
+            check_name(name).map_err(|source| OutputPathError::Name {
+                output: output.to_string(),
+                source,
+            })?;
         }
         let Some((parent, _)) = output.rsplit_once('/') else {
             continue;
@@ -54,9 +69,10 @@ pub fn output_parents(walked: &Walked, outputs: &[&str]) -> Result<Vec<String>, 
             let path = &parent[..end];
             let name = path[above.len()..].trim_start_matches('/');
             if dirs.get(above).is_some_and(|dir| dir.has_leaf(name)) {
-                return Err(format!(
-                    "output path {output:?}: the input root holds {path:?} as a file or symlink"
-                ));
+                return Err(OutputPathError::ThroughALeaf {
+                    output: output.to_string(),
+                    leaf: path.to_owned(),
+                });
             }
             if !dirs.contains_key(path) && seen.insert(path) {
                 parents.push(path.to_owned());

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::sandbox::dirfd::{open_file_at, DirFd};
-use crate::sandbox::merkle::DirectorySource;
+use crate::sandbox::merkle::{BlobError, DirectorySource};
 
 /// The subdirectory holding blobs by digest.
 const DIGESTS: &str = "d";
@@ -214,31 +214,38 @@ impl Cas {
 }
 
 impl DirectorySource for Cas {
-    fn directory_blob(&self, hash: &str, size: i64) -> Result<Option<Arc<[u8]>>, String> {
+    fn directory_blob(&self, hash: &str, size: i64) -> Result<Option<Arc<[u8]>>, BlobError> {
         if !(0..=MAX_DIRECTORY_BLOB).contains(&size) {
-            return Err(format!("a directory blob of {size} bytes is out of bounds"));
+            return Err(BlobError::SizeOutOfBounds {
+                size,
+                max: MAX_DIRECTORY_BLOB,
+            });
         }
         if size == 0 {
             if hash != EMPTY_SHA256 {
-                return Err(format!("size 0, but {hash:?} is not the hash of no bytes"));
+                return Err(BlobError::EmptyButHashed);
             }
             return Ok(Some(Arc::from(&[][..])));
         }
         let name = blob_name(hash, size);
+        let io = |syscall, source| BlobError::Io {
+            syscall,
+            path: self.blob_path(hash, size),
+            source,
+        };
         let mut file = match open_file_at(self.digests.as_fd(), &name) {
             Ok(file) => file,
             Err(err) if err.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
-            Err(err) => return Err(format!("open {:?}: {err}", self.blob_path(hash, size))),
+            Err(err) => return Err(io("open", err)),
         };
         let mut blob = Vec::with_capacity(size as usize);
-        file.read_to_end(&mut blob)
-            .map_err(|err| format!("read {:?}: {err}", self.blob_path(hash, size)))?;
+        file.read_to_end(&mut blob).map_err(|err| io("read", err))?;
         if blob.len() as i64 != size {
-            return Err(format!(
-                "{:?} holds {} bytes, not the digest's {size}",
-                self.blob_path(hash, size),
-                blob.len()
-            ));
+            return Err(BlobError::WrongSize {
+                path: self.blob_path(hash, size),
+                held: blob.len() as u64,
+                size,
+            });
         }
         Ok(Some(blob.into()))
     }

@@ -111,7 +111,10 @@ impl FuseRoots {
         let scratch = self.scratch.join(&id);
         let made = (|| {
             mirror_dirs(&scratch, &walked, parents, &mut staged)?;
-            let links = self.links.of(&walked).map_err(StageError::Invalid)?;
+            let links = self
+                .links
+                .of(&walked)
+                .map_err(|err| StageError::Invalid(err.to_string()))?;
             let files = walked.file_count();
             let inputs = MerkleInputs::new(
                 &id,

@@ -71,6 +71,8 @@ pub enum StageError {
     Missing(Vec<MissingBlob>),
     /// The tree or a request argument is malformed.
     Invalid(String),
+    /// An output path cannot be made below the root.
+    OutputPath(build::OutputPathError),
     /// A system call failed.
     Io(materialize::Error),
 }
@@ -102,6 +104,7 @@ impl fmt::Display for StageError {
                 Ok(())
             }
             StageError::Invalid(why) => write!(f, "{why}"),
+            StageError::OutputPath(err) => write!(f, "{err}"),
             StageError::Io(err) => write!(f, "{err}"),
         }
     }
@@ -237,7 +240,7 @@ impl Stager {
         }
         let walked = match self.trees.walk("", hash, size) {
             Ok(walked) => walked,
-            Err(WalkError::Invalid(why)) => return Err(StageError::Invalid(why)),
+            Err(WalkError::Invalid(why)) => return Err(StageError::Invalid(why.to_string())),
             Err(WalkError::Missing(missing)) => {
                 return Err(StageError::Missing(
                     missing
@@ -252,7 +255,7 @@ impl Stager {
                 ))
             }
         };
-        let parents = build::output_parents(&walked, outputs).map_err(StageError::Invalid)?;
+        let parents = build::output_parents(&walked, outputs).map_err(StageError::OutputPath)?;
         if let Some(fuse) = &self.fuse {
             if fuse.wants(walked.file_count()) {
                 let staged = Staged::new(at, hash, size);

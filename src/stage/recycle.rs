@@ -174,7 +174,7 @@ impl Stager {
                 size,
                 path: String::new(),
             }])),
-            Err(WalkError::Invalid(why)) => Err(StageError::Invalid(why)),
+            Err(WalkError::Invalid(why)) => Err(StageError::Invalid(why.to_string())),
             Err(WalkError::Missing(_)) => unreachable!("checked reports a missing blob as None"),
         }
     }
@@ -249,7 +249,7 @@ impl Stager {
                         self.trees
                             .walk("", &sub.hash, sub.size)
                             .map_err(|err| match err {
-                                WalkError::Invalid(why) => StageError::Invalid(why),
+                                WalkError::Invalid(why) => StageError::Invalid(why.to_string()),
                                 WalkError::Missing(_) => StageError::Invalid(format!(
                                     "{entry_path:?}: a directory blob vanished"
                                 )),

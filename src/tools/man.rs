@@ -1,6 +1,6 @@
 //! `actionfs man` and `actionfs completions`: the manual pages and shell
 //! completions, generated from the command line's definition
-//! ([`crate::cli::command`]) so that they cannot drift from it.
+//! ([`command_line::command`]) so that they cannot drift from it.
 //! docs/actionfs.1.md keeps what a generator cannot say: the semantics of
 //! each flag and of the file system, and examples.
 
@@ -9,7 +9,7 @@ use std::path::Path;
 
 use clap_complete::Shell;
 
-use crate::cli;
+use super::command_line;
 
 /// Writing a page failed.
 #[derive(Debug)]
@@ -27,7 +27,7 @@ impl std::fmt::Display for ManError {
 /// Prints actionfs(1), or with `dir` writes it and a page per subcommand,
 /// at every depth (`actionfs-ctl.1`, `actionfs-ctl-create.1`...), there.
 pub fn run(dir: Option<&Path>) -> Result<(), ManError> {
-    let command = cli::command();
+    let command = command_line::command();
     match dir {
         None => to_stdout(|out| page(&command, out)),
         Some(dir) => write_pages(&command, dir),
@@ -75,7 +75,7 @@ pub fn page(command: &clap::Command, out: &mut dyn Write) -> io::Result<()> {
 
 /// Prints the completion script for `shell`.
 pub fn completions(shell: Shell) -> Result<(), ManError> {
-    let mut command = cli::command();
+    let mut command = command_line::command();
     // Rendered whole first: clap_complete panics on a failed write.
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "actionfs", &mut script);

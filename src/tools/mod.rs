@@ -1,6 +1,7 @@
 //! The subcommands other than the daemon itself.
 
 pub mod calibrate;
+pub mod command_line;
 pub mod ctl;
 pub mod doctor;
 pub mod man;

@@ -7,9 +7,20 @@ use std::time::Instant;
 
 use actionfs_protocol::{Decoded, PrefixTable, Request, RequestReader};
 
-use crate::cli::MaterializeArgs;
 use crate::sandbox::layout::{self, PlanError};
-use crate::sandbox::materialize::{self, Options};
+use crate::sandbox::materialize::{self, Method, Options};
+
+/// `actionfs materialize`.
+#[derive(Clone, Debug)]
+pub struct MaterializeArgs {
+    /// `None` means stdin.
+    pub spec: Option<PathBuf>,
+    pub method: Method,
+    /// 0: chosen by size.
+    pub threads: usize,
+    pub verbose: bool,
+    pub dest: PathBuf,
+}
 
 /// Why a subcommand failed (exit status 1).
 #[derive(Debug)]

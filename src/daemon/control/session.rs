@@ -21,7 +21,7 @@ pub fn serve(stream: UnixStream, control: &Control) {
     let mut out = BufWriter::new(&stream);
     if let Err(refusal) = check_peer(&stream) {
         log::warn!("control socket: {refusal}");
-        let _ = answer(&mut out, &json!({ "error": refusal }));
+        let _ = answer(&mut out, &json!({ "error": refusal.to_string() }));
         return;
     }
     let mut framer = Framer::new(reader, REQUEST_LIMIT);
@@ -49,17 +49,29 @@ pub fn serve(stream: UnixStream, control: &Control) {
 }
 
 /// Refuses peers running as another user than the daemon.
-fn check_peer(stream: &UnixStream) -> Result<(), String> {
-    let (uid, pid) = crate::sys::peer_credentials(stream)
-        .map_err(|e| format!("cannot tell who connected: {e}"))?;
+fn check_peer(stream: &UnixStream) -> Result<(), PeerRefused> {
+    let (uid, pid) = crate::sys::peer_credentials(stream).map_err(PeerRefused::Unknown)?;
     let ours = nix::unistd::geteuid().as_raw();
     if uid != ours {
-        return Err(format!(
-            "refused a client of uid {uid}{}: only uid {ours} may use this socket",
-            pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
-        ));
+        return Err(PeerRefused::OtherUser { uid, pid, ours });
     }
     Ok(())
+}
+
+/// Why a client of the control socket is refused.
+#[derive(Debug, thiserror::Error)]
+enum PeerRefused {
+    #[error("cannot tell who connected: {0}")]
+    Unknown(nix::errno::Errno),
+    #[error(
+        "refused a client of uid {uid}{}: only uid {ours} may use this socket",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    OtherUser {
+        uid: u32,
+        pid: Option<i32>,
+        ours: u32,
+    },
 }
 
 fn answer(out: &mut impl Write, reply: &Value) -> std::io::Result<()> {

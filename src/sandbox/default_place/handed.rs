@@ -14,6 +14,8 @@ use std::io::{self, BufWriter, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::sandbox::handed_on::{Damage, HandedOnError};
+
 const HEADER: &[u8] = b"actionfs looks 1\n";
 
 /// A directory's files found, by name, each with the size found.
@@ -57,15 +59,26 @@ impl FilesFound {
 
     /// Reads what [`FilesFound::write`] wrote; an error says what is wrong
     /// where.
-    pub fn read(from: &Path) -> Result<FilesFound, String> {
-        let bytes = std::fs::read(from).map_err(|err| format!("read {from:?}: {err}"))?;
-        let body = bytes
-            .strip_prefix(HEADER)
-            .ok_or_else(|| format!("{from:?} is not a list of looks (no `actionfs looks 1`)"))?;
+    pub fn read(from: &Path) -> Result<FilesFound, HandedOnError> {
+        let bytes = std::fs::read(from).map_err(|source| HandedOnError::Io {
+            syscall: "read",
+            path: from.to_owned(),
+            source,
+        })?;
+        let Some(body) = bytes.strip_prefix(HEADER) else {
+            return Err(HandedOnError::Damaged {
+                path: from.to_owned(),
+                at: 0,
+                damage: Damage::Foreign {
+                    what: "a list of looks",
+                },
+            });
+        };
         let mut fields = Fields {
             rest: body,
             from,
             at: HEADER.len(),
+            field_at: HEADER.len(),
         };
         let mut found = FilesFound {
             workspace: PathBuf::from(OsStr::from_bytes(fields.next()?)),
@@ -76,14 +89,14 @@ impl FilesFound {
             let count: usize = fields.number()?;
             // At least four bytes a file: a count beyond is a lie.
             if count > fields.rest.len() / 4 {
-                return Err(fields.wrong("a count of files longer than the file"));
+                return Err(fields.wrong(Damage::FileCount(count)));
             }
             let mut files = Vec::with_capacity(count);
             for _ in 0..count {
                 let name = std::str::from_utf8(fields.next()?)
-                    .map_err(|_| fields.wrong("a name that is not UTF-8"))?;
+                    .map_err(|_| fields.wrong(Damage::NameNotUtf8))?;
                 if name.is_empty() || name.contains('/') {
-                    return Err(fields.wrong("a name that is not one path component"));
+                    return Err(fields.wrong(Damage::NameNotOneComponent));
                 }
                 let name: Box<str> = name.into();
                 files.push((name, fields.number()?));
@@ -102,33 +115,41 @@ fn field(out: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
 struct Fields<'a> {
     rest: &'a [u8],
     from: &'a Path,
-    /// Offset of `rest` in the file, for errors.
+    /// Offset of `rest` in the file.
     at: usize,
+    /// Offset of the field read last (or being read), for errors.
+    field_at: usize,
 }
 
 impl<'a> Fields<'a> {
-    fn next(&mut self) -> Result<&'a [u8], String> {
+    fn next(&mut self) -> Result<&'a [u8], HandedOnError> {
+        self.field_at = self.at;
         let end = self
             .rest
             .iter()
             .position(|&b| b == 0)
-            .ok_or_else(|| self.wrong("a field with no NUL after it"))?;
+            .ok_or_else(|| self.wrong(Damage::Unterminated))?;
         let (field, rest) = (&self.rest[..end], &self.rest[end + 1..]);
         self.rest = rest;
         self.at += end + 1;
         Ok(field)
     }
 
-    fn number<N: std::str::FromStr>(&mut self) -> Result<N, String> {
+    fn number<N: std::str::FromStr>(&mut self) -> Result<N, HandedOnError> {
         let field = self.next()?;
         std::str::from_utf8(field)
             .ok()
             .and_then(|text| text.parse().ok())
-            .ok_or_else(|| self.wrong("a number that is none"))
+            .ok_or_else(|| self.wrong(Damage::NotANumber))
     }
 
-    fn wrong(&self, what: &str) -> String {
-        format!("{:?}: {what} before byte {}", self.from, self.at)
+    /// `damage` in the field read last.
+    fn wrong(&self, damage: Damage) -> HandedOnError {
+        HandedOnError::Damaged {
+            path: self.from.to_owned(),
+            at: self.field_at,
+            damage,
+        }
     }
 }
 
@@ -184,7 +205,7 @@ mod tests {
         ];
         for (bytes, why) in cases {
             std::fs::write(&file, bytes).unwrap();
-            let err = FilesFound::read(&file).expect_err(why);
+            let err = FilesFound::read(&file).expect_err(why).to_string();
             assert!(err.contains(why) && err.contains("looks"), "{why}: {err}");
         }
     }

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::sandbox::handed_on::{Damage, HandedOnError};
 use crate::sandbox::materialize::reuse::{Stamp, Stamps};
 use crate::sandbox::materialize::shape::{Dir, Node};
 
@@ -57,11 +58,17 @@ pub fn encode(stashes: &[Handed]) -> Vec<u8> {
     out
 }
 
-/// The stashes of index `bytes`, or why it cannot be read.
-pub fn decode(bytes: &[u8]) -> Result<Vec<Handed>, String> {
-    let mut reader = Reader { bytes, at: 0 };
-    if reader.take(MAGIC.len())? != MAGIC {
-        return Err("not a stash index of this version".into());
+/// The stashes of index `bytes` (read from `path`), or why it cannot be
+/// read.
+pub fn decode(path: &Path, bytes: &[u8]) -> Result<Vec<Handed>, HandedOnError> {
+    let mut reader = Reader { path, bytes, at: 0 };
+    if reader.take(MAGIC.len()).ok() != Some(MAGIC) {
+        return Err(reader.damaged(
+            0,
+            Damage::Foreign {
+                what: "a stash index",
+            },
+        ));
     }
     let count = reader.len()?;
     let mut stashes = Vec::new();
@@ -84,28 +91,28 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Handed>, String> {
         });
     }
     if reader.at != bytes.len() {
-        return Err(format!(
-            "{} bytes after the last stash",
-            bytes.len() - reader.at
-        ));
+        return Err(reader.damaged(reader.at, Damage::Trailing(bytes.len() - reader.at)));
     }
     Ok(stashes)
 }
 
 /// The stashes handed on in hand-off directory `dir`, or why they cannot
 /// be read.
-pub fn read(dir: &Path) -> Result<Vec<Handed>, String> {
+pub fn read(dir: &Path) -> Result<Vec<Handed>, HandedOnError> {
     let index = dir.join(INDEX);
-    std::fs::read(&index)
-        .map_err(|e| format!("read {index:?}: {e}"))
-        .and_then(|bytes| decode(&bytes))
+    let bytes = std::fs::read(&index).map_err(|source| HandedOnError::Io {
+        syscall: "read",
+        path: index.clone(),
+        source,
+    })?;
+    decode(&index, &bytes)
 }
 
 /// A hand-off directory whose index is being read on a thread of its own.
 pub struct Reading {
     dir: PathBuf,
     /// `None` if the thread could not start: read when taken.
-    thread: Option<JoinHandle<Result<Vec<Handed>, String>>>,
+    thread: Option<JoinHandle<Result<Vec<Handed>, HandedOnError>>>,
 }
 
 impl Reading {
@@ -125,11 +132,13 @@ impl Reading {
     }
 
     /// The directory and what its index holds, once read.
-    pub fn finish(self) -> (PathBuf, Result<Vec<Handed>, String>) {
+    pub fn finish(self) -> (PathBuf, Result<Vec<Handed>, HandedOnError>) {
         let read = match self.thread {
-            Some(thread) => thread
-                .join()
-                .unwrap_or_else(|_| Err("the thread reading it panicked".to_owned())),
+            Some(thread) => thread.join().unwrap_or_else(|_| {
+                Err(HandedOnError::Unread {
+                    path: self.dir.join(INDEX),
+                })
+            }),
             None => read(&self.dir),
         };
         (self.dir, read)
@@ -166,17 +175,26 @@ fn put_dir(out: &mut Vec<u8>, dir: &Dir) {
 }
 
 struct Reader<'a> {
+    path: &'a Path,
     bytes: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn damaged(&self, at: usize, damage: Damage) -> HandedOnError {
+        HandedOnError::Damaged {
+            path: self.path.to_owned(),
+            at,
+            damage,
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], HandedOnError> {
         let end = self
             .at
             .checked_add(n)
             .filter(|&end| end <= self.bytes.len())
-            .ok_or_else(|| format!("cut short at byte {}", self.at))?;
+            .ok_or_else(|| self.damaged(self.at, Damage::CutShort))?;
         let taken = &self.bytes[self.at..end];
         self.at = end;
         Ok(taken)
@@ -184,22 +202,22 @@ impl<'a> Reader<'a> {
 
     /// A length, which cannot exceed the bytes left (every counted item
     /// takes at least one).
-    fn len(&mut self) -> Result<usize, String> {
+    fn len(&mut self) -> Result<usize, HandedOnError> {
         let len = u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes"));
         usize::try_from(len)
             .ok()
             .filter(|&len| len <= self.bytes.len() - self.at)
-            .ok_or_else(|| format!("a length of {len} at byte {}", self.at - 8))
+            .ok_or_else(|| self.damaged(self.at - 8, Damage::Length(len)))
     }
 
-    fn bytes(&mut self) -> Result<&'a [u8], String> {
+    fn bytes(&mut self) -> Result<&'a [u8], HandedOnError> {
         let len = self.len()?;
         self.take(len)
     }
 
-    fn dir(&mut self, depth: usize) -> Result<Dir, String> {
+    fn dir(&mut self, depth: usize) -> Result<Dir, HandedOnError> {
         if depth > MAX_DEPTH {
-            return Err(format!("directories nested deeper than {MAX_DEPTH}"));
+            return Err(self.damaged(self.at, Damage::TooDeep(MAX_DEPTH)));
         }
         // Written in name order (a BTreeMap's): checked so, then built in
         // one pass rather than inserted name by name.
@@ -207,14 +225,15 @@ impl<'a> Reader<'a> {
         // (Capacity bounded: a count is only checked against the bytes left.)
         let mut entries: Vec<(OsString, Node)> = Vec::with_capacity(count.min(1024));
         for _ in 0..count {
+            let name_at = self.at;
             let name = OsString::from_vec(self.bytes()?.to_vec());
             if entries.last().is_some_and(|(last, _)| *last >= name) {
-                return Err("names out of order, or a name twice, in one directory".into());
+                return Err(self.damaged(name_at, Damage::NamesOutOfOrder));
             }
             let node = match self.take(1)?[0] {
                 LINK => Node::Link(OsString::from_vec(self.bytes()?.to_vec())),
                 DIR => Node::Dir(Arc::new(self.dir(depth + 1)?)),
-                tag => return Err(format!("an entry of kind {tag} at byte {}", self.at - 1)),
+                tag => return Err(self.damaged(self.at - 1, Damage::UnknownKind(tag))),
             };
             entries.push((name, node));
         }
@@ -261,7 +280,7 @@ mod tests {
                 shape: Dir::default(),
             },
         ];
-        let read = decode(&encode(&stashes)).unwrap();
+        let read = decode(Path::new(INDEX), &encode(&stashes)).unwrap();
         assert_eq!(read, stashes);
         assert_eq!(read[0].shape.digest(), shape().digest());
         assert_eq!(read[0].shape.links(), 2);
@@ -282,7 +301,7 @@ mod tests {
 
         let missing = dir.path().join("none");
         let (_, read) = Reading::start(missing.clone()).finish();
-        let why = read.unwrap_err();
+        let why = read.unwrap_err().to_string();
         assert!(why.contains(&format!("{:?}", missing.join(INDEX))), "{why}");
     }
 
@@ -305,6 +324,8 @@ mod tests {
 
     #[test]
     fn a_cut_or_foreign_index_is_refused_whole() {
+        let decode = |bytes: &[u8]| decode(Path::new("/state/stashes/index"), bytes);
+        let why = |bytes: &[u8]| decode(bytes).unwrap_err().to_string();
         let stashes = vec![Handed {
             name: "stash-0".into(),
             stamps: Stamps::new(),
@@ -312,25 +333,35 @@ mod tests {
         }];
         let bytes = encode(&stashes);
         for cut in [0, MAGIC.len(), bytes.len() / 2, bytes.len() - 1] {
-            assert!(decode(&bytes[..cut]).is_err(), "cut at {cut}");
+            let err = why(&bytes[..cut]);
+            assert!(
+                err.starts_with("\"/state/stashes/index\": "),
+                "cut at {cut}: {err}"
+            );
         }
         let mut longer = bytes.clone();
         longer.push(0);
-        assert!(decode(&longer)
-            .unwrap_err()
-            .contains("after the last stash"));
+        assert!(why(&longer).contains("after the last stash"));
         let mut foreign = bytes.clone();
         foreign[MAGIC.len() - 2] = b'9';
-        assert!(decode(&foreign).unwrap_err().contains("version"));
+        assert!(why(&foreign).contains("version"));
         // Names out of order, or twice, in a directory: refused.
-        let twice = decode(&one_stash_of_links(&[b"same", b"same"])).unwrap_err();
+        let twice = why(&one_stash_of_links(&[b"same", b"same"]));
         assert!(twice.contains("twice"), "{twice}");
-        let backwards = decode(&one_stash_of_links(&[b"b", b"a"])).unwrap_err();
+        let backwards = why(&one_stash_of_links(&[b"b", b"a"]));
         assert!(backwards.contains("out of order"), "{backwards}");
         assert!(decode(&one_stash_of_links(&[b"a", b"b"])).is_ok());
         // A huge count is refused before anything is allocated for it.
         let mut huge = MAGIC.to_vec();
         huge.extend_from_slice(&u64::MAX.to_le_bytes());
-        assert!(decode(&huge).unwrap_err().contains("length"));
+        assert!(matches!(
+            decode(&huge),
+            Err(HandedOnError::Damaged {
+                at,
+                damage: Damage::Length(u64::MAX),
+                ..
+            }) if at == MAGIC.len()
+        ));
+        assert!(why(&huge).contains("length"));
     }
 }

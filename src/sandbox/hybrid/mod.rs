@@ -41,6 +41,7 @@ use crate::sandbox::materialize::reuse::{self, Stamps};
 use crate::sandbox::materialize::shape::Dir;
 use crate::sandbox::materialize::shape_cache::ShapeCache;
 use crate::sandbox::materialize::{self, InPlace, Materialized, Method, Options, Trash};
+use crate::sandbox::ownership::{self, OwnershipError, Rules};
 use crate::sandbox::tree::{LazyEntries, SandboxError, SandboxFs};
 use crate::stats::{Built, Stats};
 
@@ -204,10 +205,7 @@ impl Sandboxes {
 
     fn claim<'a>(&'a self, id: &'a str) -> Result<InFlight<'a>, Refusal> {
         if !self.in_flight.lock().insert(id.to_owned()) {
-            return Err(format!(
-                "sandbox {id:?}: another request for it is being applied; try again"
-            )
-            .into());
+            return Err(SandboxError::Busy(id.to_owned()).into());
         }
         Ok(InFlight { owner: self, id })
     }
@@ -261,10 +259,7 @@ impl Backend for Sandboxes {
             // sandbox and said "Already mapped" where they met; a sandbox is
             // created whole here, so any second create is refused, in its
             // words (docs/PARITY.md).
-            return Err(format!(
-                "sandbox {id:?}: Already mapped (the sandbox already exists; destroy it first)"
-            )
-            .into());
+            return Err(SandboxError::AlreadyMapped(id.to_owned()).into());
         }
         // Checked once (an lstat per mapped directory, none per input),
         // whichever backend builds it.
@@ -439,25 +434,15 @@ struct ReuseTarget {
     pool: Arc<Pool>,
 }
 
-/// Refuses directory `dir` unless it is ours, and takes away group and
-/// other write access it has: everything below it becomes an action's
-/// inputs, and an older daemon may have left it writable to all.
-fn keep_others_out(dir: &Path) -> Result<(), materialize::Error> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    // Followed: `--native_dir` may name a symlink to the user's directory.
-    let meta = std::fs::metadata(dir).map_err(|e| materialize::Error::new("stat", dir, e))?;
-    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
-        return Err(materialize::Error::other(
-            dir,
-            "not a directory of the daemon's user: native sandboxes are not built there",
-        ));
-    }
-    if meta.mode() & 0o022 != 0 {
-        let mode = meta.mode() & 0o7777 & !0o022;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| materialize::Error::new("chmod", dir, e))?;
-    }
-    Ok(())
+/// Why the native directory cannot be used (every sandbox is then served
+/// by FUSE).
+#[derive(Debug, thiserror::Error)]
+pub enum NativeDirError {
+    #[error(transparent)]
+    Make(#[from] materialize::Error),
+    /// It, or a directory in it, is not the daemon's user's alone.
+    #[error("{0}: native sandboxes are not built there")]
+    NotOurs(#[from] OwnershipError),
 }
 
 struct NativeDir {
@@ -469,15 +454,17 @@ struct NativeDir {
 impl NativeDir {
     /// Prepares `dir` (created if missing). Whatever an earlier daemon
     /// left there is thrown away.
-    fn open(dir: &Path) -> Result<NativeDir, materialize::Error> {
+    fn open(dir: &Path) -> Result<NativeDir, NativeDirError> {
         let trees = dir.join("trees");
         let links = dir.join("links");
         for sub in [&trees, &links] {
             std::fs::create_dir_all(sub).map_err(|e| materialize::Error::new("mkdir", sub, e))?;
         }
         let trash = Trash::open(&dir.join("trash"), 1)?;
+        // Everything below becomes an action's inputs, and an older daemon
+        // may have left these writable to all.
         for made in [dir, &trees, &links, &dir.join("trash")] {
-            keep_others_out(made)?;
+            ownership::check(made, &Rules::NATIVE_DIR)?;
         }
         for stale in [&trees, &links] {
             let entries = std::fs::read_dir(stale)
@@ -532,7 +519,7 @@ impl NativeSandboxes {
 
     /// Sets up the native directory now, for an error at start rather
     /// than a fallback later.
-    pub fn open_now(&self) -> Result<(), materialize::Error> {
+    pub fn open_now(&self) -> Result<(), NativeDirError> {
         let mut failed = None;
         self.open_once(|err| failed = Some(err));
         failed.map_or(Ok(()), Err)
@@ -562,7 +549,7 @@ impl NativeSandboxes {
 
     /// The native directory, set up by the first call; a failure to set
     /// it up goes to that call's `on_error`, and is final.
-    fn open_once(&self, on_error: impl FnOnce(materialize::Error)) -> Option<&NativeDir> {
+    fn open_once(&self, on_error: impl FnOnce(NativeDirError)) -> Option<&NativeDir> {
         self.opened
             .get_or_init(|| NativeDir::open(&self.dir).map_err(on_error).ok())
             .as_ref()

@@ -29,10 +29,10 @@ use parking_lot::{Condvar, Mutex};
 
 use super::handoff::{self, Handed, Reading, INDEX};
 use crate::sandbox::dirfd::{Anchor, DirFd};
-use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::materialize::reuse::{Stamp, Stamps};
 use crate::sandbox::materialize::shape::{Dir, Node};
 use crate::sandbox::materialize::{self, Error, Trash};
+use crate::sandbox::ownership::{self, OwnershipError, Rules};
 
 /// After this many builds in a row found no stash worth taking, only one
 /// destroyed sandbox in [`PROBE_EVERY`] is stashed: where inputs do not
@@ -110,6 +110,29 @@ pub struct Stash {
     /// Its directories' stamps when it was made.
     pub stamps: Stamps,
     bytes: usize,
+}
+
+/// Why no pool of stashes opens for a file system (its native sandboxes
+/// are then not reused).
+#[derive(Debug, thiserror::Error)]
+pub enum NoPool {
+    #[error("it has no grandparent directory to keep stashes in")]
+    NoGrandparent,
+    #[error(transparent)]
+    NotOurs(#[from] OwnershipError),
+    #[error(
+        "on the file system of {parent:?} a directory's ctime moves with the clock tick, not \
+         with every change (Linux before 6.13), so an action's change made in the tick of a \
+         stamp would go unseen"
+    )]
+    CoarseCtime { parent: PathBuf },
+    #[error("probing the ctime in {parent:?}: {source}")]
+    CtimeProbe {
+        parent: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Open(#[from] Error),
 }
 
 impl Stashes {
@@ -280,7 +303,7 @@ impl Stashes {
         }
     }
 
-    fn try_open_pool(&self, writable: &Path, dev: u64) -> Result<Pool, String> {
+    fn try_open_pool(&self, writable: &Path, dev: u64) -> Result<Pool, NoPool> {
         let name = format!("{POOL_PREFIX}{}", std::process::id());
         let parent = if device_of_path(&self.native_dir) == Some(dev) {
             self.native_dir.clone()
@@ -288,22 +311,16 @@ impl Stashes {
             let parent = writable
                 .parent()
                 .and_then(Path::parent)
-                .ok_or("it has no grandparent directory to keep stashes in")?;
-            ours_alone(parent, dev)?;
+                .ok_or(NoPool::NoGrandparent)?;
+            ownership::check(parent, &Rules::stash_parent(dev))?;
             parent.to_owned()
         };
         match ctime_moves_with_every_change(&parent) {
             Ok(true) => {}
-            Ok(false) => {
-                return Err(format!(
-                    "on the file system of {parent:?} a directory's ctime moves with the clock \
-                     tick, not with every change (Linux before 6.13), so an action's change \
-                     made in the tick of a stamp would go unseen"
-                ))
-            }
-            Err(err) => return Err(format!("probing the ctime in {parent:?}: {err}")),
+            Ok(false) => return Err(NoPool::CoarseCtime { parent }),
+            Err(source) => return Err(NoPool::CtimeProbe { parent, source }),
         }
-        Pool::open(&parent.join(name), dev, self.limit).map_err(|e| e.to_string())
+        Ok(Pool::open(&parent.join(name), dev, self.limit)?)
     }
 
     /// Stashes kept now, on every file system.
@@ -369,28 +386,6 @@ pub fn is_stale_pool(name: &std::ffi::OsStr) -> bool {
     name.to_str()
         .and_then(|name| name.strip_prefix(POOL_PREFIX))
         .is_some_and(|pid| pid != std::process::id().to_string())
-}
-
-/// Checks that `dir` is a directory on device `dev` that we own and that
-/// no one else may write, so that no one else can swap what we keep there.
-fn ours_alone(dir: &Path, dev: u64) -> Result<(), String> {
-    let st = nix::sys::stat::lstat(dir).map_err(|e| format!("lstat {dir:?}: {e}"))?;
-    // st_mode is u16 on macOS; dev_t differs in width.
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let (mode, st_dev) = (st.st_mode as u32, st.st_dev as u64);
-    if FileKind::from_mode(mode) != FileKind::Directory || st_dev != dev {
-        return Err(format!(
-            "{dir:?} is not a directory on the same file system"
-        ));
-    }
-    if st.st_uid != nix::unistd::geteuid().as_raw() || mode & 0o022 != 0 {
-        return Err(format!(
-            "{dir:?} is not ours alone (owner uid {}, mode {:o})",
-            st.st_uid,
-            mode & 0o7777
-        ));
-    }
-    Ok(())
 }
 
 #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]

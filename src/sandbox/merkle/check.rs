@@ -4,7 +4,7 @@
 use actionfs_protocol::backend::reapi;
 use prost::Message;
 
-use super::{Checked, DirEntry, FileEntry, SymlinkEntry};
+use super::{BadName, Checked, DirEntry, Fault, FileEntry, InvalidDirectory, SymlinkEntry};
 use crate::sandbox::store::Digest;
 
 /// SHA-256 of no bytes: the only hash a digest of size 0 may have.
@@ -12,35 +12,41 @@ pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934c
 
 /// Decodes directory `hash` and checks every name and digest in it; else
 /// why it is not a valid directory (a blob alone can miss nothing).
-pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, String> {
-    let invalid = |what: String| format!("directory {hash}: {what}");
-    let dir = reapi::Directory::decode(blob)
-        .map_err(|err| invalid(format!("not a REAPI Directory message: {err}")))?;
+pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, InvalidDirectory> {
+    let invalid = |fault: Fault| InvalidDirectory {
+        hash: hash.to_owned(),
+        fault,
+    };
+    let dir =
+        reapi::Directory::decode(blob).map_err(|err| invalid(Fault::NotADirectoryMessage(err)))?;
     let digest_of = |name: &str, digest: Option<reapi::Digest>| match digest {
-        Some(digest) if digest.size_bytes < 0 => Err(invalid(format!(
-            "entry {name:?}: negative size {}",
-            digest.size_bytes
-        ))),
+        Some(digest) if digest.size_bytes < 0 => Err(invalid(Fault::NegativeSize {
+            name: name.to_owned(),
+            size: digest.size_bytes,
+        })),
         Some(digest) if digest.size_bytes == 0 && digest.hash != EMPTY_SHA256 => {
-            Err(invalid(format!(
-                "entry {name:?}: size 0, but the hash {:?} is not that of no bytes",
-                digest.hash
-            )))
+            Err(invalid(Fault::EmptyButHashed {
+                name: name.to_owned(),
+                hash: digest.hash,
+            }))
         }
         Some(digest) => match Digest::parse(&digest.hash) {
             Some(parsed) => Ok((digest.hash.into_boxed_str(), digest.size_bytes, parsed)),
-            None => Err(invalid(format!(
-                "entry {name:?}: digest hash {:?} is not SHA-256 (64 lowercase hex digits)",
-                digest.hash
-            ))),
+            None => Err(invalid(Fault::NotSha256 {
+                name: name.to_owned(),
+                hash: digest.hash,
+            })),
         },
-        None => Err(invalid(format!("entry {name:?}: no digest"))),
+        None => Err(invalid(Fault::NoDigest {
+            name: name.to_owned(),
+        })),
     };
+    let name_checked = |name: &str| check_name(name).map_err(|err| invalid(err.into()));
     // The decoded strings are moved in, not copied: a tree's first walk
     // decodes thousands of entries.
     let mut files = Vec::with_capacity(dir.files.len());
     for file in dir.files {
-        check_name(&file.name).map_err(&invalid)?;
+        name_checked(&file.name)?;
         let (hash, size, digest) = digest_of(&file.name, file.digest)?;
         files.push(FileEntry {
             name: file.name.into_boxed_str(),
@@ -52,7 +58,7 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, String> {
     }
     let mut dirs = Vec::with_capacity(dir.directories.len());
     for sub in dir.directories {
-        check_name(&sub.name).map_err(&invalid)?;
+        name_checked(&sub.name)?;
         let (hash, size, _) = digest_of(&sub.name, sub.digest)?;
         dirs.push(DirEntry {
             name: sub.name.into_boxed_str(),
@@ -62,12 +68,9 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, String> {
     }
     let mut symlinks = Vec::with_capacity(dir.symlinks.len());
     for link in dir.symlinks {
-        check_name(&link.name).map_err(&invalid)?;
+        name_checked(&link.name)?;
         if link.target.is_empty() || link.target.contains('\0') {
-            return Err(invalid(format!(
-                "symlink {:?}: its target is empty or holds NUL",
-                link.name
-            )));
+            return Err(invalid(Fault::BadSymlinkTarget { name: link.name }));
         }
         symlinks.push(SymlinkEntry {
             name: link.name.into_boxed_str(),
@@ -113,7 +116,7 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, String> {
         twice
     };
     if let Some(name) = twice {
-        return Err(invalid(format!("the name {name:?} appears twice")));
+        return Err(invalid(Fault::NameTwice { name }));
     }
     Ok(checked)
 }
@@ -146,12 +149,11 @@ fn name_in_both<'a>(
 }
 
 /// One path component: not empty, not `.` or `..`, no `/` or NUL.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), BadName> {
     if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
-        return Err(format!(
-            "the entry name {name:?} is not a single path component (empty, '.', '..', or holds \
-             '/' or NUL)"
-        ));
+        return Err(BadName {
+            name: name.to_owned(),
+        });
     }
     Ok(())
 }
@@ -168,6 +170,67 @@ mod tests {
         }
         for good in ["a", "...", ".hidden", "a b", "ü"] {
             assert!(check_name(good).is_ok(), "{good:?} was refused");
+        }
+    }
+
+    #[test]
+    fn each_fault_of_a_blob_is_typed_and_names_the_directory() {
+        let file = |name: &str, digest: Option<reapi::Digest>| reapi::Directory {
+            files: vec![reapi::FileNode {
+                name: name.into(),
+                digest,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let digest = |hash: &str, size_bytes| {
+            Some(reapi::Digest {
+                hash: hash.into(),
+                size_bytes,
+            })
+        };
+        let good = "01".repeat(32);
+        let link = reapi::Directory {
+            symlinks: vec![reapi::SymlinkNode {
+                name: "l".into(),
+                target: String::new(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        // Each blob, and whether the fault is the one it must be.
+        type Case = (Vec<u8>, fn(&Fault) -> bool);
+        let cases: [Case; 7] = [
+            (b"\xff\xff".to_vec(), |f| {
+                matches!(f, Fault::NotADirectoryMessage(_))
+            }),
+            (file("f", None).encode_to_vec(), |f| {
+                matches!(f, Fault::NoDigest { .. })
+            }),
+            (file("f", digest(&good, -1)).encode_to_vec(), |f| {
+                matches!(f, Fault::NegativeSize { size: -1, .. })
+            }),
+            (file("f", digest(&good, 0)).encode_to_vec(), |f| {
+                matches!(f, Fault::EmptyButHashed { .. })
+            }),
+            (
+                file("f", digest("ABC", 3)).encode_to_vec(),
+                |f| matches!(f, Fault::NotSha256 { hash, .. } if hash == "ABC"),
+            ),
+            (
+                file("..", digest(&good, 1)).encode_to_vec(),
+                |f| matches!(f, Fault::BadName(BadName { name }) if name == ".."),
+            ),
+            (
+                link.encode_to_vec(),
+                |f| matches!(f, Fault::BadSymlinkTarget { name } if name == "l"),
+            ),
+        ];
+        for (blob, is_the_fault) in cases {
+            let err = check("d1", &blob).expect_err("a bad blob was accepted");
+            assert!(is_the_fault(&err.fault), "{err}");
+            assert_eq!(err.hash, "d1");
+            assert!(err.to_string().starts_with("directory d1: "), "{err}");
         }
     }
 
@@ -216,8 +279,12 @@ mod tests {
                 panic!("{files:?} {dirs:?} {links:?} accepted");
             };
             assert!(
-                why.contains(&format!("the name {twice:?} appears twice")),
+                matches!(&why.fault, Fault::NameTwice { name } if name == twice),
                 "{why}"
+            );
+            assert_eq!(
+                why.to_string(),
+                format!("directory h: the name {twice:?} appears twice")
             );
         }
         let distinct = check("h", &blob(&["a", "c"], &["b", "d"], &["e"])).unwrap();

@@ -10,6 +10,7 @@
 //! execution worker's CAS.
 
 mod check;
+mod error;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 pub use check::{check_name, EMPTY_SHA256};
+pub use error::{BadName, BlobError, Fault, InvalidDirectory, MissingDir, WalkError};
 
 use crate::sandbox::store::Digest;
 
@@ -27,19 +29,19 @@ const CHECKED_CAP: usize = 1 << 18;
 /// Where serialized `Directory` messages are found by digest.
 pub trait DirectorySource: Send + Sync {
     /// The blob of directory `hash` (`size` bytes long), `Ok(None)` if the
-    /// source lacks it, `Err` (the reason) if it cannot be read.
-    fn directory_blob(&self, hash: &str, size: i64) -> Result<Option<Arc<[u8]>>, String>;
+    /// source lacks it, `Err` if it cannot be read.
+    fn directory_blob(&self, hash: &str, size: i64) -> Result<Option<Arc<[u8]>>, BlobError>;
 }
 
 impl<T: DirectorySource + ?Sized> DirectorySource for Arc<T> {
-    fn directory_blob(&self, hash: &str, size: i64) -> Result<Option<Arc<[u8]>>, String> {
+    fn directory_blob(&self, hash: &str, size: i64) -> Result<Option<Arc<[u8]>>, BlobError> {
         (**self).directory_blob(hash, size)
     }
 }
 
 /// Pushed blobs, checked against their digests when they were put.
 impl DirectorySource for crate::sandbox::store::ContentStore {
-    fn directory_blob(&self, hash: &str, _size: i64) -> Result<Option<Arc<[u8]>>, String> {
+    fn directory_blob(&self, hash: &str, _size: i64) -> Result<Option<Arc<[u8]>>, BlobError> {
         Ok(self.directory(hash))
     }
 }
@@ -214,23 +216,6 @@ pub fn join(dir: &str, name: &str) -> String {
     }
 }
 
-/// Why a tree cannot be walked.
-#[derive(Debug)]
-pub enum WalkError {
-    /// Directory blobs the source lacks (each once, sorted by hash).
-    Missing(Vec<MissingDir>),
-    /// A permanent fault of the tree, with the digest and name it is in.
-    Invalid(String),
-}
-
-/// A directory blob the source lacks, and the first path naming it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct MissingDir {
-    pub hash: String,
-    pub size: i64,
-    pub path: String,
-}
-
 /// The decoded-directory cache, in front of a source of blobs.
 pub struct Trees<S> {
     source: S,
@@ -286,7 +271,7 @@ impl<S: DirectorySource> Trees<S> {
     /// Decodes and checks `blob`, the directory of digest `hash` (which
     /// the caller computed from it), ahead of any walk through it; else
     /// why it is not a valid directory.
-    pub fn check_ahead(&self, hash: &str, blob: &[u8]) -> Result<(), String> {
+    pub fn check_ahead(&self, hash: &str, blob: &[u8]) -> Result<(), InvalidDirectory> {
         let dir = Arc::new(check::check(hash, blob)?);
         self.keep_checked(hash, dir);
         Ok(())
@@ -314,10 +299,15 @@ impl<S: DirectorySource> Trees<S> {
             match self.source.directory_blob(hash, size) {
                 Ok(Some(blob)) => blob,
                 Ok(None) => return Ok(None),
-                Err(why) => return Err(WalkError::Invalid(format!("directory {hash}: {why}"))),
+                Err(err) => {
+                    return Err(WalkError::Invalid(InvalidDirectory {
+                        hash: hash.to_owned(),
+                        fault: err.into(),
+                    }))
+                }
             }
         };
-        let dir = Arc::new(check::check(hash, &blob).map_err(WalkError::Invalid)?);
+        let dir = Arc::new(check::check(hash, &blob)?);
         self.keep_checked(hash, dir.clone());
         Ok(Some(dir))
     }

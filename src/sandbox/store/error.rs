@@ -6,6 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::sandbox::file_kind::FileKind;
+use crate::sandbox::ownership::OwnershipError;
 
 /// The operation an error happened in, for its message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +66,9 @@ pub enum StoreError {
         path: PathBuf,
         error: io::Error,
     },
+    /// A predecessor's hand-off that is not this user's alone: not
+    /// adopted, left where it is.
+    NotOurs(OwnershipError),
 }
 
 impl StoreError {
@@ -165,6 +169,11 @@ impl fmt::Display for StoreError {
                 }
                 write!(f, ": {call} {}: {}", path.display(), describe(error))
             }
+            StoreError::NotOurs(err) => write!(
+                f,
+                "{}: {err}: not adopted, left where it is",
+                Op::Open.name()
+            ),
         }
     }
 }
@@ -173,6 +182,7 @@ impl std::error::Error for StoreError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             StoreError::Io { error, .. } => Some(error),
+            StoreError::NotOurs(err) => Some(err),
             _ => None,
         }
     }

@@ -28,7 +28,7 @@ use super::{
 };
 use crate::sandbox::dirfd::{kind_of, DirFd};
 use crate::sandbox::file_kind::FileKind;
-use crate::sandbox::private_dir::ours_alone_by;
+use crate::sandbox::ownership::{self, Rules};
 
 /// The first line of an index, naming its format.
 const HEADER: &str = "actionfs-warm-store 1";
@@ -213,15 +213,10 @@ fn take(from: &Path, root: &Path) -> Result<Option<String>, StoreError> {
     // In a shared base (/dev/shm) the name can be anyone's: only a
     // directory of this user's alone is a hand-off (its files' owners are
     // checked too, as they are adopted).
-    match fs::symlink_metadata(from) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(err("lstat", from)(e)),
-        Ok(meta) => ours_alone_by(from, &meta).map_err(|why| {
-            err("lstat", from)(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!("{why}: not adopted, left where it is"),
-            ))
-        })?,
+    match ownership::check(from, &Rules::PRIVATE) {
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(StoreError::NotOurs(e)),
+        Ok(()) => {}
     }
     let taken = root.join("adopting");
     remove_any(&taken).map_err(err("remove", &taken))?;

@@ -11,6 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, Weak};
 
 use super::attr::FileKind;
+use super::error::FsError;
 use super::name::Name;
 use super::namespace::type_entry;
 use super::node::{DirData, LazyEntries, Location, Node, Origin};
@@ -77,7 +78,7 @@ fn draft_node(draft: &mut Draft, at: u32, origin: Origin, inherited_writable: bo
 pub fn graft_lazy(
     tree: &Arc<Node>,
     mut lazy: Vec<(String, Box<dyn LazyEntries>)>,
-) -> Result<(), String> {
+) -> Result<(), GraftError> {
     // A path's parent and last name, borrowed from it.
     fn split(path: &str) -> (&str, &str) {
         let path = path.trim_matches('/');
@@ -89,12 +90,12 @@ pub fn graft_lazy(
     while let Some((path, entries)) = lazy.next() {
         let (parent_path, name) = split(&path);
         if name.is_empty() {
-            return Err(format!("{path:?}: not below the sandbox's top"));
+            return Err(GraftError::NotBelowTop { path });
         }
         let parent = reach_dir(tree, parent_path, &path)?;
         let dir = parent
             .dir()
-            .map_err(|_| format!("{path:?}: a file is in the way"))?;
+            .map_err(|_| GraftError::FileInTheWay { path: path.clone() })?;
         let has_underlying = !matches!(parent.origin(), Origin::Virtual);
         let writable = has_underlying && parent.is_writable();
         let this = Arc::downgrade(&parent);
@@ -110,9 +111,11 @@ pub fn graft_lazy(
         }
         dir.insert_explicit_all(nodes).map_err(|taken| {
             let taken = taken.as_os_str().to_string_lossy();
-            match parent_path {
-                "" => format!("{taken:?} is there already"),
-                parent => format!("\"{parent}/{taken}\" is there already"),
+            GraftError::Taken {
+                path: match parent_path {
+                    "" => taken.into_owned(),
+                    parent => format!("{parent}/{taken}"),
+                },
             }
         })?;
     }
@@ -121,7 +124,7 @@ pub fn graft_lazy(
 
 /// The directory at `dir_path` below `tree`, typed, made (as
 /// [`graft_lazy`] says) where missing; `for_path` names errors.
-fn reach_dir(tree: &Arc<Node>, dir_path: &str, for_path: &str) -> Result<Arc<Node>, String> {
+fn reach_dir(tree: &Arc<Node>, dir_path: &str, for_path: &str) -> Result<Arc<Node>, GraftError> {
     let mut node = tree.clone();
     for name in dir_path.split('/').filter(|name| !name.is_empty()) {
         let dir = typed_dir(&node, for_path)?;
@@ -146,12 +149,38 @@ fn reach_dir(tree: &Arc<Node>, dir_path: &str, for_path: &str) -> Result<Arc<Nod
 /// `node`'s directory data, typing the node first if it is a mapping
 /// with nothing nested in it (typed, and a directory pinned, by the
 /// `lstat` its first lookup would make).
-fn typed_dir<'a>(node: &'a Arc<Node>, for_path: &str) -> Result<&'a DirData, String> {
+fn typed_dir<'a>(node: &'a Arc<Node>, for_path: &str) -> Result<&'a DirData, GraftError> {
     if node.typed_kind().is_none() {
-        type_entry(node).map_err(|err| format!("{for_path:?}: {err}"))?;
+        type_entry(node).map_err(|source| GraftError::Typing {
+            path: for_path.to_owned(),
+            source,
+        })?;
     }
-    node.dir()
-        .map_err(|_| format!("{for_path:?}: a file is in the way"))
+    node.dir().map_err(|_| GraftError::FileInTheWay {
+        path: for_path.to_owned(),
+    })
+}
+
+/// Why a lazy directory cannot be put where it was asked for; each names
+/// the lazy directory's path below the sandbox's top.
+#[derive(Debug, thiserror::Error)]
+pub enum GraftError {
+    #[error("{path:?}: not below the sandbox's top")]
+    NotBelowTop { path: String },
+    #[error("{path:?}: a file is in the way")]
+    FileInTheWay { path: String },
+    /// Another node has this path.
+    #[error("{path:?} is there already")]
+    Taken { path: String },
+    /// A mapping on the way could not be typed.
+    #[error("{path:?}: {source}")]
+    Typing { path: String, source: FsError },
+    /// The writable directory a lazy root merges with.
+    #[error("root: open {path:?}: {source}")]
+    OpenRoot {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// The origin of directory `name`, made up for nested mappings below

@@ -145,3 +145,5 @@ impl fmt::Debug for FsError {
         write!(f, "{self} ({:?})", self.errno)
     }
 }
+
+impl std::error::Error for FsError {}

@@ -260,7 +260,7 @@ impl SymlinkTargets {
     }
 
     /// The symlink of ours for each symlink target in `walked`.
-    pub fn of(&self, walked: &Walked) -> Result<HashMap<Box<str>, PathBuf>, String> {
+    pub fn of(&self, walked: &Walked) -> Result<HashMap<Box<str>, PathBuf>, SymlinkTargetError> {
         let mut links = HashMap::new();
         for (_, dir) in &walked.dirs {
             for link in dir.symlinks.iter() {
@@ -274,7 +274,7 @@ impl SymlinkTargets {
 
     /// A symlink of ours whose target is `target`: made by a rename, so
     /// that one is whole whenever it is there.
-    fn symlink_for(&self, target: &str) -> Result<PathBuf, String> {
+    fn symlink_for(&self, target: &str) -> Result<PathBuf, SymlinkTargetError> {
         let name = sha256_hex(target.as_bytes());
         let path = self.dir.join(&name);
         if self.made.lock().contains(&name) {
@@ -283,11 +283,27 @@ impl SymlinkTargets {
         let temp = self
             .dir
             .join(format!(".{name}.{:?}", std::thread::current().id()));
+        let failed = |syscall, at: &Path, source| SymlinkTargetError {
+            target: target.into(),
+            syscall,
+            path: at.to_owned(),
+            source,
+        };
         let _ = std::fs::remove_file(&temp);
-        std::os::unix::fs::symlink(target, &temp)
-            .and_then(|()| std::fs::rename(&temp, &path))
-            .map_err(|err| format!("symlink to {target:?} at {path:?}: {err}"))?;
+        std::os::unix::fs::symlink(target, &temp).map_err(|err| failed("symlink", &temp, err))?;
+        std::fs::rename(&temp, &path).map_err(|err| failed("rename", &path, err))?;
         self.made.lock().insert(name);
         Ok(path)
     }
+}
+
+/// A symlink standing for a tree's symlink node that could not be made.
+#[derive(Debug, thiserror::Error)]
+#[error("{syscall} {path:?} (a symlink to {target:?}): {source}")]
+pub struct SymlinkTargetError {
+    /// The target the tree's symlink holds.
+    pub target: Box<str>,
+    pub syscall: &'static str,
+    pub path: PathBuf,
+    pub source: std::io::Error,
 }

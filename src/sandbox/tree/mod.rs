@@ -44,11 +44,12 @@ use parking_lot::Mutex;
 pub use crate::sys::Caller;
 pub use access::{AccessError, InputAccess};
 pub use attr::{Attr, FileKind};
+pub use build::GraftError;
 pub use error::{Errno, FsError, FsResult};
 pub use handles::{DirEntry, OpenFile};
 pub use inodes::ROOT_INO;
 pub use io::Opened;
-pub use merkle_dirs::{EmptyDirs, FileContent, MerkleInputs, SymlinkTargets};
+pub use merkle_dirs::{EmptyDirs, FileContent, MerkleInputs, SymlinkTargetError, SymlinkTargets};
 pub use mutate::{SetAttr, SetTime};
 pub use name::Name;
 pub use namespace::StatFs;
@@ -104,6 +105,11 @@ pub struct FsConfig {
 pub enum SandboxError {
     InvalidId(ResolveError),
     Exists(String),
+    /// A second create of an existing sandbox, refused in sandboxfs's words
+    /// (docs/PARITY.md).
+    AlreadyMapped(String),
+    /// Another request for the sandbox is being applied.
+    Busy(String),
     Missing(String),
     Layout {
         id: String,
@@ -114,7 +120,7 @@ pub enum SandboxError {
     /// A lazy directory could not be put where it was asked for.
     Lazy {
         id: String,
-        why: String,
+        why: build::GraftError,
     },
 }
 
@@ -123,6 +129,14 @@ impl fmt::Display for SandboxError {
         match self {
             SandboxError::InvalidId(err) => write!(f, "{err}"),
             SandboxError::Exists(id) => write!(f, "sandbox {id:?} already exists"),
+            SandboxError::AlreadyMapped(id) => write!(
+                f,
+                "sandbox {id:?}: Already mapped (the sandbox already exists; destroy it first)"
+            ),
+            SandboxError::Busy(id) => write!(
+                f,
+                "sandbox {id:?}: another request for it is being applied; try again"
+            ),
             SandboxError::Missing(id) => write!(f, "sandbox {id:?} does not exist"),
             SandboxError::Layout { id, error } => write!(f, "sandbox {id:?}: {error}"),
             SandboxError::HidesMapping(id) => write!(
@@ -331,7 +345,10 @@ impl SandboxFs {
             crate::sandbox::dirfd::Anchor::open(writable_root, Some(id.into())).map_err(|err| {
                 SandboxError::Lazy {
                     id: id.to_owned(),
-                    why: format!("root: open {writable_root:?}: {err}"),
+                    why: build::GraftError::OpenRoot {
+                        path: writable_root.to_owned(),
+                        source: err,
+                    },
                 }
             })?;
         let tree = Node::new_lazy_dir(

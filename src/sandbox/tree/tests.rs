@@ -321,12 +321,74 @@ impl LazyEntries for CountedEntries {
     }
 }
 
+/// Directories `inputs` and `scratch`, made in `dir`.
+fn inputs_and_scratch(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (inputs, scratch) = (dir.join("inputs"), dir.join("scratch"));
+    fs::create_dir_all(&inputs).unwrap();
+    fs::create_dir_all(&scratch).unwrap();
+    (inputs, scratch)
+}
+
+/// A lazy directory that cannot go where it is asked for refuses the
+/// whole create, saying which path and why; nothing is published.
+#[test]
+fn a_lazy_directory_that_cannot_be_grafted_is_refused_naming_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let (inputs, scratch) = inputs_and_scratch(dir.path());
+    fs::write(inputs.join("file"), "f").unwrap();
+    let fs = new_fs(dir.path());
+    let entries = || -> Box<dyn LazyEntries> {
+        Box::new(CountedEntries {
+            dir: inputs.clone(),
+            names: vec!["a"],
+            made: Arc::default(),
+        })
+    };
+    let create = |id: &str, lazy: Vec<&str>| {
+        let mut draft = crate::sandbox::layout::Draft::new(Some(id));
+        let bytes = |path: &Path| std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec();
+        draft.add(0, "/ws", &bytes(&scratch), true);
+        draft.add(1, "/ws/file", &bytes(&inputs.join("file")), false);
+        let draft = draft.finish(&dir.path().join("mnt")).unwrap();
+        let lazy = lazy
+            .into_iter()
+            .map(|path| (path.to_owned(), entries()))
+            .collect();
+        fs.create_drafted_lazy(id, draft, lazy, 3).unwrap_err()
+    };
+    let below_a_file = create("a", vec!["/ws/file/lib"]);
+    assert!(
+        matches!(&below_a_file, SandboxError::Lazy { id, why: GraftError::FileInTheWay { path } }
+            if id == "a" && path == "/ws/file/lib"),
+        "{below_a_file}"
+    );
+    assert_eq!(
+        below_a_file.to_string(),
+        "sandbox \"a\": lazy directory \"/ws/file/lib\": a file is in the way"
+    );
+    let twice = create("b", vec!["/ws/lib", "/ws/lib"]);
+    assert!(
+        matches!(&twice, SandboxError::Lazy { why: GraftError::Taken { path }, .. } if path == "ws/lib"),
+        "{twice}"
+    );
+    let top = create("c", vec!["/"]);
+    assert!(
+        matches!(
+            &top,
+            SandboxError::Lazy {
+                why: GraftError::NotBelowTop { .. },
+                ..
+            }
+        ),
+        "{top}"
+    );
+    assert!(fs.sandbox_ids().is_empty(), "{:?}", fs.sandbox_ids());
+}
+
 #[test]
 fn a_lazy_directory_is_made_once_at_the_first_lookup_into_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (inputs, scratch) = (dir.path().join("inputs"), dir.path().join("scratch"));
-    fs::create_dir_all(&inputs).unwrap();
-    fs::create_dir_all(&scratch).unwrap();
+    let (inputs, scratch) = inputs_and_scratch(dir.path());
     let names: Vec<&'static str> = vec!["a", "b", "c", "d", "e", "f", "g", "h"];
     for name in &names {
         fs::write(inputs.join(name), name).unwrap();

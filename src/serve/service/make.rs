@@ -49,10 +49,7 @@ impl Service {
         let ws_dir = scratch.join(&plan.walked.top);
         fs::create_dir(&ws_dir).map_err(|err| Error::io("mkdir", &ws_dir, err))?;
         outputs::prepare(scratch, &plan.walked.top, &plan.outs).map_err(Error::Output)?;
-        let links = self
-            .links
-            .of(&plan.walked)
-            .map_err(|err| Error::SymlinkTargets(err.to_string()))?;
+        let links = self.links.of(&plan.walked).map_err(Error::SymlinkTargets)?;
         // Default places are looked at in either way (the draft's now, a
         // lazy directory's when it is made): one inside the mount would
         // have the daemon look into its own view.

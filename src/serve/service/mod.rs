@@ -349,7 +349,7 @@ impl Service {
         let hash = crate::sandbox::store::Digest::of(&bytes).hex();
         self.trees
             .check_ahead(&hash, &bytes)
-            .map_err(|err| Error::DirectoryBlob(err.to_string()))?;
+            .map_err(Error::DirectoryBlob)?;
         Ok(self.store.put_directory(&hash, bytes)?)
     }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::Service;
-use crate::sandbox::merkle::{MissingDir, Trees, WalkError, Walked};
+use crate::sandbox::merkle::{Fault, InvalidDirectory, MissingDir, Trees, WalkError, Walked};
 use crate::sandbox::store::{AcquireError, ContentStore, Lookup};
 use crate::serve::error::{Error, ExecRootFault};
 use crate::serve::kept::{InStore, Kept, StoreAnswers, TreeContent};
@@ -233,19 +233,23 @@ fn walk_workspace(
             path: String::new(),
         }]));
     };
+    let unexpected = || {
+        WalkError::Invalid(InvalidDirectory {
+            hash: root.to_owned(),
+            fault: Fault::Unexpected {
+                dirs: top.dirs.len(),
+                files: top.files.len(),
+                symlinks: top.symlinks.len(),
+                expected: "an input root must hold exactly one directory, named after the \
+                           workspace, and nothing beside it",
+            },
+        })
+    };
     let [workspace] = &top.dirs[..] else {
-        return Err(WalkError::Invalid(format!(
-            "root directory {root}: holds {} directories, {} files and {} symlinks; it must \
-             hold exactly one directory, named after the workspace",
-            top.dirs.len(),
-            top.files.len(),
-            top.symlinks.len()
-        )));
+        return Err(unexpected());
     };
     if !top.files.is_empty() || !top.symlinks.is_empty() {
-        return Err(WalkError::Invalid(format!(
-            "root directory {root}: holds files or symlinks beside the workspace directory"
-        )));
+        return Err(unexpected());
     }
     trees.walk(&workspace.name, &workspace.hash, workspace.size)
 }

@@ -305,8 +305,8 @@ pub fn clone_check(base: &Base) -> Check {
 pub fn decisions(checks: &[Check]) -> Vec<Decision> {
     use crate::fuse::transport::{self, Asked};
     // `auto` never fails: where the ring is not offered, it says why.
-    let (chosen, why) =
-        transport::choose(Asked::Auto).unwrap_or_else(|why| (transport::Transport::Classic, why));
+    let (chosen, why) = transport::choose(Asked::Auto)
+        .unwrap_or_else(|why| (transport::Transport::Classic, why.to_string()));
     let passthrough_ok = checks
         .iter()
         .any(|c| c.key == "passthrough" && c.state == State::Ok);
