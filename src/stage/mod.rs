@@ -71,8 +71,6 @@ pub enum StageError {
     Missing(Vec<MissingBlob>),
     /// The tree or a request argument is malformed.
     Invalid(String),
-    /// An output path cannot be made below the root.
-    OutputPath(build::OutputPathError),
     /// A system call failed.
     Io(materialize::Error),
 }
@@ -104,7 +102,6 @@ impl fmt::Display for StageError {
                 Ok(())
             }
             StageError::Invalid(why) => write!(f, "{why}"),
-            StageError::OutputPath(err) => write!(f, "{err}"),
             StageError::Io(err) => write!(f, "{err}"),
         }
     }
@@ -255,7 +252,8 @@ impl Stager {
                 ))
             }
         };
-        let parents = build::output_parents(&walked, outputs).map_err(StageError::OutputPath)?;
+        let parents = build::output_parents(&walked, outputs)
+            .map_err(|err| StageError::Invalid(err.to_string()))?;
         if let Some(fuse) = &self.fuse {
             if fuse.wants(walked.file_count()) {
                 let staged = Staged::new(at, hash, size);

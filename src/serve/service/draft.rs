@@ -10,7 +10,7 @@ use super::Plan;
 use crate::sandbox::default_place::{Batch, Looked, Place};
 use crate::sandbox::file_kind::FileKind;
 use crate::sandbox::layout::Draft;
-use crate::sandbox::merkle::FileEntry;
+use crate::sandbox::merkle::{Checked, FileEntry};
 use crate::serve::error::Error;
 
 /// Where the drafted mappings point besides the store and default places.
@@ -36,60 +36,32 @@ pub fn draft(
     looks: &Batch,
     mut lazy: Option<&mut Vec<String>>,
 ) -> Result<Draft, Error> {
-    let Plan {
-        walked,
-        outs,
-        writable,
-        exec_root,
-        content,
-        fuse_only: _,
-    } = plan;
-    let ws = walked.top.as_str();
-    let mut draft = Draft::new(Some(id));
-    let mut index = 0;
-    // Inputs' types are known: store files and default places looked at
-    // are files, links ours; so the native build need not type them.
-    let mut add = |path: &str, underlying: &[u8], writable: bool, kind: Option<FileKind>| {
-        match kind {
-            Some(kind) => draft.add_known(index, path, underlying, writable, kind),
-            None => draft.add(index, path, underlying, writable),
-        }
-        index += 1;
+    let ws = plan.walked.top.as_str();
+    let mut drafting = Drafting {
+        draft: Draft::new(Some(id)),
+        index: 0,
+        path: String::with_capacity(256),
+        here: Vec::with_capacity(512),
+        store_path: Vec::with_capacity(256),
     };
-    add(
+    drafting.add(
         &format!("/{ws}"),
         holders.scratch_ws.as_os_str().as_bytes(),
         true,
         None,
     );
-    for (path, host) in writable.iter() {
-        add(path, host.as_bytes(), true, None);
+    for (path, host) in plan.writable.iter() {
+        drafting.add(path, host.as_bytes(), true, None);
     }
-    // An empty directory on an output's path is the scratch one.
-    let output_dirs: HashSet<&str> = outs
-        .iter()
-        .flat_map(|o| ancestors(&o.path, o.dir))
-        .collect();
-    // Writable directories are mappings the draft nests: the tree's
-    // directories on their paths stay in it too, never lazy.
-    let writable_dirs: HashSet<&str> = writable
-        .iter()
-        .flat_map(|(path, _)| ancestors(&path[1..], true))
-        .collect();
-    let on_outputs_path =
-        |dir: &str| dir == ws || output_dirs.contains(dir) || writable_dirs.contains(dir);
-    // One buffer for every sandbox path and one for every default place:
-    // no allocation per input.
-    let (mut path, mut here) = (String::with_capacity(256), Vec::with_capacity(512));
-    let mut store_path = Vec::with_capacity(256);
+    let kept = KeptWhole::of(plan);
     let mut first_file = 0;
-    for (dir, entries) in &walked.dirs {
+    for (dir, entries) in &plan.walked.dirs {
         let files = first_file..first_file + entries.files.len();
         first_file = files.end;
         if let Some(lazy) = lazy.as_deref_mut() {
-            if !on_outputs_path(dir) {
+            if !kept.on_outputs_path(dir) {
                 let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
-                if !on_outputs_path(parent) {
+                if !kept.on_outputs_path(parent) {
                     continue; // inside a lazy directory
                 }
                 if !entries.is_empty() {
@@ -99,21 +71,97 @@ pub fn draft(
                 // Empty: mapped below, as in any draft.
             }
         }
+        let in_store = &plan.content.each[files];
+        drafting.add_dir(plan, holders, looks, (dir, entries), in_store)?;
+        if entries.is_empty() && dir != ws && !kept.output_dirs.contains(dir.as_str()) {
+            let empty = holders.empty.as_os_str().as_bytes();
+            drafting.add(&format!("/{dir}"), empty, false, None);
+        }
+    }
+    Ok(drafting.draft)
+}
+
+/// The directories a lazy draft keeps whole: those on an output's path
+/// (an empty one there is the scratch one) and on a writable
+/// directory's (a mapping the draft nests).
+struct KeptWhole<'p> {
+    workspace: &'p str,
+    output_dirs: HashSet<&'p str>,
+    writable_dirs: HashSet<&'p str>,
+}
+
+impl<'p> KeptWhole<'p> {
+    fn of(plan: &'p Plan) -> KeptWhole<'p> {
+        KeptWhole {
+            workspace: plan.walked.top.as_str(),
+            output_dirs: plan
+                .outs
+                .iter()
+                .flat_map(|o| ancestors(&o.path, o.dir))
+                .collect(),
+            writable_dirs: plan
+                .writable
+                .iter()
+                .flat_map(|(path, _)| ancestors(&path[1..], true))
+                .collect(),
+        }
+    }
+
+    fn on_outputs_path(&self, dir: &str) -> bool {
+        dir == self.workspace || self.output_dirs.contains(dir) || self.writable_dirs.contains(dir)
+    }
+}
+
+/// A draft being made: its mappings numbered in order, and one buffer
+/// for every sandbox path, default place and store path (no allocation
+/// per input).
+struct Drafting {
+    draft: Draft,
+    index: usize,
+    path: String,
+    here: Vec<u8>,
+    store_path: Vec<u8>,
+}
+
+impl Drafting {
+    /// Inputs' types are known (store files and default places looked at
+    /// are files, links ours), so the native build need not type them.
+    fn add(&mut self, path: &str, underlying: &[u8], writable: bool, kind: Option<FileKind>) {
+        match kind {
+            Some(kind) => self
+                .draft
+                .add_known(self.index, path, underlying, writable, kind),
+            None => self.draft.add(self.index, path, underlying, writable),
+        }
+        self.index += 1;
+    }
+
+    /// Directory `dir`'s files (each from the store where `in_store` says
+    /// so, else its default place) and symlinks.
+    fn add_dir(
+        &mut self,
+        plan: &Plan,
+        holders: &Holders,
+        looks: &Batch,
+        (dir, entries): (&str, &Checked),
+        in_store: &[bool],
+    ) -> Result<(), Error> {
+        let mut path = std::mem::take(&mut self.path);
         path.clear();
         path.push('/');
         path.push_str(dir);
         path.push('/');
         let base = path.len();
-        let in_store = &content.each[files];
-        let looked = look_at_default_places(looks, exec_root, dir, &entries.files, in_store);
+        let looked = look_at_default_places(looks, plan.exec_root, dir, &entries.files, in_store);
         // A file found here is linked where the directory's path leads,
         // if known: an open in the sandbox then follows one link, not
         // also the exec root's links into the source tree.
+        let mut here = std::mem::take(&mut self.here);
         here.clear();
         match &looked.resolved {
             Some(resolved) => here.extend_from_slice(resolved.as_os_str().as_bytes()),
             None => {
-                here.extend_from_slice(exec_root.as_os_str().as_bytes());
+                here.extend_from_slice(plan.exec_root.as_os_str().as_bytes());
                 here.push(b'/');
                 here.extend_from_slice(dir.as_bytes());
             }
@@ -121,50 +169,48 @@ pub fn draft(
         here.push(b'/');
         let here_base = here.len();
         let mut found = looked.places.into_iter();
+        let file = Some(FileKind::RegularFile);
+        let mut added = Ok(());
         for (entry, &stored) in entries.files.iter().zip(in_store) {
             path.truncate(base);
             path.push_str(&entry.name);
-            let file = Some(FileKind::RegularFile);
-            match stored {
-                true => {
-                    store_path.clear();
-                    content.push_path(entry, &mut store_path);
-                    add(&path, &store_path, false, file)
+            if stored {
+                let mut store_path = std::mem::take(&mut self.store_path);
+                store_path.clear();
+                plan.content.push_path(entry, &mut store_path);
+                self.add(&path, &store_path, false, file);
+                self.store_path = store_path;
+                continue;
+            }
+            match found.next().expect("a look per default place") {
+                Place::Here => {
+                    here.truncate(here_base);
+                    here.extend_from_slice(entry.name.as_bytes());
+                    self.add(&path, &here, false, file);
                 }
-                false => match found.next().expect("a look per default place") {
-                    Place::Here => {
-                        here.truncate(here_base);
-                        here.extend_from_slice(entry.name.as_bytes());
-                        add(&path, &here, false, file);
-                    }
-                    Place::Elsewhere(target) => {
-                        add(&path, target.as_os_str().as_bytes(), false, file)
-                    }
-                    Place::Refused(why) => {
-                        return Err(Error::DefaultPlace {
-                            input: path[1..].to_owned(),
-                            why,
-                        })
-                    }
-                },
+                Place::Elsewhere(target) => {
+                    self.add(&path, target.as_os_str().as_bytes(), false, file)
+                }
+                Place::Refused(why) => {
+                    added = Err(Error::DefaultPlace {
+                        input: path[1..].to_owned(),
+                        why,
+                    });
+                    break;
+                }
             }
         }
-        for link in entries.symlinks.iter() {
-            path.truncate(base);
-            path.push_str(&link.name);
-            let ours = holders.links[&*link.target].as_os_str().as_bytes();
-            add(&path, ours, false, Some(FileKind::Symlink));
+        if added.is_ok() {
+            for link in entries.symlinks.iter() {
+                path.truncate(base);
+                path.push_str(&link.name);
+                let ours = holders.links[&*link.target].as_os_str().as_bytes();
+                self.add(&path, ours, false, Some(FileKind::Symlink));
+            }
         }
-        if entries.is_empty() && dir != ws && !output_dirs.contains(dir.as_str()) {
-            add(
-                &path[..base - 1],
-                holders.empty.as_os_str().as_bytes(),
-                false,
-                None,
-            );
-        }
+        (self.path, self.here) = (path, here);
+        added
     }
-    Ok(draft)
 }
 
 /// How many mappings the sandbox of `plan` has: the workspace, the
