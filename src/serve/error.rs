@@ -86,6 +86,7 @@ pub enum Error {
     DirectoryBlob(InvalidDirectory),
 }
 
+/// `input {input}: {then}`, or nothing without an input.
 fn input_prefix(input: Option<&str>, then: &str) -> String {
     match input {
         Some(input) => format!("input {input}: {then}"),

@@ -47,7 +47,6 @@ use crate::daemon::config::DaemonConfig;
 use crate::daemon::{self, FrontEnd, Owner, Stopped};
 use crate::fuse::options::{Allow, ZeroMessageOpens};
 use crate::sandbox::hybrid::cutoff::{self, NativeBelow};
-use crate::sandbox::hybrid::handoff;
 use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::materialize::Trash;
 use crate::sandbox::store::ContentStore;
@@ -237,7 +236,6 @@ fn serve_in(
         .claimed
         .map_or_else(|| base.join("store"), Claimed::store);
     let state = handing_on::StateFiles::of(keeping.claimed);
-    let handed_stashes = state.read_stashes();
     let store = Arc::new(
         open_store(&store_dir, keeping.warm, options, base)
             .map_err(|why| negotiation.refuse(why))?,
@@ -269,7 +267,6 @@ fn serve_in(
         dirs,
         store,
         trash,
-        handed_stashes,
         state,
         input,
         negotiation: negotiation.clone(),
@@ -375,7 +372,6 @@ struct RequestLoop {
     dirs: Dirs,
     store: Arc<ContentStore>,
     trash: Trash,
-    handed_stashes: Option<handoff::Reading>,
     state: handing_on::StateFiles,
     input: BufReader<io::Stdin>,
     negotiation: Negotiation,
@@ -390,9 +386,6 @@ struct RequestLoop {
 
 impl RequestLoop {
     fn run(self, sandboxes: Arc<Sandboxes>) {
-        if let Some(handed) = self.handed_stashes {
-            sandboxes.adopt_stashes(handed);
-        }
         let mount = self.dirs.mount.clone();
         let service = Arc::new(Service::new(
             sandboxes,

@@ -358,6 +358,12 @@ impl Service {
         &self.looks
     }
 
+    /// Adopts the stashed native trees a predecessor handed on (see
+    /// [`Sandboxes::adopt_stashes`]), before the first Create.
+    pub fn adopt_stashes(&self, handed: crate::sandbox::hybrid::handoff::Reading) {
+        self.core.adopt_stashes(handed);
+    }
+
     /// Hands the stashed native trees on to the next backend (see
     /// [`Sandboxes::hand_on_stashes`]), once every sandbox is gone.
     pub fn hand_on_stashes(
