@@ -14,11 +14,6 @@
 //! the mounts below it are detached (a killed backend's FUSE mount answers
 //! ENOTCONN until then); a live one's is never touched. At stop, ours is
 //! removed whole.
-//!
-//! Where the exec root is on another file system than the sandbox base,
-//! a second such directory in the exec root's output base holds the
-//! scratch directories of sandboxes served by FUSE (see
-//! [`Base::beside_exec_root`]); it lives, is swept and removed the same way.
 
 use std::fmt;
 use std::fs::File;
@@ -83,40 +78,6 @@ impl Base {
 
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// A second backend directory, on the exec root's file system where
-    /// `base` is on another: in the output base (the parent of
-    /// `--workspace`'s parent), where Bazel 7-9 keep their own sandbox
-    /// base, for the scratch directories of sandboxes served by FUSE, so
-    /// that Collect renames their outputs. `None` where the two share a
-    /// file system, or (said on stderr) the directory cannot be made.
-    pub fn beside_exec_root(workspace: &Path, base: &Path) -> Option<Base> {
-        let device = |path: &Path| {
-            path.ancestors()
-                .find_map(|dir| std::fs::metadata(dir).ok())
-                .map(|meta| std::os::unix::fs::MetadataExt::dev(&meta))
-        };
-        if device(workspace)? == device(base)? {
-            return None;
-        }
-        let output_base = workspace.parent().and_then(Path::parent)?;
-        match Base::make(output_base) {
-            Ok((beside, swept)) => {
-                if !swept.is_empty() {
-                    eprintln!("actionfs serve: {swept}");
-                }
-                Some(beside)
-            }
-            Err(err) => {
-                eprintln!(
-                    "actionfs serve: cannot make a directory beside the exec root ({err}): the \
-                     outputs of sandboxes served by FUSE are written on the sandbox base and \
-                     copied to the exec root at Collect"
-                );
-                None
-            }
-        }
     }
 
     /// Removes our directory and everything in it; the lock goes with the

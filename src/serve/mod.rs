@@ -133,7 +133,6 @@ pub fn run(args: &ServeArgs) -> Result<Served, StartError> {
     };
     let jail = Jail::choose(options.jail);
     keep_inputs_read_only(&mut options, base.path(), &jail);
-    let outputs = Base::beside_exec_root(&args.workspace, base.path());
     let warm = options.keep_state.then(|| warm_state_dir(&parent));
     let claimed = match options.keep_state.then(|| Claimed::claim(&parent)) {
         None => None,
@@ -156,10 +155,7 @@ pub fn run(args: &ServeArgs) -> Result<Served, StartError> {
         }
     };
     let served = serve_in(
-        Own {
-            base: base.path(),
-            outputs: outputs.as_ref().map(Base::path),
-        },
+        base.path(),
         Keeping {
             warm: warm.as_deref(),
             claimed: claimed.as_ref(),
@@ -170,10 +166,8 @@ pub fn run(args: &ServeArgs) -> Result<Served, StartError> {
         input,
         negotiation.clone(),
     );
-    for made in [Some(base), outputs].into_iter().flatten() {
-        if let Err(why) = made.remove() {
-            log::error!("cannot remove what this backend made: {why}");
-        }
+    if let Err(why) = base.remove() {
+        log::error!("cannot remove what this backend made: {why}");
     }
     if let Some(claimed) = claimed {
         claimed.release();
@@ -202,14 +196,6 @@ impl Negotiation {
     }
 }
 
-/// This backend's directories: below the sandbox base, and beside the
-/// exec root for outputs where that is another file system.
-#[derive(Clone, Copy)]
-struct Own<'a> {
-    base: &'a Path,
-    outputs: Option<&'a Path>,
-}
-
 /// What this backend keeps for the next one: the store's content
 /// (`warm`) and, in a claimed state directory, the rest.
 #[derive(Clone, Copy)]
@@ -221,7 +207,7 @@ struct Keeping<'a> {
 /// Mounts below `base`, answers Negotiate once the mount serves, and
 /// serves until the stream ends.
 fn serve_in(
-    Own { base, outputs }: Own<'_>,
+    base: &Path,
     keeping: Keeping<'_>,
     options: &BackendOptions,
     jail: Jail,
@@ -229,7 +215,7 @@ fn serve_in(
     input: BufReader<io::Stdin>,
     negotiation: Negotiation,
 ) -> Result<Served, StartError> {
-    let dirs = make_dirs(base, outputs).map_err(|why| negotiation.refuse(why))?;
+    let dirs = make_dirs(base).map_err(|why| negotiation.refuse(why))?;
     // In the claimed state directory, its files keep their paths from one
     // backend to the next, as the stashes handed on there need.
     let store_dir = keeping
@@ -340,15 +326,13 @@ fn serve_in(
 }
 
 /// The backend's directories below `base`: the mount point, the scratch
-/// directories' parent, symlink targets and the empty directory; and
-/// `outputs`, the directory for output homes if there is one.
-fn make_dirs(base: &Path, outputs: Option<&Path>) -> Result<Dirs, StartError> {
+/// directories' parent, symlink targets and the empty directory.
+fn make_dirs(base: &Path) -> Result<Dirs, StartError> {
     let dirs = Dirs {
         mount: base.join("mnt"),
         scratch: base.join("scratch"),
         links: base.join("links"),
         empty: base.join("empty"),
-        scratch_beside_exec_root: outputs.map(Path::to_owned),
     };
     for dir in [&dirs.mount, &dirs.scratch, &dirs.links, &dirs.empty] {
         std::fs::DirBuilder::new()

@@ -17,17 +17,9 @@ impl Service {
     /// Makes the scratch directory and the sandbox from a checked tree;
     /// returns the scratch directory.
     pub(super) fn make(&self, id: &str, plan: &Plan) -> Result<PathBuf, Error> {
-        let mappings = mapping_count(plan);
-        // Natively, every input (the materializer needs them all). In
-        // FUSE, directories off the outputs' paths are lazy, made into
-        // nodes when the action first reaches them.
-        let native = !plan.fuse_only && self.core.builds_natively(id, &self.dirs.scratch, mappings);
-        let scratch = match (&self.dirs.scratch_beside_exec_root, native) {
-            (Some(beside), false) => beside.join(id),
-            _ => self.dirs.scratch.join(id),
-        };
+        let scratch = self.dirs.scratch.join(id);
         fs::create_dir(&scratch).map_err(|err| Error::io("mkdir", &scratch, err))?;
-        match self.make_in(id, plan, &scratch, native, mappings) {
+        match self.make_in(id, plan, &scratch) {
             Ok(()) => Ok(scratch),
             Err(err) => {
                 if let Err(left) = remove_tree(&scratch) {
@@ -38,21 +30,19 @@ impl Service {
         }
     }
 
-    fn make_in(
-        &self,
-        id: &str,
-        plan: &Plan,
-        scratch: &std::path::Path,
-        native: bool,
-        mappings: usize,
-    ) -> Result<(), Error> {
+    fn make_in(&self, id: &str, plan: &Plan, scratch: &std::path::Path) -> Result<(), Error> {
         let ws_dir = scratch.join(&plan.walked.top);
         fs::create_dir(&ws_dir).map_err(|err| Error::io("mkdir", &ws_dir, err))?;
         outputs::prepare(scratch, &plan.walked.top, &plan.outs).map_err(Error::Output)?;
         let links = self.links.of(&plan.walked).map_err(Error::SymlinkTargets)?;
-        // Default places are looked at in either way (the draft's now, a
-        // lazy directory's when it is made): one inside the mount would
-        // have the daemon look into its own view.
+        let mappings = mapping_count(plan);
+        // Natively, every input (the materializer needs them all). In
+        // FUSE, directories off the outputs' paths are lazy, made into
+        // nodes when the action first reaches them. Either way default
+        // places are looked at (the draft's now, a lazy directory's when
+        // it is made): one inside the mount would have the daemon look
+        // into its own view.
+        let native = !plan.fuse_only && self.core.builds_natively(id, &ws_dir, mappings);
         let mut lazy = Vec::new();
         let holders = Holders {
             scratch_ws: &ws_dir,

@@ -36,7 +36,7 @@ use super::kept::{InStore, KeptTrees};
 use super::outputs::{self, Output};
 use crate::sandbox::default_place::Looks;
 use crate::sandbox::hybrid::Sandboxes;
-use crate::sandbox::materialize::{remove_tree, Trash};
+use crate::sandbox::materialize::Trash;
 use crate::sandbox::merkle::{Trees, Walked};
 use crate::sandbox::store::ContentStore;
 use crate::sandbox::tree::SymlinkTargets;
@@ -48,13 +48,6 @@ pub struct Dirs {
     pub mount: PathBuf,
     /// One scratch directory per sandbox, holding its workspace directory.
     pub scratch: PathBuf,
-    /// Where the scratch directories of sandboxes served by FUSE go
-    /// instead, if `scratch` is on another file system than the exec
-    /// root: on the exec root's, so that Collect renames outputs, as
-    /// Bazel 7-9's own sandbox does with its base beside the exec root.
-    /// A native sandbox's stays in `scratch`: its workspace directory
-    /// holds a link per input, made fastest there.
-    pub scratch_beside_exec_root: Option<PathBuf>,
     /// Symlinks with the targets of symlink nodes, one per target.
     pub links: PathBuf,
     /// An empty read-only directory, for empty directories of trees.
@@ -170,16 +163,18 @@ impl Service {
         self.core
             .stats()
             .request(RequestKind::Create, started.elapsed(), !failed);
-        let created = created.map(|(path, scratch)| create::result::Ok {
-            confinement: self.jail.confinement(&manifest, &path, &scratch),
+        let created = created.map(|path| create::result::Ok {
+            confinement: self
+                .jail
+                .confinement(&manifest, &path, &self.dirs.scratch.join(id)),
             path: path.to_string_lossy().into_owned(),
         });
         error::create_answer(id, created)
     }
 
     /// Checks the manifest, finds each input's content and makes the
-    /// sandbox; returns the path Create answers and its scratch directory.
-    fn try_create(&self, id: &str, manifest: &Manifest) -> Result<(PathBuf, Arc<Path>), Error> {
+    /// sandbox; returns the path Create answers.
+    fn try_create(&self, id: &str, manifest: &Manifest) -> Result<PathBuf, Error> {
         validate_sandbox_id(id).map_err(Error::InvalidId)?;
         // Its scratch directory and tree are in the way until then.
         self.departures.wait_for(id);
@@ -205,11 +200,10 @@ impl Service {
         };
         match self.make(id, &plan) {
             Ok(scratch) => {
-                let scratch: Arc<Path> = scratch.into();
                 self.live.lock().insert(
                     id.to_owned(),
                     Live {
-                        scratch: scratch.clone(),
+                        scratch: scratch.into(),
                         outputs: plan.outs.into(),
                     },
                 );
@@ -217,11 +211,10 @@ impl Service {
                 // not through the view: Bazel's `exists` on the root and
                 // the action's first walk to its working directory would
                 // each be a FUSE round trip (two an action, counted).
-                let path = self
+                Ok(self
                     .core
                     .native_link(id)
-                    .unwrap_or_else(|| self.dirs.mount.join(id));
-                Ok((path, scratch))
+                    .unwrap_or_else(|| self.dirs.mount.join(id)))
             }
             Err(err) => {
                 self.store.release(id);
@@ -316,19 +309,13 @@ impl Service {
         };
         self.store.release(id);
         let trash = self.trash.clone();
-        let in_trash_fs = live.scratch.starts_with(&self.dirs.scratch);
         self.departures.send(
             id,
             Box::new(move |id| {
                 if let Some(Err(err)) = departure.map(|d| d.finish()) {
                     log::warn!("sandbox {id:?}: destroy: {err}");
                 }
-                // The trash renames: one beside the exec root is removed here.
-                let discarded = match in_trash_fs {
-                    true => trash.discard(&live.scratch).map(drop),
-                    false => remove_tree(&live.scratch).map(drop),
-                };
-                if let Err(err) = discarded {
+                if let Err(err) = trash.discard(&live.scratch) {
                     log::warn!("sandbox {id:?}: destroy: {err}");
                 }
             }),
