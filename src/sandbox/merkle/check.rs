@@ -19,35 +19,13 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, InvalidDirectory
     };
     let dir =
         reapi::Directory::decode(blob).map_err(|err| invalid(Fault::NotADirectoryMessage(err)))?;
-    let digest_of = |name: &str, digest: Option<reapi::Digest>| match digest {
-        Some(digest) if digest.size_bytes < 0 => Err(invalid(Fault::NegativeSize {
-            name: name.to_owned(),
-            size: digest.size_bytes,
-        })),
-        Some(digest) if digest.size_bytes == 0 && digest.hash != EMPTY_SHA256 => {
-            Err(invalid(Fault::EmptyButHashed {
-                name: name.to_owned(),
-                hash: digest.hash,
-            }))
-        }
-        Some(digest) => match Digest::parse(&digest.hash) {
-            Some(parsed) => Ok((digest.hash.into_boxed_str(), digest.size_bytes, parsed)),
-            None => Err(invalid(Fault::NotSha256 {
-                name: name.to_owned(),
-                hash: digest.hash,
-            })),
-        },
-        None => Err(invalid(Fault::NoDigest {
-            name: name.to_owned(),
-        })),
-    };
     let name_checked = |name: &str| check_name(name).map_err(|err| invalid(err.into()));
     // The decoded strings are moved in, not copied: a tree's first walk
     // decodes thousands of entries.
     let mut files = Vec::with_capacity(dir.files.len());
     for file in dir.files {
         name_checked(&file.name)?;
-        let (hash, size, digest) = digest_of(&file.name, file.digest)?;
+        let (hash, size, digest) = checked_digest(&file.name, file.digest).map_err(invalid)?;
         files.push(FileEntry {
             name: file.name.into_boxed_str(),
             digest,
@@ -59,7 +37,7 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, InvalidDirectory
     let mut dirs = Vec::with_capacity(dir.directories.len());
     for sub in dir.directories {
         name_checked(&sub.name)?;
-        let (hash, size, _) = digest_of(&sub.name, sub.digest)?;
+        let (hash, size, _) = checked_digest(&sub.name, sub.digest).map_err(invalid)?;
         dirs.push(DirEntry {
             name: sub.name.into_boxed_str(),
             hash,
@@ -83,42 +61,75 @@ pub(super) fn check(hash: &str, blob: &[u8]) -> Result<Checked, InvalidDirectory
         symlinks: symlinks.into(),
         order: None,
     };
+    match name_given_twice(&mut checked) {
+        Some(name) => Err(invalid(Fault::NameTwice { name })),
+        None => Ok(checked),
+    }
+}
+
+/// Entry `name`'s digest: present, of a size not negative, SHA-256, and
+/// the empty one's hash where its size is 0.
+fn checked_digest(
+    name: &str,
+    digest: Option<reapi::Digest>,
+) -> Result<(Box<str>, i64, Digest), Fault> {
+    let name = || name.to_owned();
+    let Some(digest) = digest else {
+        return Err(Fault::NoDigest { name: name() });
+    };
+    if digest.size_bytes < 0 {
+        return Err(Fault::NegativeSize {
+            name: name(),
+            size: digest.size_bytes,
+        });
+    }
+    if digest.size_bytes == 0 && digest.hash != EMPTY_SHA256 {
+        return Err(Fault::EmptyButHashed {
+            name: name(),
+            hash: digest.hash,
+        });
+    }
+    match Digest::parse(&digest.hash) {
+        Some(parsed) => Ok((digest.hash.into_boxed_str(), digest.size_bytes, parsed)),
+        None => Err(Fault::NotSha256 {
+            name: name(),
+            hash: digest.hash,
+        }),
+    }
+}
+
+/// A name `checked` gives twice, across its three lists or in one. Sorted
+/// lists (as REAPI asks, and Bazel sends) need a merge each; otherwise an
+/// index sorted by name, where twins are neighbours, is kept in `checked`
+/// for lookups by name.
+fn name_given_twice(checked: &mut Checked) -> Option<String> {
     let file_names = || checked.files.iter().map(|f| &*f.name);
     let dir_names = || checked.dirs.iter().map(|d| &*d.name);
     let link_names = || checked.symlinks.iter().map(|l| &*l.name);
-    // Strictly sorted lists (as REAPI asks, and Bazel sends) hold no name
-    // twice; across lists, one merge each finds a name in two.
-    let sorted = strictly_sorted(file_names())
+    if strictly_sorted(file_names())
         && strictly_sorted(dir_names())
-        && strictly_sorted(link_names());
-    let twice = if sorted {
-        name_in_both(file_names(), dir_names())
+        && strictly_sorted(link_names())
+    {
+        return name_in_both(file_names(), dir_names())
             .or_else(|| name_in_both(file_names(), link_names()))
-            .or_else(|| name_in_both(dir_names(), link_names()))
-    } else {
-        // Searched by name all the same: an index sorted by name, where a
-        // name given twice is two neighbours.
-        let kinds = [
-            checked.files.len(),
-            checked.dirs.len(),
-            checked.symlinks.len(),
-        ];
-        let mut order: Vec<(u8, u32)> = (0u8..3)
-            .flat_map(|kind| (0..kinds[kind as usize] as u32).map(move |at| (kind, at)))
-            .collect();
-        let name = |&(kind, at): &(u8, u32)| checked.entry(kind, at).name();
-        order.sort_unstable_by(|a, b| name(a).cmp(name(b)));
-        let twice = order
-            .windows(2)
-            .find(|pair| name(&pair[0]) == name(&pair[1]))
-            .map(|pair| name(&pair[0]).to_owned());
-        checked.order = Some(order.into());
-        twice
-    };
-    if let Some(name) = twice {
-        return Err(invalid(Fault::NameTwice { name }));
+            .or_else(|| name_in_both(dir_names(), link_names()));
     }
-    Ok(checked)
+    let kinds = [
+        checked.files.len(),
+        checked.dirs.len(),
+        checked.symlinks.len(),
+    ];
+    let mut order: Vec<(u8, u32)> = (0u8..3)
+        .flat_map(|kind| (0..kinds[kind as usize] as u32).map(move |at| (kind, at)))
+        .collect();
+    let name = |&(kind, at): &(u8, u32)| checked.entry(kind, at).name();
+    order.sort_unstable_by(|a, b| name(a).cmp(name(b)));
+    let twice = order
+        .windows(2)
+        .find(|pair| name(&pair[0]) == name(&pair[1]))
+        .map(|pair| name(&pair[0]).to_owned());
+    checked.order = Some(order.into());
+    twice
 }
 
 fn strictly_sorted<'a>(mut names: impl Iterator<Item = &'a str>) -> bool {
