@@ -113,7 +113,7 @@ fn load(args: &ReplayArgs) -> Result<Vec<Step>, ReplayError> {
         .and_then(|line| serde_json::from_str::<Value>(line).ok())
         .is_some_and(|first| first.get("t_us").is_some());
     let steps = if recorded {
-        load_recording(&raw).map_err(fail)?
+        load_recording(&raw).map_err(|err| fail(err.to_string()))?
     } else {
         RequestReader::new(raw.as_bytes())
             .map(|item| match item {
@@ -163,9 +163,17 @@ fn carry_prefixes(steps: &mut [Step]) {
     }
 }
 
+/// A `--record` line (1-based) that is not the JSON it should be.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {source}")]
+struct BadLine {
+    line: usize,
+    source: serde_json::Error,
+}
+
 /// Reads `--record` lines; each answer is matched to the oldest
 /// unanswered request of its id.
-fn load_recording(raw: &str) -> Result<Vec<Step>, String> {
+fn load_recording(raw: &str) -> Result<Vec<Step>, BadLine> {
     let mut steps = Vec::new();
     let mut waiting: HashMap<String, VecDeque<usize>> = HashMap::new();
     for (n, line) in raw
@@ -173,12 +181,17 @@ fn load_recording(raw: &str) -> Result<Vec<Step>, String> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
-        let event: Value =
-            serde_json::from_str(line).map_err(|e| format!("line {}: {e}", n + 1))?;
+        let event: Value = serde_json::from_str(line).map_err(|source| BadLine {
+            line: n + 1,
+            source,
+        })?;
         let at = Duration::from_micros(event["t_us"].as_u64().unwrap_or(0));
         if let Some(request) = event.get("request") {
-            let request: Request = serde_json::from_value(request.clone())
-                .map_err(|e| format!("line {}: {e}", n + 1))?;
+            let request: Request =
+                serde_json::from_value(request.clone()).map_err(|source| BadLine {
+                    line: n + 1,
+                    source,
+                })?;
             waiting
                 .entry(request.id().to_owned())
                 .or_default()

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::run::remove;
+use super::Error;
 
 /// One directory of a stash, as recorded.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -92,11 +93,11 @@ fn ctime_millis(meta: &fs::Metadata) -> i64 {
 /// within the millisecond or clock tick of `since`, which its parent's
 /// ctime did not show. Bazel's `statIfFound()` then returns null and the
 /// listing fails; the record forgets it instead.
-pub fn refresh(root: &Path, since: i64, contents: &mut Contents) -> Result<bool, String> {
+pub fn refresh(root: &Path, since: i64, contents: &mut Contents) -> Result<bool, Error> {
     let meta = match fs::symlink_metadata(root) {
         Ok(meta) => meta,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(err) => return Err(format!("stat {}: {err}", root.display())),
+        Err(err) => return Err(Error::io("stat", root, err)),
     };
     if ctime_millis(&meta) <= since {
         let mut gone = Vec::new();
@@ -112,15 +113,15 @@ pub fn refresh(root: &Path, since: i64, contents: &mut Contents) -> Result<bool,
         }
         return Ok(true);
     }
-    let listed = fs::read_dir(root).map_err(|err| format!("readdir {}: {err}", root.display()))?;
+    let listed = fs::read_dir(root).map_err(|err| Error::io("readdir", root, err))?;
     let mut seen: HashSet<OsString> = HashSet::new();
     for dirent in listed {
-        let dirent = dirent.map_err(|err| format!("readdir {}: {err}", root.display()))?;
+        let dirent = dirent.map_err(|err| Error::io("readdir", root, err))?;
         let name = dirent.file_name();
         let path = dirent.path();
         let kind = dirent
             .file_type()
-            .map_err(|err| format!("lstat {}: {err}", path.display()))?;
+            .map_err(|err| Error::io("lstat", &path, err))?;
         let known = contents.entries.get_mut(&name);
         if kind.is_symlink() {
             // A target that is gone counts as changed (Bazel's stat throws
@@ -150,11 +151,9 @@ pub fn refresh(root: &Path, since: i64, contents: &mut Contents) -> Result<bool,
 }
 
 /// Unlinks a non-directory; already gone is fine.
-pub fn unlink(path: &Path) -> Result<(), String> {
+pub fn unlink(path: &Path) -> Result<(), Error> {
     match fs::remove_file(path) {
-        Err(err) if err.kind() != io::ErrorKind::NotFound => {
-            Err(format!("unlink {}: {err}", path.display()))
-        }
+        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(Error::io("unlink", path, err)),
         _ => Ok(()),
     }
 }

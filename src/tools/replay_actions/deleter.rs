@@ -19,19 +19,20 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::run::{make_dir, remove};
+use super::Error;
 
-type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
+type Job = Box<dyn FnOnce() -> Result<(), Error> + Send>;
 
 /// One background thread running jobs in order (the daemon's
 /// [`crate::background::Background`]), keeping what failed;
 /// [`Background::finish`] waits for all of them and says what failed.
 pub struct Background {
     jobs: crate::background::Background<Job>,
-    errors: Arc<Mutex<Vec<String>>>,
+    errors: Arc<Mutex<Vec<Error>>>,
 }
 
 impl Background {
-    pub fn start(name: &str) -> Result<Background, String> {
+    pub fn start(name: &str) -> Result<Background, Error> {
         let errors = Arc::new(Mutex::new(Vec::new()));
         let failed = Arc::clone(&errors);
         let jobs = crate::background::Background::start(name, 1, move || {
@@ -42,12 +43,15 @@ impl Background {
                 }
             }
         })
-        .map_err(|err| format!("starting the {name} thread: {err}"))?;
+        .map_err(|source| Error::Thread {
+            name: name.to_owned(),
+            source,
+        })?;
         Ok(Background { jobs, errors })
     }
 
     /// Queues `job`; after [`Background::finish`], runs it here instead.
-    pub fn submit(&self, job: Job) -> Result<(), String> {
+    pub fn submit(&self, job: Job) -> Result<(), Error> {
         match self.jobs.send(job) {
             Ok(()) => Ok(()),
             Err(job) => job(),
@@ -55,16 +59,17 @@ impl Background {
     }
 
     /// Waits for every queued job; Err naming the first failures.
-    pub fn finish(&self) -> Result<(), String> {
+    pub fn finish(&self) -> Result<(), Error> {
         self.jobs.stop();
-        let errors = self.errors.lock();
-        match errors.len() {
-            0 => Ok(()),
-            n => Err(format!(
-                "{n} background jobs failed, first: {}",
-                errors.first().map_or("", String::as_str)
-            )),
+        let mut errors = self.errors.lock();
+        let failed = errors.len();
+        if failed == 0 {
+            return Ok(());
         }
+        Err(Error::Background {
+            failed,
+            first: Box::new(errors.swap_remove(0)),
+        })
     }
 }
 
@@ -78,7 +83,7 @@ pub struct TreeDeleter {
 
 impl TreeDeleter {
     /// Trees go to `<base>/_moved_trash_dir`, made here.
-    pub fn start(base: &Path) -> Result<TreeDeleter, String> {
+    pub fn start(base: &Path) -> Result<TreeDeleter, Error> {
         let trash = base.join("_moved_trash_dir");
         make_dir(&trash)?;
         Ok(TreeDeleter {
@@ -91,18 +96,18 @@ impl TreeDeleter {
 
     /// Moves `path` out of the way now and deletes it in the background;
     /// nothing there is fine (Bazel ignores a missing tree too).
-    pub fn delete_tree(&self, path: &Path) -> Result<(), String> {
+    pub fn delete_tree(&self, path: &Path) -> Result<(), Error> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let moved = self.trash.join(n.to_string());
         match fs::rename(path, &moved) {
             Ok(()) => {}
             Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(err) => {
-                return Err(format!(
-                    "rename {} to {} (tree deleter): {err}",
-                    path.display(),
-                    moved.display()
-                ))
+                return Err(Error::ToTrash {
+                    from: path.to_owned(),
+                    to: moved,
+                    source: err,
+                })
             }
         }
         let deleted = Arc::clone(&self.deleted);
@@ -114,7 +119,7 @@ impl TreeDeleter {
     }
 
     /// Waits for every deletion; how many trees were deleted in all.
-    pub fn finish(&self) -> Result<usize, String> {
+    pub fn finish(&self) -> Result<usize, Error> {
         self.worker.finish()?;
         Ok(self.deleted.load(Ordering::Relaxed))
     }

@@ -100,9 +100,50 @@ impl Spawn {
     }
 }
 
+/// Why a log does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecLogError {
+    #[error("not a JSON execution log: after byte {offset} ({read} spawns read): {source}")]
+    NotJson {
+        offset: usize,
+        read: usize,
+        source: serde_json::Error,
+    },
+    /// Spawn `number` (1-based) of the log is not as Bazel writes one.
+    #[error("spawn {number} of the log: {fault}")]
+    Spawn { number: usize, fault: SpawnFault },
+}
+
+/// What is wrong with one logged spawn.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpawnFault {
+    #[error("is not a JSON object (is this a JSON execution log?)")]
+    NotObject,
+    #[error("has no commandArgs (is this a JSON execution log?)")]
+    NoCommandArgs,
+    /// `field` is `found` (JSON), not `wanted` ("a list", "a string", ...).
+    #[error("{field} is {found}, not {wanted}")]
+    WrongType {
+        field: &'static str,
+        found: String,
+        wanted: &'static str,
+    },
+    /// An element of list `field` is `found`, not a string.
+    #[error("{field} holds {found}, not a string")]
+    NotStringElement { field: &'static str, found: String },
+    #[error("an entry of {0} has no path")]
+    NoPath(&'static str),
+    /// In an entry of list `field`.
+    #[error("{field}: {fault}")]
+    In {
+        field: &'static str,
+        fault: Box<SpawnFault>,
+    },
+}
+
 /// Parses a whole log: the objects one after another (a JSON array of them
 /// is accepted too). Errors name the spawn (1-based) and what is wrong.
-pub fn parse(text: &str) -> Result<Vec<Spawn>, String> {
+pub fn parse(text: &str) -> Result<Vec<Spawn>, ExecLogError> {
     let mut spawns = Vec::new();
     let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
     loop {
@@ -110,11 +151,12 @@ pub fn parse(text: &str) -> Result<Vec<Spawn>, String> {
         let value = match stream.next() {
             None => break,
             Some(Ok(value)) => value,
-            Some(Err(err)) => {
-                return Err(format!(
-                    "not a JSON execution log: after byte {offset} ({} spawns read): {err}",
-                    spawns.len()
-                ))
+            Some(Err(source)) => {
+                return Err(ExecLogError::NotJson {
+                    offset,
+                    read: spawns.len(),
+                    source,
+                })
             }
         };
         let objects = match value {
@@ -123,93 +165,107 @@ pub fn parse(text: &str) -> Result<Vec<Spawn>, String> {
         };
         for object in objects {
             let number = spawns.len() + 1;
-            spawns.push(spawn(&object).map_err(|why| format!("spawn {number} of the log: {why}"))?);
+            spawns.push(spawn(&object).map_err(|fault| ExecLogError::Spawn { number, fault })?);
         }
     }
     Ok(spawns)
 }
 
-fn spawn(value: &Value) -> Result<Spawn, String> {
-    let object = value
-        .as_object()
-        .ok_or("is not a JSON object (is this a JSON execution log?)")?;
-    if !object.contains_key("commandArgs") {
-        return Err("has no commandArgs (is this a JSON execution log?)".to_owned());
+fn spawn(value: &Value) -> Result<Spawn, SpawnFault> {
+    if !value.is_object() {
+        return Err(SpawnFault::NotObject);
+    }
+    if value.get("commandArgs").is_none() {
+        return Err(SpawnFault::NoCommandArgs);
     }
     let env = list(value, "environmentVariables")?
         .iter()
         .map(|pair| Ok((string(pair, "name")?, string(pair, "value")?)))
-        .collect::<Result<_, String>>()?;
+        .collect::<Result<_, SpawnFault>>()?;
     Ok(Spawn {
-        command_args: list(value, "commandArgs")?
-            .iter()
-            .map(|arg| {
-                arg.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("commandArgs holds {arg}, not a string"))
-            })
-            .collect::<Result<_, String>>()?,
+        command_args: strings(value, "commandArgs")?,
         env,
         inputs: files(value, "inputs")?,
-        listed_outputs: list(value, "listedOutputs")?
-            .iter()
-            .map(|path| {
-                path.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("listedOutputs holds {path}, not a string"))
-            })
-            .collect::<Result<_, String>>()?,
+        listed_outputs: strings(value, "listedOutputs")?,
         actual_outputs: files(value, "actualOutputs")?,
         mnemonic: string(value, "mnemonic")?,
         progress_message: string(value, "progressMessage")?,
         runner: string(value, "runner")?,
-        remote_cache_hit: value.get("remoteCacheHit").map_or(Ok(false), |v| {
-            v.as_bool().ok_or("remoteCacheHit is not a boolean")
-        })?,
+        remote_cache_hit: match value.get("remoteCacheHit") {
+            None => false,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| wrong("remoteCacheHit", v, "a boolean"))?,
+        },
         status: string(value, "status")?,
         exit_code: integer(value, "exitCode")?,
         timeout_millis: integer(value, "timeoutMillis")?,
     })
 }
 
-/// A list field; absent (protobuf JSON omits empty lists) is empty.
-fn list<'a>(value: &'a Value, field: &str) -> Result<&'a [Value], String> {
-    match value.get(field) {
-        None | Some(Value::Null) => Ok(&[]),
-        Some(Value::Array(items)) => Ok(items),
-        Some(other) => Err(format!("{field} is {other}, not a list")),
+fn wrong(field: &'static str, found: &impl std::fmt::Display, wanted: &'static str) -> SpawnFault {
+    SpawnFault::WrongType {
+        field,
+        found: found.to_string(),
+        wanted,
     }
 }
 
+/// A list field; absent (protobuf JSON omits empty lists) is empty.
+fn list<'a>(value: &'a Value, field: &'static str) -> Result<&'a [Value], SpawnFault> {
+    match value.get(field) {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(items)) => Ok(items),
+        Some(other) => Err(wrong(field, other, "a list")),
+    }
+}
+
+/// A list of strings.
+fn strings(value: &Value, field: &'static str) -> Result<Vec<String>, SpawnFault> {
+    list(value, field)?
+        .iter()
+        .map(|item| {
+            item.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| SpawnFault::NotStringElement {
+                    field,
+                    found: item.to_string(),
+                })
+        })
+        .collect()
+}
+
 /// A string field; absent is empty.
-fn string(value: &Value, field: &str) -> Result<String, String> {
+fn string(value: &Value, field: &'static str) -> Result<String, SpawnFault> {
     match value.get(field) {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(other) => Err(format!("{field} is {other}, not a string")),
+        Some(other) => Err(wrong(field, other, "a string")),
     }
 }
 
 /// An integer field, as a number or (64-bit, in protobuf JSON) a string;
 /// absent is 0.
-fn integer(value: &Value, field: &str) -> Result<i64, String> {
+fn integer(value: &Value, field: &'static str) -> Result<i64, SpawnFault> {
     match value.get(field) {
         None | Some(Value::Null) => Ok(0),
-        Some(Value::Number(n)) => n.as_i64().ok_or_else(|| format!("{field} is {n}")),
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .ok_or_else(|| wrong(field, n, "a 64-bit integer")),
         Some(Value::String(s)) => s
             .parse()
-            .map_err(|_| format!("{field} is {s:?}, not an integer")),
-        Some(other) => Err(format!("{field} is {other}, not an integer")),
+            .map_err(|_| wrong(field, &format!("{s:?}"), "an integer")),
+        Some(other) => Err(wrong(field, other, "an integer")),
     }
 }
 
-fn files(value: &Value, field: &str) -> Result<Vec<LoggedFile>, String> {
+fn files(value: &Value, field: &'static str) -> Result<Vec<LoggedFile>, SpawnFault> {
     list(value, field)?
         .iter()
         .map(|file| {
             let path = string(file, "path")?;
             if path.is_empty() {
-                return Err(format!("an entry of {field} has no path"));
+                return Err(SpawnFault::NoPath(field));
             }
             let digest = match file.get("digest") {
                 None | Some(Value::Null) => None,
@@ -221,8 +277,11 @@ fn files(value: &Value, field: &str) -> Result<Vec<LoggedFile>, String> {
             };
             Ok(LoggedFile { path, digest })
         })
-        .collect::<Result<_, String>>()
-        .map_err(|why| format!("{field}: {why}"))
+        .collect::<Result<_, SpawnFault>>()
+        .map_err(|fault| SpawnFault::In {
+            field,
+            fault: Box::new(fault),
+        })
 }
 
 #[cfg(test)]
@@ -325,12 +384,40 @@ mod tests {
     fn errors_name_the_spawn() {
         let err = parse(r#"{"commandArgs": []} {"commandArgs": [1]}"#).unwrap_err();
         assert!(
-            err.contains("spawn 2") && err.contains("commandArgs"),
-            "{err}"
+            matches!(
+                &err,
+                ExecLogError::Spawn {
+                    number: 2,
+                    fault: SpawnFault::NotStringElement {
+                        field: "commandArgs",
+                        ..
+                    }
+                }
+            ),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("spawn 2") && text.contains("commandArgs"),
+            "{text}"
         );
         let err = parse(r#"{"commandArgs": []} {"#).unwrap_err();
-        assert!(err.contains("1 spawns read"), "{err}");
+        assert!(
+            matches!(err, ExecLogError::NotJson { read: 1, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("1 spawns read"), "{err}");
         let err = parse(r#"{"id": 3}"#).unwrap_err();
-        assert!(err.contains("no commandArgs"), "{err}");
+        assert!(
+            matches!(
+                err,
+                ExecLogError::Spawn {
+                    number: 1,
+                    fault: SpawnFault::NoCommandArgs
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("no commandArgs"), "{err}");
     }
 }

@@ -48,6 +48,7 @@
 
 mod contents;
 mod deleter;
+mod error;
 mod execlog;
 mod jail;
 mod plan;
@@ -63,6 +64,8 @@ mod unsandboxed;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+pub use error::{Error, RequestError};
+pub use execlog::{ExecLogError, SpawnFault};
 pub use jail::Jail;
 pub use serve::ContentMode;
 
@@ -182,21 +185,29 @@ trait Session: Sync {
     /// Replays `action` (`index` in the plan), timing its steps on
     /// `clock`; Ok if it succeeded and its outputs are in the mode's exec
     /// root.
-    fn replay(&self, index: usize, action: &Action, clock: &StepClock) -> Result<(), String>;
+    fn replay(&self, index: usize, action: &Action, clock: &StepClock) -> Result<(), Error>;
 
     /// Ends the run; a note for the run's line, if any.
-    fn finish(self: Box<Self>) -> Result<Option<String>, String> {
+    fn finish(self: Box<Self>) -> Result<Option<String>, Error> {
         Ok(None)
     }
 }
 
-pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
-    let exec_root = std::fs::canonicalize(&args.exec_root)
-        .map_err(|err| format!("--exec-root {}: {err}", args.exec_root.display()))?;
-    let text = std::fs::read_to_string(&args.execlog)
-        .map_err(|err| format!("--execlog {}: {err}", args.execlog.display()))?;
-    let spawns =
-        execlog::parse(&text).map_err(|err| format!("{}: {err}", args.execlog.display()))?;
+pub fn run(args: &ReplayActionsArgs) -> Result<(), Error> {
+    let exec_root = std::fs::canonicalize(&args.exec_root).map_err(|source| Error::Flag {
+        flag: "--exec-root",
+        path: args.exec_root.clone(),
+        source,
+    })?;
+    let text = std::fs::read_to_string(&args.execlog).map_err(|source| Error::Flag {
+        flag: "--execlog",
+        path: args.execlog.clone(),
+        source,
+    })?;
+    let spawns = execlog::parse(&text).map_err(|source| Error::ExecLog {
+        path: args.execlog.clone(),
+        source,
+    })?;
     let total = spawns.len();
     let plan = plan::plan(spawns, &exec_root)?;
     let skipped: Vec<String> = plan
@@ -235,7 +246,7 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
         }
     );
     if plan.actions.is_empty() {
-        return Err("no action to replay".to_owned());
+        return Err(Error::NoAction);
     }
     let trees = if args.modes.contains(&Mode::Serve) {
         serve::trees(&plan)?
@@ -244,7 +255,7 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
     };
     let backend = match &args.backend {
         Some(bin) => bin.clone(),
-        None => std::env::current_exe().map_err(|err| format!("finding this executable: {err}"))?,
+        None => std::env::current_exe().map_err(Error::CurrentExe)?,
     };
     let out = Out::make(args.out.as_deref(), args.keep)?;
     let deps: Vec<Vec<usize>> = plan.actions.iter().map(|a| a.deps.clone()).collect();
@@ -284,7 +295,7 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
                 Ok(session) => session,
                 Err(why) => {
                     println!("{} run {run}: could not start: {why}", mode.name());
-                    report.run_failed(mode, run, &why);
+                    report.run_failed(mode, run, &why.to_string());
                     continue;
                 }
             };
@@ -299,7 +310,7 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
                 });
                 let failed = warming.iter().find_map(|outcome| match outcome {
                     pool::Outcome::Ok => None,
-                    pool::Outcome::Failed(why) => Some(why.clone()),
+                    pool::Outcome::Failed(why) => Some(why.to_string()),
                     pool::Outcome::Blocked(at) => Some(format!("blocked by action {at}")),
                 });
                 if let Some(why) = failed {
@@ -345,7 +356,7 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
                 Ok(None) => {}
                 Err(why) => {
                     line.push_str(&format!(", {why}"));
-                    report.run_failed(mode, run, &why);
+                    report.run_failed(mode, run, &why.to_string());
                 }
             }
             println!("{line}");
@@ -357,9 +368,10 @@ pub fn run(args: &ReplayActionsArgs) -> Result<(), String> {
         Ok(())
     } else {
         let (mismatches, failures) = report.problems();
-        Err(format!(
-            "replay-actions failed: {mismatches} outputs differ from the log, {failures} failures"
-        ))
+        Err(Error::Failed {
+            mismatches,
+            failures,
+        })
     }
 }
 
@@ -371,16 +383,20 @@ struct Out {
 }
 
 impl Out {
-    fn make(given: Option<&Path>, keep: bool) -> Result<Out, String> {
+    fn make(given: Option<&Path>, keep: bool) -> Result<Out, Error> {
         let path = match given {
             Some(path) => {
                 make_dir(path)?;
                 let empty = std::fs::read_dir(path)
-                    .map_err(|err| format!("--out {}: {err}", path.display()))?
+                    .map_err(|source| Error::Flag {
+                        flag: "--out",
+                        path: path.to_owned(),
+                        source,
+                    })?
                     .next()
                     .is_none();
                 if !empty {
-                    return Err(format!("--out {} is not empty", path.display()));
+                    return Err(Error::OutNotEmpty(path.to_owned()));
                 }
                 path.to_owned()
             }
@@ -392,13 +408,12 @@ impl Out {
                     match std::fs::create_dir(&path) {
                         Ok(()) => break path,
                         Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
-                        Err(err) => return Err(format!("mkdir {}: {err}", path.display())),
+                        Err(err) => return Err(Error::io("mkdir", &path, err)),
                     }
                 }
             }
         };
-        let path =
-            std::fs::canonicalize(&path).map_err(|err| format!("{}: {err}", path.display()))?;
+        let path = std::fs::canonicalize(&path).map_err(|err| Error::io("realpath", &path, err))?;
         println!(
             "out: {} ({}): each mode's exec root below it",
             path.display(),
@@ -407,7 +422,7 @@ impl Out {
         Ok(Out { path, keep })
     }
 
-    fn finish(mut self) -> Result<(), String> {
+    fn finish(mut self) -> Result<(), Error> {
         let path = std::mem::take(&mut self.path);
         if self.keep {
             println!("kept: {}", path.display());

@@ -31,6 +31,7 @@ use actionfs_protocol::backend::digest::{is_sha256_hex, sha256_hex};
 use actionfs_protocol::backend::reapi;
 
 use super::execlog::{LoggedDigest, Skip, Spawn};
+use super::Error;
 
 /// What is replayed, and what was not.
 #[derive(Debug)]
@@ -118,11 +119,11 @@ impl Action {
 }
 
 /// Plans the replay of `spawns`, whose inputs are under `exec_root`.
-pub fn plan(spawns: Vec<Spawn>, exec_root: &Path) -> Result<Plan, String> {
+pub fn plan(spawns: Vec<Spawn>, exec_root: &Path) -> Result<Plan, Error> {
     let workspace = exec_root
         .file_name()
         .and_then(|name| name.to_str())
-        .ok_or_else(|| format!("{exec_root:?} has no UTF-8 basename to name the workspace"))?
+        .ok_or_else(|| Error::NoWorkspaceName(exec_root.to_owned()))?
         .to_owned();
     let mut skipped = BTreeMap::new();
     let mut files = Files::new(exec_root)?;
@@ -145,8 +146,10 @@ pub fn plan(spawns: Vec<Spawn>, exec_root: &Path) -> Result<Plan, String> {
             continue;
         }
         let number = i + 1;
-        let action = action(number, spawn, &mut files, &made)
-            .map_err(|why| format!("spawn {number} of the log: {why}"))?;
+        let action = action(number, spawn, &mut files, &made).map_err(|why| Error::Spawn {
+            number,
+            source: Box::new(why),
+        })?;
         actions.push(action);
     }
     add_empty_trees(&mut actions, exec_root);
@@ -164,9 +167,9 @@ fn action(
     spawn: Spawn,
     files: &mut Files,
     made: &HashSet<String>,
-) -> Result<Action, String> {
+) -> Result<Action, Error> {
     if spawn.command_args.is_empty() {
-        return Err("commandArgs is empty".to_owned());
+        return Err(Error::EmptyCommand);
     }
     let mut inputs = BTreeMap::new();
     let mut empty_dirs = BTreeSet::new();
@@ -187,12 +190,12 @@ fn action(
         let digest = file
             .digest
             .as_ref()
-            .ok_or_else(|| format!("output {} has no digest", file.path))?;
+            .ok_or_else(|| Error::NoDigest(file.path.clone()))?;
         if !is_sha256_hex(&digest.hash) {
-            return Err(format!(
-                "output {} has a {} digest, not SHA-256: build with --digest_function=sha256",
-                file.path, digest.function
-            ));
+            return Err(Error::NotSha256 {
+                path: file.path.clone(),
+                function: digest.function.clone(),
+            });
         }
         actual.insert(&file.path, digest);
     }
@@ -249,7 +252,7 @@ fn classify(
     inputs: &mut BTreeMap<String, Input>,
     files: &mut Files,
     made: &HashSet<String>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let mut trees = Vec::new();
     for input in inputs.values_mut() {
         if input.path.contains(".runfiles/") {
@@ -337,13 +340,13 @@ fn names_path(arg: &str, path: &str) -> bool {
 }
 
 /// An exec path must stay below the exec root.
-fn check_path(path: &str) -> Result<(), String> {
+fn check_path(path: &str) -> Result<(), Error> {
     if path.starts_with('/')
         || path
             .split('/')
             .any(|name| name.is_empty() || name == "." || name == "..")
     {
-        return Err(format!("{path:?} is not a plain relative exec path"));
+        return Err(Error::NotExecPath(path.to_owned()));
     }
     Ok(())
 }
@@ -438,7 +441,7 @@ struct Files {
 }
 
 impl Files {
-    fn new(root: &Path) -> Result<Files, String> {
+    fn new(root: &Path) -> Result<Files, Error> {
         let mut links = Vec::new();
         let mut resolved = Vec::new();
         for dir in ["", "external"] {
@@ -446,8 +449,7 @@ impl Files {
                 continue;
             };
             for entry in entries {
-                let entry =
-                    entry.map_err(|err| format!("listing {}: {err}", root.join(dir).display()))?;
+                let entry = entry.map_err(|err| Error::io("listing", &root.join(dir), err))?;
                 let Ok(name) = entry.file_name().into_string() else {
                     continue;
                 };
@@ -502,15 +504,13 @@ impl Files {
     /// The exec path a runfiles link at `host` stands for: its readlink
     /// chain followed, one link at a time, to the first path the exec
     /// root names (Bazel's links are absolute; relative ones work too).
-    fn follow(&self, host: &Path) -> Result<String, String> {
+    fn follow(&self, host: &Path) -> Result<String, Error> {
         let mut current = host.to_owned();
         for _ in 0..40 {
-            let target = fs::read_link(&current).map_err(|err| {
-                format!(
-                    "runfiles member {}: readlink {}: {err}",
-                    host.display(),
-                    current.display()
-                )
+            let target = fs::read_link(&current).map_err(|source| Error::RunfilesLink {
+                member: host.to_owned(),
+                link: current.clone(),
+                source,
             })?;
             let next = normalize(&current.parent().unwrap_or(Path::new("/")).join(target));
             if let Some(exec) = self.exec_path_of(&next) {
@@ -518,18 +518,16 @@ impl Files {
             }
             current = next;
         }
-        Err(format!(
-            "runfiles member {}: its links never lead into the exec root {}",
-            host.display(),
-            self.root.display()
-        ))
+        Err(Error::RunfilesOutside {
+            member: host.to_owned(),
+            exec_root: self.root.clone(),
+        })
     }
 
     /// What the runfiles entry at exec path `path` (`....runfiles/...`) is.
-    fn runfiles_member(&self, path: &str) -> Result<Member, String> {
+    fn runfiles_member(&self, path: &str) -> Result<Member, Error> {
         let host = self.root.join(path);
-        let meta =
-            fs::symlink_metadata(&host).map_err(|err| format!("{}: {err}", host.display()))?;
+        let meta = fs::symlink_metadata(&host).map_err(|err| Error::io("lstat", &host, err))?;
         if meta.file_type().is_symlink() {
             self.follow(&host).map(Member::Link)
         } else {
@@ -540,7 +538,7 @@ impl Files {
     /// The runfiles tree beside the tool at exec path `tool`, if there is
     /// one: every entry below `<tool>.runfiles/` but its `MANIFEST`, by
     /// path below it (a link to a directory stands for the files below).
-    fn runfiles_tree(&mut self, tool: &str) -> Result<Option<Vec<(String, Member)>>, String> {
+    fn runfiles_tree(&mut self, tool: &str) -> Result<Option<Vec<(String, Member)>>, Error> {
         if let Some(tree) = self.runfiles.get(tool) {
             return Ok(tree.clone());
         }
@@ -562,8 +560,8 @@ impl Files {
         dir: &Path,
         rel: &str,
         found: &mut Vec<(String, Member)>,
-    ) -> Result<(), String> {
-        for (name, entry) in sorted_entries(dir, "runfiles")? {
+    ) -> Result<(), Error> {
+        for (name, entry) in sorted_entries(dir, "listing runfiles")? {
             let child = if rel.is_empty() {
                 name
             } else {
@@ -572,7 +570,7 @@ impl Files {
             let host = entry.path();
             let kind = entry
                 .file_type()
-                .map_err(|err| format!("{}: {err}", host.display()))?;
+                .map_err(|err| Error::io("lstat", &host, err))?;
             if kind.is_dir() {
                 self.walk_runfiles(&host, &child, found)?;
             } else if kind.is_symlink() {
@@ -596,7 +594,7 @@ impl Files {
     }
 
     /// The digest of the file at exec path `path`.
-    fn hash(&self, path: &str) -> Result<reapi::Digest, String> {
+    fn hash(&self, path: &str) -> Result<reapi::Digest, Error> {
         hash_file(&self.root.join(path))
     }
 
@@ -608,7 +606,7 @@ impl Files {
         &mut self,
         path: &str,
         logged: Option<&LoggedDigest>,
-    ) -> Result<(Vec<Input>, Vec<String>), String> {
+    ) -> Result<(Vec<Input>, Vec<String>), Error> {
         if let Some(&executable) = self.seen.get(path) {
             if let Some(digest) = logged.filter(|d| is_sha256_hex(&d.hash)) {
                 return Ok((
@@ -627,11 +625,10 @@ impl Files {
         }
         let host = self.root.join(path);
         // Followed: the exec root reaches sources through symlinks.
-        let meta = fs::metadata(&host).map_err(|err| {
-            format!(
-                "input {path}: {err} at {}: is --exec-root the exec root of the build that wrote the log?",
-                host.display()
-            )
+        let meta = fs::metadata(&host).map_err(|source| Error::InputMissing {
+            input: path.to_owned(),
+            host: host.clone(),
+            source,
         })?;
         if meta.is_dir() {
             let mut found = Vec::new();
@@ -682,15 +679,15 @@ fn walk(
     path: &str,
     found: &mut Vec<Input>,
     empty: &mut Vec<String>,
-) -> Result<(), String> {
-    let entries = sorted_entries(dir, "input directory")?;
+) -> Result<(), Error> {
+    let entries = sorted_entries(dir, "listing input directory")?;
     if entries.is_empty() {
         empty.push(path.to_owned());
     }
     for (name, entry) in entries {
         let child = format!("{path}/{name}");
         let host = entry.path();
-        let meta = fs::metadata(&host).map_err(|err| format!("{}: {err}", host.display()))?;
+        let meta = fs::metadata(&host).map_err(|err| Error::io("stat", &host, err))?;
         if meta.is_dir() {
             walk(&host, &child, found, empty)?;
         } else {
@@ -705,24 +702,25 @@ fn walk(
     Ok(())
 }
 
-/// The entries of `dir` (a `what` in messages), by name, names UTF-8.
-fn sorted_entries(dir: &Path, what: &str) -> Result<Vec<(String, fs::DirEntry)>, String> {
+/// The entries of `dir` (`listing` it is told as in messages), by name,
+/// names UTF-8.
+fn sorted_entries(dir: &Path, listing: &'static str) -> Result<Vec<(String, fs::DirEntry)>, Error> {
     let mut entries = fs::read_dir(dir)
         .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
-        .map_err(|err| format!("listing {what} {}: {err}", dir.display()))?
+        .map_err(|err| Error::io(listing, dir, err))?
         .into_iter()
         .map(|entry| match entry.file_name().into_string() {
             Ok(name) => Ok((name, entry)),
-            Err(_) => Err(format!("{:?} is not UTF-8", entry.path())),
+            Err(_) => Err(Error::NotUtf8(entry.path())),
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, Error>>()?;
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(entries)
 }
 
 /// The SHA-256 digest of a file's bytes.
-pub fn hash_file(path: &Path) -> Result<reapi::Digest, String> {
-    let bytes = fs::read(path).map_err(|err| format!("reading {}: {err}", path.display()))?;
+pub fn hash_file(path: &Path) -> Result<reapi::Digest, Error> {
+    let bytes = fs::read(path).map_err(|err| Error::io("reading", path, err))?;
     Ok(reapi::Digest {
         hash: sha256_hex(&bytes),
         size_bytes: bytes.len() as i64,
@@ -886,11 +884,28 @@ mod tests {
         let escaping = spawn(vec![file("../etc/passwd", Some(b""))], &["o"], vec![]);
         let err = plan(vec![escaping], &root).unwrap_err();
         assert!(
-            err.contains("spawn 1") && err.contains("../etc/passwd"),
-            "{err}"
+            matches!(
+                &err,
+                Error::Spawn { number: 1, source }
+                    if matches!(&**source, Error::NotExecPath(path) if path == "../etc/passwd")
+            ),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("spawn 1") && text.contains("../etc/passwd"),
+            "{text}"
         );
         let missing = spawn(vec![file("no/such/input-xyz", Some(b""))], &["o"], vec![]);
         let err = plan(vec![missing], &root).unwrap_err();
-        assert!(err.contains("--exec-root"), "{err}");
+        assert!(
+            matches!(
+                &err,
+                Error::Spawn { number: 1, source }
+                    if matches!(&**source, Error::InputMissing { input, .. } if input == "no/such/input-xyz")
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("--exec-root"), "{err}");
     }
 }

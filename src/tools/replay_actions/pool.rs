@@ -6,19 +6,20 @@ use std::collections::BTreeSet;
 use std::sync::mpsc::channel;
 use std::sync::Mutex;
 
+use super::Error;
 use crate::tools::progress::Progress;
 
 /// How one action ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome<E = Error> {
     Ok,
-    Failed(String),
+    Failed(E),
     /// Not run: the action at this index, which makes one of its inputs,
     /// did not succeed.
     Blocked(usize),
 }
 
-impl Outcome {
+impl<E> Outcome<E> {
     pub fn is_ok(&self) -> bool {
         matches!(self, Outcome::Ok)
     }
@@ -28,13 +29,13 @@ impl Outcome {
 /// for, all below `i`), at most `jobs` at once, and returns each outcome.
 /// With `block`, the actions that wait for a failed one are not run
 /// ([`Outcome::Blocked`]), nor those that wait for them.
-pub fn run(
+pub fn run<E: Send>(
     deps: &[Vec<usize>],
     jobs: usize,
     block: bool,
     progress: &mut Progress,
-    work: &(dyn Fn(usize) -> Result<(), String> + Sync),
-) -> Vec<Outcome> {
+    work: &(dyn Fn(usize) -> Result<(), E> + Sync),
+) -> Vec<Outcome<E>> {
     let n = deps.len();
     let mut waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
     let mut dependents = vec![Vec::new(); n];
@@ -45,12 +46,12 @@ pub fn run(
         }
     }
     let mut ready: BTreeSet<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
-    let mut outcomes: Vec<Option<Outcome>> = vec![None; n];
+    let mut outcomes: Vec<Option<Outcome<E>>> = (0..n).map(|_| None).collect();
     // The first failed producer of an action, which it will not run for.
     let mut doomed: Vec<Option<usize>> = vec![None; n];
     let (job_tx, job_rx) = channel::<usize>();
     let job_rx = Mutex::new(job_rx);
-    let (done_tx, done_rx) = channel::<(usize, Result<(), String>)>();
+    let (done_tx, done_rx) = channel::<(usize, Result<(), E>)>();
     std::thread::scope(|scope| {
         for _ in 0..jobs.clamp(1, n.max(1)) {
             let done_tx = done_tx.clone();

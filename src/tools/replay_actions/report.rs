@@ -89,7 +89,7 @@ pub fn compare(results: &Path, action: &Action) -> (usize, Vec<(String, String, 
         for path in found {
             if !logged.contains(path.as_str()) {
                 let got = hash_file(&results.join(&path))
-                    .map_or_else(|err| err, |d| shown(&d.hash, d.size_bytes));
+                    .map_or_else(|err| err.to_string(), |d| shown(&d.hash, d.size_bytes));
                 differ.push((path, "no file (not in the log)".to_owned(), got));
             }
         }

@@ -74,7 +74,7 @@ use super::plan::{Action, Plan, Source};
 use super::run::{self, make_dir, remove, results_root};
 use super::steps::{Step, StepClock};
 use super::unsandboxed::stage_exec_root;
-use super::Session;
+use super::{Error, Session};
 
 /// Where the base is and how a stash is read back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,7 +179,7 @@ impl<'a> Reuse<'a> {
         mode_dir: &Path,
         variant: Variant,
         jail: Option<&'a Jail>,
-    ) -> Result<Reuse<'a>, String> {
+    ) -> Result<Reuse<'a>, Error> {
         let results = results_root(mode_dir, &plan.workspace);
         stage_exec_root(plan, &results)?;
         let (base, own_base) = match variant {
@@ -259,7 +259,7 @@ impl<'a> Reuse<'a> {
         wanted
     }
 
-    fn stash_dir(&self, mnemonic: &str) -> Result<PathBuf, String> {
+    fn stash_dir(&self, mnemonic: &str) -> Result<PathBuf, Error> {
         let dir = self
             .base
             .join("sandbox_stash")
@@ -270,7 +270,7 @@ impl<'a> Reuse<'a> {
 
     /// `takeStashedSandbox`: a stash of the mnemonic renamed to
     /// `<sandbox>/execroot`; with its record in memory.
-    fn take(&self, action: &Action, sandbox: &Path) -> Result<Option<Option<Contents>>, String> {
+    fn take(&self, action: &Action, sandbox: &Path) -> Result<Option<Option<Contents>>, Error> {
         if test_xml_spawn(action) {
             return Ok(None);
         }
@@ -281,7 +281,7 @@ impl<'a> Reuse<'a> {
                     .map(|e| e.map(|e| e.path()))
                     .collect::<Result<Vec<_>, _>>()
             })
-            .map_err(|err| format!("readdir {}: {err}", dir.display()))?;
+            .map_err(|err| Error::io("readdir", &dir, err))?;
         if listed.is_empty() {
             return Ok(None);
         }
@@ -300,10 +300,11 @@ impl<'a> Reuse<'a> {
                 // Another action took it.
                 Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
                 Err(err) => {
-                    return Err(format!(
-                        "rename {} to {}: {err}",
-                        stash.join("execroot").display(),
-                        execroot.display()
+                    return Err(Error::moving(
+                        "rename",
+                        stash.join("execroot"),
+                        &execroot,
+                        err,
                     ))
                 }
             }
@@ -326,21 +327,19 @@ impl<'a> Reuse<'a> {
 
     /// `cleanExisting` on disk: `dir` (`rel` below the sandbox's
     /// `execroot`) against what is wanted, which loses what is there.
-    fn clean_on_disk(&self, dir: &Path, rel: &str, wanted: &mut Wanted) -> Result<(), String> {
-        let listed =
-            fs::read_dir(dir).map_err(|err| format!("readdir {}: {err}", dir.display()))?;
+    fn clean_on_disk(&self, dir: &Path, rel: &str, wanted: &mut Wanted) -> Result<(), Error> {
+        let listed = fs::read_dir(dir).map_err(|err| Error::io("readdir", dir, err))?;
         for dirent in listed {
-            let dirent = dirent.map_err(|err| format!("readdir {}: {err}", dir.display()))?;
+            let dirent = dirent.map_err(|err| Error::io("readdir", dir, err))?;
             let path = dirent.path();
             let child = child_rel(rel, &dirent.file_name().to_string_lossy());
             let kind = dirent
                 .file_type()
-                .map_err(|err| format!("lstat {}: {err}", path.display()))?;
+                .map_err(|err| Error::io("lstat", &path, err))?;
             match wanted.inputs.get(&child) {
                 Some(Some(target)) => {
                     let same = kind.is_symlink()
-                        && fs::read_link(&path)
-                            .map_err(|err| format!("readlink {}: {err}", path.display()))?
+                        && fs::read_link(&path).map_err(|err| Error::io("readlink", &path, err))?
                             == *target;
                     if same {
                         wanted.inputs.remove(&child);
@@ -371,7 +370,7 @@ impl<'a> Reuse<'a> {
         rel: &str,
         record: Contents,
         wanted: &mut Wanted,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         for (name, entry) in record.entries {
             let path = dir.join(&name);
             let child = child_rel(rel, &name.to_string_lossy());
@@ -398,7 +397,7 @@ impl<'a> Reuse<'a> {
         Ok(())
     }
 
-    fn discard(&self, path: &Path, dir: bool) -> Result<(), String> {
+    fn discard(&self, path: &Path, dir: bool) -> Result<(), Error> {
         self.counts.removed.fetch_add(1, Ordering::Relaxed);
         if dir {
             self.deleter.delete_tree(path)
@@ -408,7 +407,7 @@ impl<'a> Reuse<'a> {
     }
 
     /// The sandbox, from a stash or fresh; in memory, its record and time.
-    fn build(&self, action: &Action, sandbox: &Path) -> Result<Option<(Contents, i64)>, String> {
+    fn build(&self, action: &Action, sandbox: &Path) -> Result<Option<(Contents, i64)>, Error> {
         make_dir(sandbox)?;
         let all = self.wanted(action);
         let mut wanted = all.clone();
@@ -431,7 +430,7 @@ impl<'a> Reuse<'a> {
             let path = execroot.join(dir);
             match fs::create_dir(&path) {
                 Err(err) if err.kind() != io::ErrorKind::AlreadyExists => {
-                    return Err(format!("mkdir {}: {err}", path.display()))
+                    return Err(Error::io("mkdir", &path, err))
                 }
                 _ => {}
             }
@@ -440,14 +439,17 @@ impl<'a> Reuse<'a> {
             let path = execroot.join(rel);
             match target {
                 Some(target) => {
-                    symlink(target, &path).map_err(|err| {
-                        format!("symlink {} -> {}: {err}", path.display(), target.display())
+                    symlink(target, &path).map_err(|err| Error::Move {
+                        op: "symlink",
+                        from: path.clone(),
+                        to_word: "->",
+                        to: target.clone(),
+                        source: err,
                     })?;
                     self.counts.made.fetch_add(1, Ordering::Relaxed);
                 }
                 None => {
-                    fs::File::create(&path)
-                        .map_err(|err| format!("creating {}: {err}", path.display()))?;
+                    fs::File::create(&path).map_err(|err| Error::io("creating", &path, err))?;
                 }
             }
         }
@@ -457,7 +459,7 @@ impl<'a> Reuse<'a> {
         Ok((self.variant == Variant::InMemory).then(|| (all.record(), contents::now_millis())))
     }
 
-    fn run(&self, action: &Action, sandbox: &Path, root: &Path) -> Result<(), String> {
+    fn run(&self, action: &Action, sandbox: &Path, root: &Path) -> Result<(), Error> {
         let Some(jail) = self.jail else {
             return run::command(action, root, None);
         };
@@ -475,7 +477,7 @@ impl<'a> Reuse<'a> {
     }
 
     /// `moveOutputs`: renamed, copied only across file systems.
-    fn move_outputs(&self, action: &Action, root: &Path) -> Result<(), String> {
+    fn move_outputs(&self, action: &Action, root: &Path) -> Result<(), Error> {
         run::move_outputs(action, root, &self.results, |from, to| {
             if !self.warned_copy.swap(true, Ordering::Relaxed) {
                 eprintln!(
@@ -497,7 +499,7 @@ impl<'a> Reuse<'a> {
         action: &Action,
         sandbox: &Path,
         record: Option<(Contents, i64)>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let execroot = sandbox.join("execroot");
         if !test_xml_spawn(action) && execroot.exists() {
             if action.mnemonic == TEST_RUNNER {
@@ -518,10 +520,7 @@ impl<'a> Reuse<'a> {
                     let stashes = Arc::clone(&self.stashes);
                     lister.submit(Box::new(move || {
                         if !contents::refresh(&moved, since, &mut record)? {
-                            return Err(format!(
-                                "{} is gone before it was stashed",
-                                moved.display()
-                            ));
+                            return Err(Error::GoneBeforeStash(moved));
                         }
                         make_dir(&stash)?;
                         // Recorded before the stash can be taken.
@@ -554,7 +553,7 @@ impl<'a> Reuse<'a> {
 }
 
 impl Session for Reuse<'_> {
-    fn replay(&self, _index: usize, action: &Action, clock: &StepClock) -> Result<(), String> {
+    fn replay(&self, _index: usize, action: &Action, clock: &StepClock) -> Result<(), Error> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let sandbox = self.base.join(self.strategy).join(id.to_string());
         let root = sandbox.join("execroot").join(&self.plan.workspace);
@@ -571,13 +570,13 @@ impl Session for Reuse<'_> {
         // does; without a record, the next taker walks it on disk.
         let stashed = clock
             .time(Step::Teardown, || self.stash(action, &sandbox, record))
-            .map_err(|why| format!("stashing the sandbox: {why}"));
+            .map_err(|why| why.during("stashing the sandbox"));
         result.and(stashed)
     }
 
     /// Waits for the background threads (untimed), and says what the
     /// stashes did and where everything is.
-    fn finish(self: Box<Self>) -> Result<Option<String>, String> {
+    fn finish(self: Box<Self>) -> Result<Option<String>, Error> {
         let listed = self.lister.as_ref().map_or(Ok(()), Background::finish);
         let deleted = self.deleter.finish();
         let trash_empty = fs::read_dir(self.deleter.trash()).map(|mut d| d.next().is_none());
@@ -610,11 +609,8 @@ impl Session for Reuse<'_> {
         deleted?;
         match trash_empty {
             Ok(true) => Ok(Some(note)),
-            Ok(false) => Err(format!(
-                "{} is not empty after the tree deleter finished",
-                self.deleter.trash().display()
-            )),
-            Err(err) => Err(format!("readdir {}: {err}", self.deleter.trash().display())),
+            Ok(false) => Err(Error::TrashNotEmpty(self.deleter.trash().to_owned())),
+            Err(err) => Err(Error::io("readdir", self.deleter.trash(), err)),
         }
     }
 }
@@ -633,7 +629,7 @@ impl Drop for Reuse<'_> {
 }
 
 /// `--sandbox_base=/dev/shm`: `/dev/shm/bazel-sandbox.<id>`, new.
-fn shm_base() -> Result<PathBuf, String> {
+fn shm_base() -> Result<PathBuf, Error> {
     let shm = Path::new("/dev/shm");
     let mut n = 0u32;
     loop {
@@ -644,12 +640,7 @@ fn shm_base() -> Result<PathBuf, String> {
         match fs::create_dir(&path) {
             Ok(()) => return Ok(path),
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => n += 1,
-            Err(err) => {
-                return Err(format!(
-                    "mkdir {} (reuse-shm's base): {err}",
-                    path.display()
-                ))
-            }
+            Err(err) => return Err(Error::ShmBase { path, source: err }),
         }
     }
 }
@@ -662,9 +653,8 @@ fn child_rel(rel: &str, name: &str) -> String {
     }
 }
 
-fn rename(from: &Path, to: &Path) -> Result<(), String> {
-    fs::rename(from, to)
-        .map_err(|err| format!("rename {} to {}: {err}", from.display(), to.display()))
+fn rename(from: &Path, to: &Path) -> Result<(), Error> {
+    fs::rename(from, to).map_err(|err| Error::moving("rename", from, to, err))
 }
 
 /// `isTestXmlGenerationOrCoverageSpawn`: a test spawn with one output.
@@ -730,25 +720,23 @@ fn mismatch(a: &[String], b: &[String]) -> i64 {
 }
 
 /// Copies a file, a symlink (as itself) or a tree to `to`.
-fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
-    let meta =
-        fs::symlink_metadata(from).map_err(|err| format!("lstat {}: {err}", from.display()))?;
+fn copy_tree(from: &Path, to: &Path) -> Result<(), Error> {
+    let meta = fs::symlink_metadata(from).map_err(|err| Error::io("lstat", from, err))?;
     let kind = meta.file_type();
     let copied = if kind.is_symlink() {
         fs::read_link(from).and_then(|target| symlink(target, to))
     } else if kind.is_dir() {
         make_dir(to)?;
-        let listed =
-            fs::read_dir(from).map_err(|err| format!("readdir {}: {err}", from.display()))?;
+        let listed = fs::read_dir(from).map_err(|err| Error::io("readdir", from, err))?;
         for entry in listed {
-            let entry = entry.map_err(|err| format!("readdir {}: {err}", from.display()))?;
+            let entry = entry.map_err(|err| Error::io("readdir", from, err))?;
             copy_tree(&entry.path(), &to.join(entry.file_name()))?;
         }
         Ok(())
     } else {
         fs::copy(from, to).map(drop)
     };
-    copied.map_err(|err| format!("copying {} to {}: {err}", from.display(), to.display()))
+    copied.map_err(|err| Error::moving("copying", from, to, err))
 }
 
 #[cfg(test)]

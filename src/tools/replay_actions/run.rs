@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::plan::Action;
+use super::Error;
 use crate::sandbox::materialize::remove_tree;
 
 /// Lines of the action's stderr (or stdout) kept in a failure's message.
@@ -22,7 +23,7 @@ pub struct Wrapper<'a> {
 
 /// Runs `action` in `cwd` behind a jail's `argv` (no environment of its
 /// own), as a strategy's jail wraps it.
-pub fn jailed(action: &Action, cwd: &Path, argv: &[String]) -> Result<(), String> {
+pub fn jailed(action: &Action, cwd: &Path, argv: &[String]) -> Result<(), Error> {
     let env = HashMap::new();
     command(action, cwd, Some(&Wrapper { argv, env: &env }))
 }
@@ -31,7 +32,7 @@ pub fn jailed(action: &Action, cwd: &Path, argv: &[String]) -> Result<(), String
 /// (plus the wrapper's), stdin empty; Ok if it exits 0. A relative program
 /// path with a slash (`bazel-out/host/bin/tool`) is taken from `cwd`, as
 /// Bazel does.
-pub fn command(action: &Action, cwd: &Path, wrapper: Option<&Wrapper>) -> Result<(), String> {
+pub fn command(action: &Action, cwd: &Path, wrapper: Option<&Wrapper>) -> Result<(), Error> {
     let mut argv: Vec<String> = action.argv.clone();
     if argv[0].contains('/') && !argv[0].starts_with('/') {
         argv[0] = cwd.join(&argv[0]).to_string_lossy().into_owned();
@@ -49,9 +50,11 @@ pub fn command(action: &Action, cwd: &Path, wrapper: Option<&Wrapper>) -> Result
     if let Some(wrapper) = wrapper {
         command.envs(wrapper.env);
     }
-    let output = command
-        .output()
-        .map_err(|err| format!("cannot run {:?} in {}: {err}", argv[0], cwd.display()))?;
+    let output = command.output().map_err(|source| Error::CannotRun {
+        program: argv[0].clone(),
+        cwd: cwd.to_owned(),
+        source,
+    })?;
     if output.status.success() {
         return Ok(());
     }
@@ -63,16 +66,11 @@ pub fn command(action: &Action, cwd: &Path, wrapper: Option<&Wrapper>) -> Result
     let said = String::from_utf8_lossy(said);
     let lines: Vec<&str> = said.lines().collect();
     let tail = lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n    ");
-    Err(format!(
-        "{} in {}{}",
-        output.status,
-        cwd.display(),
-        if tail.is_empty() {
-            String::new()
-        } else {
-            format!(":\n    {tail}")
-        }
-    ))
+    Err(Error::ActionFailed {
+        status: output.status,
+        cwd: cwd.to_owned(),
+        tail,
+    })
 }
 
 /// A test's TEST_TMPDIR (relative to the exec root, or absolute), if the
@@ -92,8 +90,8 @@ pub fn move_outputs(
     action: &Action,
     root: &Path,
     results: &Path,
-    across: impl Fn(&Path, &Path) -> Result<(), String>,
-) -> Result<(), String> {
+    across: impl Fn(&Path, &Path) -> Result<(), Error>,
+) -> Result<(), Error> {
     for output in &action.outputs {
         let from = root.join(&output.path);
         if fs::symlink_metadata(&from).is_err() {
@@ -106,20 +104,14 @@ pub fn move_outputs(
         match fs::rename(&from, &to) {
             Ok(()) => {}
             Err(err) if err.raw_os_error() == Some(libc::EXDEV) => across(&from, &to)?,
-            Err(err) => {
-                return Err(format!(
-                    "moving {} to {}: {err}",
-                    from.display(),
-                    to.display()
-                ))
-            }
+            Err(err) => return Err(Error::moving("moving", from, to, err)),
         }
     }
     Ok(())
 }
 
 /// Makes the directory that holds `root/rel`, and those above it.
-pub fn make_parent(root: &Path, rel: &str) -> Result<(), String> {
+pub fn make_parent(root: &Path, rel: &str) -> Result<(), Error> {
     let path = root.join(rel);
     match path.parent() {
         Some(parent) => make_dir(parent),
@@ -127,16 +119,16 @@ pub fn make_parent(root: &Path, rel: &str) -> Result<(), String> {
     }
 }
 
-pub fn make_dir(path: &Path) -> Result<(), String> {
-    fs::create_dir_all(path).map_err(|err| format!("mkdir -p {}: {err}", path.display()))
+pub fn make_dir(path: &Path) -> Result<(), Error> {
+    fs::create_dir_all(path).map_err(|err| Error::io("mkdir -p", path, err))
 }
 
 /// Removes `path` and all below it like `rm -rf`; nothing there is fine.
-pub fn remove(path: &Path) -> Result<(), String> {
+pub fn remove(path: &Path) -> Result<(), Error> {
     match fs::symlink_metadata(path) {
         Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(err) => Err(format!("{}: {err}", path.display())),
-        Ok(_) => remove_tree(path).map(drop).map_err(|err| err.to_string()),
+        Err(err) => Err(Error::io("lstat", path, err)),
+        Ok(_) => Ok(remove_tree(path).map(drop)?),
     }
 }
 
@@ -194,9 +186,15 @@ mod tests {
         )
         .unwrap();
         let err = command(&action(&["bin/tool"], &[]), &dir, None).unwrap_err();
+        let Error::ActionFailed { status, tail, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(status.code(), Some(3));
+        assert!(tail.contains("from tool"), "{tail}");
+        let text = err.to_string();
         assert!(
-            err.contains("exit status: 3") && err.contains("from tool"),
-            "{err}"
+            text.contains("exit status: 3") && text.contains("from tool"),
+            "{text}"
         );
 
         let wrapped_env = HashMap::from([("W".to_owned(), "1".to_owned())]);

@@ -51,11 +51,12 @@ use actionfs_protocol::backend::sandbox::{
 };
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
 
+use super::error::RequestError;
 use super::jail::Jail;
 use super::plan::{Action, Input, Plan, Source};
 use super::run::{self, make_dir, remove, results_root, Wrapper};
 use super::steps::{Step, StepClock};
-use super::Session;
+use super::{Error, Session};
 
 /// Create attempts per action, MissingContent answers included (Bazel's).
 const CREATE_ATTEMPTS: usize = 3;
@@ -89,14 +90,16 @@ impl ContentMode {
 /// The input tree of each action, as the backend sees it: every input at
 /// `<ws>/<tree path>`, each empty directory input as an empty directory,
 /// and the workspace directory even when empty.
-pub fn trees(plan: &Plan) -> Result<Vec<Tree>, String> {
+pub fn trees(plan: &Plan) -> Result<Vec<Tree>, Error> {
     plan.actions
         .iter()
         .map(|action| {
             let mut builder = TreeBuilder::new();
-            builder
-                .add_dir(&plan.workspace)
-                .map_err(|err| err.to_string())?;
+            let in_tree = |source| Error::InputTree {
+                action: action.name(),
+                source,
+            };
+            builder.add_dir(&plan.workspace).map_err(in_tree)?;
             for input in &action.inputs {
                 builder
                     .add_file(
@@ -104,12 +107,12 @@ pub fn trees(plan: &Plan) -> Result<Vec<Tree>, String> {
                         input.digest.clone(),
                         input.executable,
                     )
-                    .map_err(|err| format!("the input tree of {}: {err}", action.name()))?;
+                    .map_err(in_tree)?;
             }
             for dir in &action.empty_dirs {
                 builder
                     .add_dir(&format!("{}/{dir}", plan.workspace))
-                    .map_err(|err| format!("the input tree of {}: {err}", action.name()))?;
+                    .map_err(in_tree)?;
             }
             Ok(builder.build())
         })
@@ -160,7 +163,7 @@ impl<'a> Serve<'a> {
         options: &[String],
         content: ContentMode,
         jail: Option<&'a Jail>,
-    ) -> Result<Serve<'a>, String> {
+    ) -> Result<Serve<'a>, Error> {
         let results = results_root(mode_dir, &plan.workspace);
         let scratch = mode_dir.join("scratch");
         make_dir(&results)?;
@@ -169,8 +172,10 @@ impl<'a> Serve<'a> {
         command.arg("serve").arg("--workspace").arg(&plan.exec_root);
         let reports = BackendReports::forward(&mut command)?;
         let spawned = Instant::now();
-        let client = Client::spawn(command)
-            .map_err(|err| format!("cannot start {} serve: {err}", backend.display()))?;
+        let client = Client::spawn(command).map_err(|source| Error::StartBackend {
+            backend: backend.to_owned(),
+            source,
+        })?;
         let timeout = Duration::from_secs(
             std::env::var("SANDBOX_BACKEND_REQUEST_TIMEOUT_SECS")
                 .ok()
@@ -206,46 +211,47 @@ impl<'a> Serve<'a> {
             })) => None,
             Ok(response::Result::Negotiate(negotiate::Result {
                 outcome: Some(negotiate::result::Outcome::Error(err)),
-            })) => Some(format!("the backend refused Negotiate: {}", err.message)),
-            Ok(other) => Some(format!("Negotiate answered {other:?}")),
-            Err(err) => Some(format!("Negotiate: {err}")),
+            })) => Some(Error::refused("Negotiate", err.message)),
+            Ok(other) => Some(Error::wrong_answer("Negotiate", &other)),
+            Err(source) => Some(Error::request("Negotiate", source)),
         };
         match refused {
             None => Ok(Serve { ready_in, ..serve }),
             Some(why) => {
-                let status = Box::new(serve).finish();
-                Err(match status {
-                    Ok(Some(note)) | Err(note) => format!("{why} ({note})"),
-                    Ok(None) => why,
+                let (note, ended) = match Box::new(serve).finish() {
+                    Ok(note) => (note, None),
+                    Err(ended) => (None, Some(Box::new(ended))),
+                };
+                Err(Error::Negotiate {
+                    why: Box::new(why),
+                    note,
+                    ended,
                 })
             }
         }
     }
 
     /// Sends `op` and waits for its answer, at most the timeout.
-    fn call(&self, id: &str, op: Op) -> Result<response::Result, String> {
-        let answer = self.client.send(id, op).map_err(|err| err.to_string())?;
+    fn call(&self, id: &str, op: Op) -> Result<response::Result, RequestError> {
+        let answer = self.client.send(id, op)?;
         match answer.recv_timeout(self.timeout) {
-            Ok(Ok(response)) => response
-                .result
-                .ok_or_else(|| ClientError::WrongAnswer.to_string()),
-            Ok(Err(err)) => Err(err.to_string()),
+            Ok(Ok(response)) => Ok(response.result.ok_or(ClientError::WrongAnswer)?),
+            Ok(Err(err)) => Err(err.into()),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 self.timed_out.store(true, Ordering::Relaxed);
-                Err(format!("no answer in {} s", self.timeout.as_secs()))
+                Err(RequestError::Timeout {
+                    secs: self.timeout.as_secs(),
+                })
             }
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                Err(ClientError::Closed.to_string())
-            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(ClientError::Closed.into()),
         }
     }
 
     /// The content entry for `input`, if this mode sends one.
-    fn content(&self, input: &Input) -> Result<Option<sandbox::Content>, String> {
+    fn content(&self, input: &Input) -> Result<Option<sandbox::Content>, Error> {
         let host = || self.plan.exec_root.join(&input.path);
-        let read = |host: PathBuf| {
-            std::fs::read(&host).map_err(|err| format!("reading {}: {err}", host.display()))
-        };
+        let read =
+            |host: PathBuf| std::fs::read(&host).map_err(|err| Error::io("reading", &host, err));
         let (retention, source) = match (self.content, &input.source) {
             (ContentMode::Bazel, Source::Natural) | (ContentMode::Default, _) => return Ok(None),
             (ContentMode::Bazel, Source::Virtual) => (
@@ -275,7 +281,7 @@ impl<'a> Serve<'a> {
     /// Pushes what of the action's tree and content entries this backend
     /// was not sent (single-use entries every time, as Bazel does); or,
     /// with `only`, exactly those digests. Never the empty Directory.
-    fn push(&self, action: &Action, tree: &Tree, only: Option<&[String]>) -> Result<(), String> {
+    fn push(&self, action: &Action, tree: &Tree, only: Option<&[String]>) -> Result<(), Error> {
         let mut pushed = self
             .pushed
             .lock()
@@ -318,10 +324,10 @@ impl<'a> Serve<'a> {
                     } else if let Some(blob) = tree.blobs.get(hash).filter(|b| !b.is_empty()) {
                         push.blobs.insert(hash.clone(), blob.clone());
                     } else {
-                        return Err(format!(
-                            "the backend asked for {hash}, {}",
-                            self.unpushable(hash, leaves.get(hash.as_str()).copied())
-                        ));
+                        return Err(Error::Unpushable {
+                            hash: hash.clone(),
+                            why: self.unpushable(hash, leaves.get(hash.as_str()).copied()),
+                        });
                     }
                 }
             }
@@ -335,9 +341,10 @@ impl<'a> Serve<'a> {
         if hashes.is_empty() {
             return Ok(());
         }
-        self.client
-            .push(push)
-            .map_err(|err| format!("Push: {err}"))?;
+        self.client.push(push).map_err(|err| Error::Request {
+            op: "Push",
+            source: err.into(),
+        })?;
         pushed.extend(hashes);
         Ok(())
     }
@@ -366,7 +373,7 @@ impl<'a> Serve<'a> {
         action: &Action,
         tree: &Tree,
         scratch: &Path,
-    ) -> Result<sandbox::Manifest, String> {
+    ) -> Result<sandbox::Manifest, Error> {
         let ws = &self.plan.workspace;
         let tmp = scratch.join("tmp");
         make_dir(&tmp)?;
@@ -434,7 +441,7 @@ impl<'a> Serve<'a> {
         action: &Action,
         tree: &Tree,
         manifest: &sandbox::Manifest,
-    ) -> Result<create::result::Ok, String> {
+    ) -> Result<create::result::Ok, Error> {
         for attempt in 1..=CREATE_ATTEMPTS {
             let answer = self.call(
                 id,
@@ -444,25 +451,24 @@ impl<'a> Serve<'a> {
             );
             let outcome = match answer {
                 Ok(response::Result::Create(create::Result { outcome })) => outcome,
-                Ok(other) => return Err(format!("Create answered {other:?}")),
-                Err(err) => return Err(format!("Create: {err}")),
+                Ok(other) => return Err(Error::wrong_answer("Create", &other)),
+                Err(source) => return Err(Error::request("Create", source)),
             };
             match outcome {
                 Some(create::result::Outcome::Ok(ok)) => return Ok(ok),
                 Some(create::result::Outcome::Error(err)) => {
-                    return Err(format!("Create: {}", err.message))
+                    return Err(Error::refused("Create", err.message))
                 }
                 Some(create::result::Outcome::MissingContent(missing)) => {
                     if attempt == CREATE_ATTEMPTS {
-                        return Err(format!(
-                            "Create: still missing {} digests after {CREATE_ATTEMPTS} attempts: {}",
-                            missing.digest_hashes.len(),
-                            missing.digest_hashes.join(" ")
-                        ));
+                        return Err(Error::StillMissing {
+                            attempts: CREATE_ATTEMPTS,
+                            missing: missing.digest_hashes,
+                        });
                     }
                     self.push(action, tree, Some(&missing.digest_hashes))?;
                 }
-                None => return Err("Create: an answer with no outcome".to_owned()),
+                None => return Err(Error::NoOutcome { op: "Create" }),
             }
         }
         unreachable!("the last attempt returns")
@@ -476,7 +482,7 @@ impl<'a> Serve<'a> {
         created: &create::result::Ok,
         scratch: &Path,
         clock: &StepClock,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         clock.time(Step::Run, || self.run_action(action, created, scratch))?;
         clock.time(Step::Collect, || self.collect(id, action))
     }
@@ -487,12 +493,12 @@ impl<'a> Serve<'a> {
         action: &Action,
         created: &create::result::Ok,
         scratch: &Path,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let cwd = Path::new(&created.path).join(&self.plan.workspace);
         match &created.confinement {
             Some(create::result::ok::Confinement::Custom(custom)) => {
                 if custom.wrapper.is_empty() {
-                    return Err("Create: a custom confinement with no wrapper".to_owned());
+                    return Err(Error::NoWrapper);
                 }
                 let wrapper = Wrapper {
                     argv: &custom.wrapper,
@@ -502,10 +508,9 @@ impl<'a> Serve<'a> {
             }
             None if self.jail.is_some() => {
                 let jail = self.jail.expect("checked");
-                let argv = jail.builtin(scratch, Path::new(&created.path)).ok_or(
-                    "Create left confinement unset, though serve was asked for --jail=landlock \
-                     (no Landlock here? its stderr says)",
-                )?;
+                let argv = jail
+                    .builtin(scratch, Path::new(&created.path))
+                    .ok_or(Error::ConfinementUnset)?;
                 let env = HashMap::new();
                 run::command(
                     action,
@@ -524,7 +529,7 @@ impl<'a> Serve<'a> {
     }
 
     /// Collect into this mode's exec root.
-    fn collect(&self, id: &str, action: &Action) -> Result<(), String> {
+    fn collect(&self, id: &str, action: &Action) -> Result<(), Error> {
         for output in &action.outputs {
             run::make_parent(&self.results, &output.path)?;
         }
@@ -539,28 +544,28 @@ impl<'a> Serve<'a> {
             })) => Ok(()),
             Ok(response::Result::Collect(collect::Result {
                 outcome: Some(collect::result::Outcome::Error(err)),
-            })) => Err(format!("Collect: {}", err.message)),
-            Ok(other) => Err(format!("Collect answered {other:?}")),
-            Err(err) => Err(format!("Collect: {err}")),
+            })) => Err(Error::refused("Collect", err.message)),
+            Ok(other) => Err(Error::wrong_answer("Collect", &other)),
+            Err(source) => Err(Error::request("Collect", source)),
         }
     }
 
-    fn destroy(&self, id: &str) -> Result<(), String> {
+    fn destroy(&self, id: &str) -> Result<(), Error> {
         match self.call(id, Op::Destroy(sandbox::Destroy {})) {
             Ok(response::Result::Destroy(destroy::Result {
                 outcome: Some(destroy::result::Outcome::Ok(_)),
             })) => Ok(()),
             Ok(response::Result::Destroy(destroy::Result {
                 outcome: Some(destroy::result::Outcome::Error(err)),
-            })) => Err(format!("Destroy: {}", err.message)),
-            Ok(other) => Err(format!("Destroy answered {other:?}")),
-            Err(err) => Err(format!("Destroy: {err}")),
+            })) => Err(Error::refused("Destroy", err.message)),
+            Ok(other) => Err(Error::wrong_answer("Destroy", &other)),
+            Err(source) => Err(Error::request("Destroy", source)),
         }
     }
 }
 
 impl Session for Serve<'_> {
-    fn replay(&self, index: usize, action: &Action, clock: &StepClock) -> Result<(), String> {
+    fn replay(&self, index: usize, action: &Action, clock: &StepClock) -> Result<(), Error> {
         let tree = &self.trees[index];
         let id = format!("a{}", action.number);
         let scratch = self.scratch.join(&id);
@@ -581,11 +586,11 @@ impl Session for Serve<'_> {
 
     /// Closes the backend's input and waits for it to exit, which must be
     /// with status 0; kills it instead if a request timed out.
-    fn finish(self: Box<Self>) -> Result<Option<String>, String> {
+    fn finish(self: Box<Self>) -> Result<Option<String>, Error> {
         if self.timed_out.load(Ordering::Relaxed) {
             // Dropping the client kills the backend.
             drop(self.client);
-            return Err("the backend was killed: a request went unanswered".to_owned());
+            return Err(Error::BackendKilled);
         }
         // The backend's own figures for the run, asked for before it goes.
         let summary = self
@@ -600,9 +605,9 @@ impl Session for Serve<'_> {
                 "backend {status}, ready in {:.1} ms; {summary}",
                 self.ready_in.as_secs_f64() * 1e3
             ))),
-            Ok(Some(status)) => Err(format!("the backend ended with {status}")),
+            Ok(Some(status)) => Err(Error::BackendExit(status)),
             Ok(None) => Ok(None),
-            Err(err) => Err(format!("closing the backend: {err}")),
+            Err(err) => Err(Error::CloseBackend(err)),
         }
     }
 }
@@ -617,7 +622,7 @@ struct BackendReports {
 impl BackendReports {
     const MARK: &'static str = "stats (SIGUSR1): ";
 
-    fn forward(command: &mut Command) -> Result<BackendReports, String> {
+    fn forward(command: &mut Command) -> Result<BackendReports, Error> {
         use std::io::BufRead;
         let piped = nix::unistd::pipe().and_then(|(reader, writer)| {
             // Only the backend's stderr holds the write end, or the
@@ -630,8 +635,7 @@ impl BackendReports {
             }
             Ok((reader, writer))
         });
-        let (reader, writer) =
-            piped.map_err(|err| format!("a pipe for the backend's stderr: {err}"))?;
+        let (reader, writer) = piped.map_err(Error::StderrPipe)?;
         command.stderr(std::process::Stdio::from(writer));
         let reader = std::fs::File::from(reader);
         let last = std::sync::Arc::new(Mutex::new((0, None)));
@@ -650,7 +654,7 @@ impl BackendReports {
                     }
                 }
             })
-            .map_err(|err| format!("a thread for the backend's stderr: {err}"))?;
+            .map_err(Error::StderrThread)?;
         Ok(BackendReports { last })
     }
 

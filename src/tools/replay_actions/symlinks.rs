@@ -14,7 +14,7 @@ use super::jail::Jail;
 use super::plan::{Action, Plan};
 use super::run::{self, make_dir, remove, results_root};
 use super::steps::{Step, StepClock};
-use super::Session;
+use super::{Error, Session};
 
 pub struct Symlinks<'a> {
     plan: &'a Plan,
@@ -30,7 +30,7 @@ impl<'a> Symlinks<'a> {
         plan: &'a Plan,
         mode_dir: &Path,
         jail: Option<&'a Jail>,
-    ) -> Result<Symlinks<'a>, String> {
+    ) -> Result<Symlinks<'a>, Error> {
         let results = results_root(mode_dir, &plan.workspace);
         let sandboxes = mode_dir.join("sandbox");
         make_dir(&results)?;
@@ -43,14 +43,14 @@ impl<'a> Symlinks<'a> {
         })
     }
 
-    fn build_and_run(&self, action: &Action, root: &Path, clock: &StepClock) -> Result<(), String> {
+    fn build_and_run(&self, action: &Action, root: &Path, clock: &StepClock) -> Result<(), Error> {
         clock.time(Step::Setup, || self.build(action, root))?;
         clock.time(Step::Run, || self.run(action, root))?;
         clock.time(Step::Collect, || self.move_outputs(action, root))
     }
 
     /// The forest: a symlink per input, and the outputs' directories.
-    fn build(&self, action: &Action, root: &Path) -> Result<(), String> {
+    fn build(&self, action: &Action, root: &Path) -> Result<(), Error> {
         make_dir(root)?;
         let mut made: HashSet<PathBuf> = HashSet::new();
         for input in &action.inputs {
@@ -62,8 +62,12 @@ impl<'a> Symlinks<'a> {
                 }
             }
             let target = self.plan.exec_root.join(&input.path);
-            symlink(&target, &link).map_err(|err| {
-                format!("symlink {} -> {}: {err}", link.display(), target.display())
+            symlink(&target, &link).map_err(|err| Error::Move {
+                op: "symlink",
+                from: link.clone(),
+                to_word: "->",
+                to: target.clone(),
+                source: err,
             })?;
         }
         for dir in &action.empty_dirs {
@@ -83,7 +87,7 @@ impl<'a> Symlinks<'a> {
         Ok(())
     }
 
-    fn run(&self, action: &Action, root: &Path) -> Result<(), String> {
+    fn run(&self, action: &Action, root: &Path) -> Result<(), Error> {
         let Some(jail) = self.jail else {
             return run::command(action, root, None);
         };
@@ -94,26 +98,26 @@ impl<'a> Symlinks<'a> {
         run::jailed(action, root, &argv)
     }
 
-    fn move_outputs(&self, action: &Action, root: &Path) -> Result<(), String> {
+    fn move_outputs(&self, action: &Action, root: &Path) -> Result<(), Error> {
         run::move_outputs(action, root, &self.results, |from, to| {
-            Err(format!(
-                "moving {} to {}: {}",
-                from.display(),
-                to.display(),
-                std::io::Error::from_raw_os_error(libc::EXDEV)
+            Err(Error::moving(
+                "moving",
+                from,
+                to,
+                std::io::Error::from_raw_os_error(libc::EXDEV),
             ))
         })
     }
 }
 
 impl Session for Symlinks<'_> {
-    fn replay(&self, _index: usize, action: &Action, clock: &StepClock) -> Result<(), String> {
+    fn replay(&self, _index: usize, action: &Action, clock: &StepClock) -> Result<(), Error> {
         let base = self.sandboxes.join(action.number.to_string());
         let root = base.join("execroot").join(&self.plan.workspace);
         let result = self.build_and_run(action, &root, clock);
         let removed = clock
             .time(Step::Teardown, || remove(&base))
-            .map_err(|err| format!("removing the sandbox: {err}"));
+            .map_err(|err| err.during("removing the sandbox"));
         result.and(removed)
     }
 }

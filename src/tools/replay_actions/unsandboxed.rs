@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use super::plan::{Action, Plan};
 use super::run::{self, make_dir, remove, results_root};
 use super::steps::{Step, StepClock};
-use super::Session;
+use super::{Error, Session};
 
 pub struct Unsandboxed {
     /// The fresh exec root the actions run in.
@@ -41,7 +41,7 @@ pub struct Unsandboxed {
 
 impl Unsandboxed {
     /// Makes the fresh exec root; says how many files it staged.
-    pub fn start(plan: &Plan, mode_dir: &Path) -> Result<(Unsandboxed, usize), String> {
+    pub fn start(plan: &Plan, mode_dir: &Path) -> Result<(Unsandboxed, usize), Error> {
         let root = results_root(mode_dir, &plan.workspace);
         let staged = stage_exec_root(plan, &root)?;
         Ok((Unsandboxed { root }, staged))
@@ -50,7 +50,7 @@ impl Unsandboxed {
 
 /// Makes `root` a fresh exec root as the module doc says (the reuse modes'
 /// too, whose links point into it); says how many files it staged.
-pub fn stage_exec_root(plan: &Plan, root: &Path) -> Result<usize, String> {
+pub fn stage_exec_root(plan: &Plan, root: &Path) -> Result<usize, Error> {
     make_dir(root)?;
     let top = |path: &str| path.split('/').next().unwrap_or(path).to_owned();
     let mut made: HashSet<&str> = HashSet::new();
@@ -68,15 +68,14 @@ pub fn stage_exec_root(plan: &Plan, root: &Path) -> Result<usize, String> {
     }
     let entries = fs::read_dir(&plan.exec_root)
         .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
-        .map_err(|err| format!("listing {}: {err}", plan.exec_root.display()))?;
+        .map_err(|err| Error::io("listing", &plan.exec_root, err))?;
     for entry in entries {
         let name = entry.file_name().to_string_lossy().into_owned();
         let link = root.join(&name);
         if tops.contains(&name) {
             make_dir(&link)?;
         } else {
-            symlink(entry.path(), &link)
-                .map_err(|err| format!("symlink {}: {err}", link.display()))?;
+            symlink(entry.path(), &link).map_err(|err| Error::io("symlink", &link, err))?;
         }
     }
     for name in &tops {
@@ -110,21 +109,26 @@ pub fn stage_exec_root(plan: &Plan, root: &Path) -> Result<usize, String> {
 
 /// Puts `source` at `root/rel`: a hard link, a copy where that fails, or
 /// for a symlink a link to what it resolves to.
-fn stage(source: &Path, root: &Path, rel: &str) -> Result<(), String> {
+fn stage(source: &Path, root: &Path, rel: &str) -> Result<(), Error> {
     run::make_parent(root, rel)?;
     let dest = root.join(rel);
-    let meta =
-        fs::symlink_metadata(source).map_err(|err| format!("{}: {err}", source.display()))?;
+    let meta = fs::symlink_metadata(source).map_err(|err| Error::io("lstat", source, err))?;
     let result = if meta.file_type().is_symlink() {
         fs::canonicalize(source).and_then(|target| symlink(target, &dest))
     } else {
         fs::hard_link(source, &dest).or_else(|_| fs::copy(source, &dest).map(drop))
     };
-    result.map_err(|err| format!("staging {} at {}: {err}", source.display(), dest.display()))
+    result.map_err(|err| Error::Move {
+        op: "staging",
+        from: source.to_owned(),
+        to_word: "at",
+        to: dest,
+        source: err,
+    })
 }
 
 impl Session for Unsandboxed {
-    fn replay(&self, _index: usize, action: &Action, clock: &StepClock) -> Result<(), String> {
+    fn replay(&self, _index: usize, action: &Action, clock: &StepClock) -> Result<(), Error> {
         clock.time(Step::Setup, || {
             for output in &action.outputs {
                 remove(&self.root.join(&output.path))?;
@@ -137,7 +141,7 @@ impl Session for Unsandboxed {
             if let Some(dir) = run::test_tmpdir(action) {
                 make_dir(&self.root.join(dir))?;
             }
-            Ok::<(), String>(())
+            Ok::<(), Error>(())
         })?;
         clock.time(Step::Run, || run::command(action, &self.root, None))
     }
