@@ -63,12 +63,8 @@ pub enum Error {
     DefaultPlace { input: String, why: String },
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("{syscall} {path:?}: {source}")]
-    Io {
-        syscall: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(SyscallFailed),
     /// The symlink targets' holders could not be made.
     #[error(transparent)]
     SymlinkTargets(SymlinkTargetError),
@@ -91,6 +87,25 @@ fn input_prefix(input: Option<&str>, then: &str) -> String {
     match input {
         Some(input) => format!("input {input}: {then}"),
         None => String::new(),
+    }
+}
+
+/// A system call that failed, and on which path.
+#[derive(Debug, thiserror::Error)]
+#[error("{syscall} {path:?}: {source}")]
+pub struct SyscallFailed {
+    pub syscall: &'static str,
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+impl SyscallFailed {
+    fn new(syscall: &'static str, path: impl Into<PathBuf>, source: io::Error) -> SyscallFailed {
+        SyscallFailed {
+            syscall,
+            path: path.into(),
+            source,
+        }
     }
 }
 
@@ -120,11 +135,7 @@ pub enum ExecRootFault {
 
 impl Error {
     pub fn io(syscall: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Error {
-        Error::Io {
-            syscall,
-            path: path.into(),
-            source,
-        }
+        Error::Io(SyscallFailed::new(syscall, path, source))
     }
 
     /// Whether a Create refused for this failed (counted as such):
@@ -211,12 +222,8 @@ pub enum StartError {
     Options(String),
     #[error("--sandbox_base {0:?} is not absolute")]
     SandboxBaseNotAbsolute(PathBuf),
-    #[error("{syscall} {path:?}: {source}")]
-    Io {
-        syscall: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(SyscallFailed),
     #[error(transparent)]
     Remove(#[from] crate::sandbox::materialize::Error),
     #[error("{0:?} is still mounted after a detach")]
@@ -229,10 +236,6 @@ pub enum StartError {
 
 impl StartError {
     pub fn io(syscall: &'static str, path: impl Into<PathBuf>, source: io::Error) -> StartError {
-        StartError::Io {
-            syscall,
-            path: path.into(),
-            source,
-        }
+        StartError::Io(SyscallFailed::new(syscall, path, source))
     }
 }
