@@ -105,6 +105,10 @@ fn a_tree_becomes_a_sandbox_whose_outputs_are_collected() {
             Some(collect::result::Outcome::Ok(_)) => {}
             other => panic!("{mode}: collect: {other:?}"),
         }
+        // Counted with its own time, as Create and Destroy are.
+        let collects = &b.stats()["requests"]["collect"];
+        assert_eq!(collects["count"], 1, "{mode}: {collects}");
+        assert!(collects["p50_us"].as_u64().is_some(), "{mode}: {collects}");
         let result = collect_root.join("ws/out/result");
         assert_eq!(
             fs::read(&result).unwrap(),

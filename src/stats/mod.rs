@@ -133,11 +133,12 @@ impl Op {
     }
 }
 
-/// Reconfiguration requests, by kind.
+/// Reconfiguration requests, by kind (Collect: `serve`'s only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RequestKind {
     Create,
     Destroy,
+    Collect,
 }
 
 impl RequestKind {
@@ -149,6 +150,7 @@ impl RequestKind {
         match self {
             RequestKind::Create => "create",
             RequestKind::Destroy => "destroy",
+            RequestKind::Collect => "collect",
         }
     }
 }
@@ -237,7 +239,7 @@ pub struct Stats {
     ops: [AtomicU64; Op::ALL.len()],
     /// Service time per operation: see [`Stats::timed`].
     service: [Histogram; Op::ALL.len()],
-    requests: [Mutex<Latencies>; 2],
+    requests: [Mutex<Latencies>; 3],
     built: [AtomicU64; Built::ALL.len()],
     /// FUSE requests that arrived on an io_uring queue.
     on_ring: AtomicU64,
@@ -338,7 +340,12 @@ impl Stats {
                 ))
             })
             .collect();
-        let requests: serde_json::Map<String, Value> = [RequestKind::Create, RequestKind::Destroy]
+        let kinds = [
+            RequestKind::Create,
+            RequestKind::Destroy,
+            RequestKind::Collect,
+        ];
+        let requests: serde_json::Map<String, Value> = kinds
             .iter()
             .map(|&k| {
                 (
@@ -413,6 +420,7 @@ mod tests {
         assert_eq!(create["p50_us"], 51_000);
         assert_eq!(create["max_us"], 100_000);
         assert_eq!(json["requests"]["destroy"]["p50_us"], Value::Null);
+        assert_eq!(json["requests"]["collect"]["p50_us"], Value::Null);
         assert_eq!(json["built"]["native"], 1);
         assert_eq!(json["live"]["sandboxes"], 2);
     }

@@ -207,8 +207,11 @@ fn stats_table(stats: &Value) -> String {
         "\n{:<10} {:>8} {:>7} {:>10} {:>10} {:>10} {:>10}",
         "request", "count", "failed", "p50 ms", "p90 ms", "p99 ms", "max ms"
     );
-    for kind in ["create", "destroy"] {
+    for kind in ["create", "destroy", "collect"] {
         let r = &stats["requests"][kind];
+        if kind == "collect" && r["count"].as_u64().unwrap_or(0) == 0 {
+            continue; // `serve`'s only
+        }
         let ms = |key: &str| {
             r[key]
                 .as_u64()

@@ -269,7 +269,12 @@ impl Service {
     }
 
     pub fn collect(&self, id: &str, exec_root: &str) -> collect::Result {
-        error::collect_answer(id, self.try_collect(id, Path::new(exec_root)))
+        let started = Instant::now();
+        let collected = self.try_collect(id, Path::new(exec_root));
+        self.core
+            .stats()
+            .request(RequestKind::Collect, started.elapsed(), collected.is_ok());
+        error::collect_answer(id, collected)
     }
 
     fn try_collect(&self, id: &str, exec_root: &Path) -> Result<(), Error> {

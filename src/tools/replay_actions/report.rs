@@ -385,7 +385,7 @@ pub fn backend_summary(stats: &serde_json::Value, actions: usize) -> String {
         .as_u64()
         .map_or("?".to_owned(), |kib| format!("{:.1}", kib as f64 / 1024.0));
     format!(
-        "backend: built {} native, {} from stashes, {} FUSE, {} FUSE fallback; {}; {}; \
+        "backend: built {} native, {} from stashes, {} FUSE, {} FUSE fallback; {}; {}; {}; \
          FUSE requests per action: {}; CPU {cpu} ms an action; RSS {rss} MiB",
         count(&built["native"]),
         count(&built["stash"]),
@@ -393,6 +393,7 @@ pub fn backend_summary(stats: &serde_json::Value, actions: usize) -> String {
         count(&built["fuse_fallback"]),
         latency("create"),
         latency("destroy"),
+        latency("collect"),
         per_action.join(", ")
     )
 }
