@@ -44,7 +44,7 @@ use actionfs_protocol::backend::sandbox::{negotiate, request::Op, response, Requ
 use parking_lot::Mutex;
 
 use crate::daemon::config::DaemonConfig;
-use crate::daemon::{self, FrontEnd, Owner, Stopped};
+use crate::daemon::{self, FrontEnd, OnSignal, Owner, Stopped};
 use crate::fuse::options::{Allow, ZeroMessageOpens};
 use crate::sandbox::hybrid::cutoff::{self, NativeBelow};
 use crate::sandbox::hybrid::Sandboxes;
@@ -261,26 +261,8 @@ fn serve_in(
         served: Arc::default(),
         serving: Arc::default(),
     };
-    let (fatal, served, serving) = (
-        requests.fatal.clone(),
-        requests.served.clone(),
-        requests.serving.clone(),
-    );
-    let on_signal = Box::new(move |signal| {
-        let running = halt.halt(HALT_WAIT);
-        if running > 0 {
-            log::warn!(
-                "signal {signal}: {running} requests still running after {HALT_WAIT:?}; removing \
-                 everything under them"
-            );
-            return;
-        }
-        // While the mount serves, so that the kernel hears of each; this
-        // also waits for their scratch directories' deletion.
-        if let Some(service) = serving.lock().take() {
-            service.destroy_all();
-        }
-    });
+    let (fatal, served) = (requests.fatal.clone(), requests.served.clone());
+    let on_signal = on_stop_signal(halt, requests.serving.clone());
     let stopped = daemon::run_with(
         daemon_config(options, base),
         FrontEnd::Owning(Owner {
@@ -301,14 +283,7 @@ fn serve_in(
             // kept goes to the next backend (a signal or an error hands
             // nothing on).
             if let Some((store, warm)) = handing_store_on {
-                match store.hand_on(warm) {
-                    Ok(handed) => log::info!(
-                        "handed {} inputs ({:.1} MiB) on to the next backend in {warm:?}",
-                        handed.entries,
-                        handed.bytes as f64 / (1 << 20) as f64
-                    ),
-                    Err(err) => log::warn!("cannot hand the store on: {err}"),
-                }
+                hand_store_on(&store, warm);
             }
             Ok(Served::Closed)
         }
@@ -322,6 +297,38 @@ fn serve_in(
                 false => negotiation.refuse(err),
             })
         }
+    }
+}
+
+/// What a stop signal does: halts the request loop, then, if nothing is
+/// left running, destroys every sandbox while the mount still serves
+/// (so that the kernel hears of each), waiting for their scratch
+/// directories' deletion.
+fn on_stop_signal(halt: Arc<Halt>, serving: Arc<Mutex<Option<Arc<Service>>>>) -> OnSignal {
+    Box::new(move |signal| {
+        let running = halt.halt(HALT_WAIT);
+        if running > 0 {
+            log::warn!(
+                "signal {signal}: {running} requests still running after {HALT_WAIT:?}; removing \
+                 everything under them"
+            );
+            return;
+        }
+        if let Some(service) = serving.lock().take() {
+            service.destroy_all();
+        }
+    })
+}
+
+/// Hands the store's content on to the next backend in `warm`.
+fn hand_store_on(store: &ContentStore, warm: &Path) {
+    match store.hand_on(warm) {
+        Ok(handed) => log::info!(
+            "handed {} inputs ({:.1} MiB) on to the next backend in {warm:?}",
+            handed.entries,
+            handed.bytes as f64 / (1 << 20) as f64
+        ),
+        Err(err) => log::warn!("cannot hand the store on: {err}"),
     }
 }
 
