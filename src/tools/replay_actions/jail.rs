@@ -218,6 +218,9 @@ impl Jail {
     }
 }
 
+/// No `-N`: Bazel adds it only for an action that may not use the
+/// network (`--sandbox_default_allow_network` is true, and a 4.2.3 log
+/// cannot say which actions block it), as [`Jail::bazel9`] leaves it out.
 fn command(path: &Path, flags: &[String], writable: &[&Path]) -> Vec<String> {
     let mut argv = vec![path.to_string_lossy().into_owned()];
     argv.extend(flags.iter().cloned());
@@ -228,7 +231,7 @@ fn command(path: &Path, flags: &[String], writable: &[&Path]) -> Vec<String> {
             argv.extend(["-w".to_owned(), path.to_string_lossy().into_owned()]);
         }
     }
-    argv.extend(["-N".to_owned(), "--".to_owned()]);
+    argv.push("--".to_owned());
     argv
 }
 
@@ -255,14 +258,16 @@ mod tests {
         );
         assert!(Jail::parse("bwrap").is_err() && Jail::parse("linux-sandbox=").is_err());
         let argv = jail.builtin(Path::new("/usr"), Path::new("/")).unwrap();
-        // Missing paths (macOS's) left out; the root last; -N, then --.
+        // Missing paths (macOS's) left out; the root last; no -N (the
+        // network allowed, Bazel's default), then --.
         assert_eq!(
             argv,
-            ["/opt/ls", "-w", "/usr", "-w", "/dev", "-w", "/tmp", "-w", "/", "-N", "--"]
+            ["/opt/ls", "-w", "/usr", "-w", "/dev", "-w", "/tmp", "-w", "/", "--"]
         );
         let argv = jail.strategy(Path::new("/"), None, 60);
         assert_eq!(&argv[..7], ["/opt/ls", "-T", "60", "-t", "15", "-w", "/"]);
-        assert!(argv.ends_with(&["-w".to_owned(), "/tmp".into(), "-N".into(), "--".into()]));
+        assert!(argv.ends_with(&["-w".to_owned(), "/tmp".into(), "--".into()]));
+        assert!(!argv.contains(&"-N".to_owned()), "{argv:?}");
         let landlock = Jail::parse("landlock").unwrap();
         assert_eq!(landlock.builtin(Path::new("/usr"), Path::new("/")), None);
         let argv = landlock.strategy(Path::new("/x"), None, 60);
