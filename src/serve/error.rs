@@ -10,7 +10,6 @@ use actionfs_protocol::backend::sandbox::{self, collect, create, destroy};
 use actionfs_protocol::resolve::ResolveError;
 
 use super::outputs::OutputError;
-use super::service::PushRefusal;
 use crate::sandbox::backend::Refusal;
 use crate::sandbox::merkle::InvalidDirectory;
 use crate::sandbox::store::StoreError;
@@ -237,5 +236,26 @@ pub enum StartError {
 impl StartError {
     pub fn io(syscall: &'static str, path: impl Into<PathBuf>, source: io::Error) -> StartError {
         StartError::Io(SyscallFailed::new(syscall, path, source))
+    }
+}
+
+/// Why a pushed entry was not kept.
+#[derive(Debug, thiserror::Error)]
+pub enum PushRefusal {
+    #[error("a content entry with neither bytes nor a location")]
+    NoSource,
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl PushRefusal {
+    /// Whether pushing the same entry again cannot help: the entry itself
+    /// is wrong (bytes that are not its digest's, no bytes at all, a
+    /// location that is no file, too large). Otherwise a system call
+    /// failed (a full disk, a location missing when read), and the entry
+    /// is asked for again: Bazel pushes each entry once unless told
+    /// MissingContent.
+    pub fn is_lasting(&self) -> bool {
+        !matches!(self, PushRefusal::Store(StoreError::Io { .. }))
     }
 }

@@ -25,12 +25,10 @@ use actionfs_protocol::backend::sandbox::{collect, create, destroy, Manifest};
 use actionfs_protocol::validate_sandbox_id;
 use parking_lot::Mutex;
 
-pub use push::PushRefusal;
-
 use super::capture::DefaultPlaces;
 use super::confine::Jail;
 use super::departures::Departures;
-use super::error::{self, Error};
+use super::error::{self, Error, PushRefusal};
 use super::jail::Holders;
 use super::kept::{InStore, KeptTrees};
 use super::outputs::{self, Output};

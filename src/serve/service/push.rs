@@ -7,28 +7,8 @@ use std::sync::Arc;
 use actionfs_protocol::backend::sandbox::{content, Push, Retention};
 
 use super::Service;
-use crate::sandbox::store::{self, StoreError};
-
-/// Why a pushed entry was not kept.
-#[derive(Debug, thiserror::Error)]
-pub enum PushRefusal {
-    #[error("a content entry with neither bytes nor a location")]
-    NoSource,
-    #[error(transparent)]
-    Store(StoreError),
-}
-
-impl PushRefusal {
-    /// Whether pushing the same entry again cannot help: the entry itself
-    /// is wrong (bytes that are not its digest's, no bytes at all, a
-    /// location that is no file, too large). Otherwise a system call
-    /// failed (a full disk, a location missing when read), and the entry
-    /// is asked for again: Bazel pushes each entry once unless told
-    /// MissingContent.
-    pub fn is_lasting(&self) -> bool {
-        !matches!(self, PushRefusal::Store(StoreError::Io { .. }))
-    }
-}
+use crate::sandbox::store;
+use crate::serve::error::PushRefusal;
 
 impl Service {
     /// Captures a Push into the store, every entry now. A Push has no
