@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use actionfs_protocol::backend::digest::{digest_of, sha256_hex};
-use actionfs_protocol::backend::sandbox::{collect, Push};
+use actionfs_protocol::backend::digest::digest_of;
+use actionfs_protocol::backend::sandbox::collect;
 use actionfs_protocol::backend::tree::TreeBuilder;
-use actionfs_testkit::backend::{assert_built_as, inline, modes, Backend, WS};
+use actionfs_testkit::backend::{assert_built_as, modes, Backend, WS};
 use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::wait_for;
 
@@ -35,16 +35,7 @@ fn a_tree_becomes_a_sandbox_whose_outputs_are_collected() {
             .unwrap();
         tb.add_dir("ws/empty").unwrap();
         let tree = tb.build();
-        b.client()
-            .push(Push {
-                blobs: tree.blobs.clone(),
-                content: [
-                    (sha256_hex(pushed), inline(pushed)),
-                    (sha256_hex(tool), inline(tool)),
-                ]
-                .into(),
-            })
-            .unwrap();
+        b.push_tree_with_inline(&tree, &[pushed, tool]);
         let manifest = b.manifest(
             &tree,
             &[("/ws/out/result", "file"), ("/ws/out/tree", "dir")],

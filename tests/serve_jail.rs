@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use actionfs_protocol::backend::digest::{digest_of, sha256_hex};
-use actionfs_protocol::backend::sandbox::{self, create, Manifest, Push};
+use actionfs_protocol::backend::digest::digest_of;
+use actionfs_protocol::backend::sandbox::{self, create, Manifest};
 use actionfs_protocol::backend::tree::{Tree, TreeBuilder};
-use actionfs_testkit::backend::{assert_built_as, inline, shown, Backend, Place, WS};
+use actionfs_testkit::backend::{assert_built_as, shown, Backend, Place, WS};
 use actionfs_testkit::serve::LOGGED;
 use actionfs_testkit::tier::{require, Need};
 use actionfs_testkit::{wait_for, xattr};
@@ -87,12 +87,7 @@ fn source_and_pushed(b: &Backend) -> Tree {
     tb.add_file("ws/src/b.txt", digest_of(pushed), false)
         .unwrap();
     let tree = tb.build();
-    b.client()
-        .push(Push {
-            blobs: tree.blobs.clone(),
-            content: [(sha256_hex(pushed), inline(pushed))].into(),
-        })
-        .unwrap();
+    b.push_tree_with_inline(&tree, &[pushed]);
     tree
 }
 
@@ -800,12 +795,7 @@ fn inputs_to_tamper_with(b: &Backend) -> (Tree, Vec<String>, Vec<PathBuf>) {
     tb.add_file("ws/src/pushed.txt", digest_of(pushed), false)
         .unwrap();
     let tree = tb.build();
-    b.client()
-        .push(Push {
-            blobs: tree.blobs.clone(),
-            content: [(sha256_hex(pushed), inline(pushed))].into(),
-        })
-        .unwrap();
+    b.push_tree_with_inline(&tree, &[pushed]);
     let inputs = [
         "src/small.txt",
         "src/big.bin",

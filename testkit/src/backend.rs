@@ -238,6 +238,17 @@ impl Backend {
         self.place.write_input(rel, bytes)
     }
 
+    /// Pushes the tree's blobs and each of `inline` as content, in one
+    /// Push (as Bazel's client sends them).
+    pub fn push_tree_with_inline(&self, tree: &Tree, inline_bytes: &[&[u8]]) {
+        let mut push = tree.to_push();
+        push.content = inline_bytes
+            .iter()
+            .map(|bytes| (sha256_hex(bytes), inline(bytes)))
+            .collect();
+        self.client().push(push).unwrap();
+    }
+
     pub fn push_inline(&self, bytes: &[u8]) {
         self.push_content(sha256_hex(bytes), inline(bytes));
     }
