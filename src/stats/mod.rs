@@ -142,6 +142,12 @@ pub enum RequestKind {
 }
 
 impl RequestKind {
+    const ALL: [RequestKind; 3] = [
+        RequestKind::Create,
+        RequestKind::Destroy,
+        RequestKind::Collect,
+    ];
+
     fn index(self) -> usize {
         self as usize
     }
@@ -239,7 +245,7 @@ pub struct Stats {
     ops: [AtomicU64; Op::ALL.len()],
     /// Service time per operation: see [`Stats::timed`].
     service: [Histogram; Op::ALL.len()],
-    requests: [Mutex<Latencies>; 3],
+    requests: [Mutex<Latencies>; RequestKind::ALL.len()],
     built: [AtomicU64; Built::ALL.len()],
     /// FUSE requests that arrived on an io_uring queue.
     on_ring: AtomicU64,
@@ -340,12 +346,7 @@ impl Stats {
                 ))
             })
             .collect();
-        let kinds = [
-            RequestKind::Create,
-            RequestKind::Destroy,
-            RequestKind::Collect,
-        ];
-        let requests: serde_json::Map<String, Value> = kinds
+        let requests: serde_json::Map<String, Value> = RequestKind::ALL
             .iter()
             .map(|&k| {
                 (
