@@ -28,6 +28,7 @@ pub mod options;
 mod outputs;
 mod service;
 mod session;
+mod slots;
 mod state_dir;
 mod taken_again;
 mod trees_handed;
@@ -248,7 +249,10 @@ fn serve_in(
             .to_owned(),
         workspace: args.workspace.clone(),
         own: base.to_owned(),
-        capture_below: options.capture_below,
+        choices: service::Choices {
+            capture_below: options.capture_below,
+            slots: options.slots,
+        },
         jail,
         dirs,
         store,
@@ -358,7 +362,7 @@ struct RequestLoop {
     workspace: PathBuf,
     /// This backend's directory.
     own: PathBuf,
-    capture_below: u64,
+    choices: service::Choices,
     jail: Jail,
     dirs: Dirs,
     store: Arc<ContentStore>,
@@ -385,7 +389,7 @@ impl RequestLoop {
             self.trash,
             self.locations_root,
             self.jail,
-            self.capture_below,
+            self.choices,
         ));
         let adopting = self.state.adopt(&service, &self.workspace);
         *self.serving.lock() = Some(service.clone());

@@ -72,6 +72,12 @@ struct BackendFlags {
     /// Seatbelt) or none
     #[arg(long, value_name = "landlock|bazel|none", default_value = "landlock", value_parser = parse_jail)]
     jail: JailAsked,
+    /// on: every sandbox is served by FUSE in a reused root (`MOUNT/slot-N`,
+    /// emptied after each Destroy), so that what the kernel cached there
+    /// serves the next action; off: a new root per sandbox, native below
+    /// the cutoff
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = ["on", "off"])]
+    slots: String,
 }
 
 /// The options, parsed.
@@ -90,6 +96,7 @@ pub struct BackendOptions {
     pub reconfig_threads: Option<usize>,
     pub calibration: Option<PathBuf>,
     pub jail: JailAsked,
+    pub slots: bool,
 }
 
 /// Reads Negotiate's options; the error names the first one refused, in
@@ -118,6 +125,7 @@ pub fn parse(options: &[String]) -> Result<BackendOptions, String> {
         reconfig_threads: flags.reconfig_threads,
         calibration: flags.calibration,
         jail: flags.jail,
+        slots: flags.slots == "on",
     })
 }
 
@@ -180,6 +188,11 @@ mod tests {
         assert_eq!(o.jail, JailAsked::Landlock);
         assert_eq!(o.capture_below, 1 << 20);
         assert!(o.keep_state);
+        assert!(!o.slots, "off unless asked");
+        assert!(parse(&["--slots=on".to_owned()]).unwrap().slots);
+        assert!(parse(&["--slots=maybe".to_owned()])
+            .unwrap_err()
+            .contains("--slots"));
         assert!(!parse(&["--keep_state=off".to_owned()]).unwrap().keep_state);
         assert_eq!(
             parse(&["--capture_below=0".to_owned()])

@@ -124,7 +124,9 @@ impl Anchor {
     /// yet, whether both name the same path.
     pub fn same_dir(&self, other: &Anchor) -> bool {
         match (self.pinned.get(), other.pinned.get()) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            // Pins of one directory made apart (`child` pins anew) are
+            // the same directory: an open descriptor keeps its inode.
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a.id == b.id,
             _ => self.path == other.path,
         }
     }

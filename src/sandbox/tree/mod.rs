@@ -418,15 +418,19 @@ impl SandboxFs {
         if !tree.is_dir() || self.config.track_access {
             return None;
         }
-        let (names, candidates): (Vec<_>, Vec<_>) = self
-            .retention
-            .latest(cache::adoption::CANDIDATES)
-            .into_iter()
-            .unzip();
-        let chosen = self.choose_donor(tree, mappings, lazy, &candidates)?;
-        let donor = self.retention.take(&names[chosen])?;
-        let old_top = candidates[chosen].top.clone();
-        drop(candidates);
+        let (donor, old_top) = match self.predecessor(id) {
+            Some(same_name) => same_name,
+            None => {
+                let (names, candidates): (Vec<_>, Vec<_>) = self
+                    .retention
+                    .latest(cache::adoption::CANDIDATES)
+                    .into_iter()
+                    .unzip();
+                let chosen = self.choose_donor(tree, mappings, lazy, &candidates)?;
+                let donor = self.retention.take(&names[chosen])?;
+                (donor, candidates[chosen].top.clone())
+            }
+        };
         let Some(adopted) = self.adopt_cache(&old_top, tree) else {
             // The kernel let go of it meanwhile: nothing to take over.
             self.let_go_now(donor);
@@ -449,6 +453,21 @@ impl SandboxFs {
             .lock()
             .insert(tree.ino(), kernel_name.clone());
         Some(kernel_name)
+    }
+
+    /// The kept cache of the sandbox destroyed last under name `id` (a
+    /// root reused for the next action, as serve's slots are): the kernel
+    /// holds its entries under that very name, so it is taken over
+    /// without choosing among the others.
+    fn predecessor(&self, id: &str) -> Option<(cache::retention::Departed, Arc<Node>)> {
+        let departed = self.retention.take(&OsString::from(id))?;
+        match departed.top.upgrade() {
+            Some(top) => Some((departed, top)),
+            None => {
+                self.let_go_now(departed);
+                None
+            }
+        }
     }
 
     /// Lets the kernel drop a departed sandbox's cache, off this thread.
@@ -503,8 +522,8 @@ impl SandboxFs {
             }
             sandboxes.insert(name.clone(), mappings);
         }
-        // A reused id: the kept cache of its predecessor is gone with the
-        // expired entry; dropping it later would drop the new sandbox's.
+        // A reused id whose predecessor's cache was not taken over (see
+        // `predecessor`): dropping that later would drop the new sandbox's.
         self.retention.forget(&name);
         // A mapped root may have shown an underlying entry under this name.
         if !matches!(self.root.origin(), node::Origin::Virtual) {

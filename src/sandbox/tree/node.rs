@@ -544,6 +544,15 @@ impl DirData {
         true
     }
 
+    /// The names the kernel may have cached as absent, forgotten here
+    /// (to be noted again where they still are).
+    pub fn take_negatives(&self) -> Vec<OsString> {
+        std::mem::take(&mut *self.negatives.lock())
+            .iter()
+            .map(|n| n.as_os_str().to_owned())
+            .collect()
+    }
+
     /// The names the kernel may have cached as absent.
     pub fn negatives(&self) -> Vec<OsString> {
         self.negatives

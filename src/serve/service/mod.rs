@@ -32,6 +32,7 @@ use super::error::{self, Error, PushRefusal};
 use super::jail::Holders;
 use super::kept::{InStore, KeptTrees};
 use super::outputs::{self, Output};
+use super::slots::{self, Slot, Slots};
 use crate::sandbox::default_place::Looks;
 use crate::sandbox::hybrid::Sandboxes;
 use crate::sandbox::materialize::Trash;
@@ -64,6 +65,27 @@ impl Dirs {
 struct Live {
     scratch: Arc<Path>,
     outputs: Arc<[Output]>,
+    /// The reused root it is built in, if any (its name in the core is
+    /// then the slot's, not the id).
+    slot: Option<Slot>,
+}
+
+/// Choices of `serve`'s options that the service applies.
+#[derive(Clone, Copy, Debug)]
+pub struct Choices {
+    /// `--capture_below`.
+    pub capture_below: u64,
+    /// `--slots`: every sandbox in a reused FUSE root.
+    pub slots: bool,
+}
+
+/// Where a Create builds: the sandbox's name in the core and its scratch
+/// directory, new or a slot's.
+pub(super) struct Place<'a> {
+    pub core_name: &'a str,
+    pub scratch: PathBuf,
+    /// A slot's scratch directory, which may exist already.
+    pub reused: bool,
 }
 
 /// A Create checked and resolved, ready to build.
@@ -113,6 +135,8 @@ pub struct Service {
     /// Looks at the default places not captured, remembered while
     /// nothing changed there.
     looks: Looks,
+    /// Reused roots, with `--slots=on`.
+    slots: Option<Arc<Slots>>,
 }
 
 impl Service {
@@ -125,7 +149,7 @@ impl Service {
         trash: Trash,
         locations_root: PathBuf,
         jail: Jail,
-        capture_below: u64,
+        choices: Choices,
     ) -> Service {
         let store_for_captures = store.clone();
         let own = dirs.own();
@@ -134,7 +158,11 @@ impl Service {
             Jail::Landlock { .. } => Some(Holders::of(own, false)),
             Jail::Bazel => Some(Holders::of(own, true)),
         };
+        let slots = choices
+            .slots
+            .then(|| Arc::new(Slots::new(dirs.scratch.clone())));
         Service {
+            slots,
             trees: Trees::new(store.clone()),
             links: SymlinkTargets::new(dirs.links.clone()),
             core,
@@ -149,7 +177,7 @@ impl Service {
             jail,
             holders,
             said_fuse_for_writable: Default::default(),
-            default_places: DefaultPlaces::new(store_for_captures, capture_below),
+            default_places: DefaultPlaces::new(store_for_captures, choices.capture_below),
             looks: Looks::new(),
         }
     }
@@ -161,18 +189,16 @@ impl Service {
         self.core
             .stats()
             .request(RequestKind::Create, started.elapsed(), !failed);
-        let created = created.map(|path| create::result::Ok {
-            confinement: self
-                .jail
-                .confinement(&manifest, &path, &self.dirs.scratch.join(id)),
+        let created = created.map(|(path, scratch)| create::result::Ok {
+            confinement: self.jail.confinement(&manifest, &path, &scratch),
             path: path.to_string_lossy().into_owned(),
         });
         error::create_answer(id, created)
     }
 
     /// Checks the manifest, finds each input's content and makes the
-    /// sandbox; returns the path Create answers.
-    fn try_create(&self, id: &str, manifest: &Manifest) -> Result<PathBuf, Error> {
+    /// sandbox; returns the path Create answers and its scratch directory.
+    fn try_create(&self, id: &str, manifest: &Manifest) -> Result<(PathBuf, Arc<Path>), Error> {
         validate_sandbox_id(id).map_err(Error::InvalidId)?;
         // Its scratch directory and tree are in the way until then.
         self.departures.wait_for(id);
@@ -196,26 +222,45 @@ impl Service {
             content,
             fuse_only,
         };
-        match self.make(id, &plan) {
-            Ok(scratch) => {
-                self.live.lock().insert(
-                    id.to_owned(),
-                    Live {
-                        scratch: scratch.into(),
-                        outputs: plan.outs.into(),
-                    },
-                );
+        let slot = self.slots.as_ref().map(|slots| slots.take(&root.hash));
+        let place = match &slot {
+            Some(slot) => Place {
+                core_name: &slot.name,
+                scratch: slot.scratch.clone(),
+                reused: true,
+            },
+            None => Place {
+                core_name: id,
+                scratch: self.dirs.scratch.join(id),
+                reused: false,
+            },
+        };
+        match self.make(id, &place, &plan) {
+            Ok(()) => {
+                let scratch: Arc<Path> = place.scratch.into();
                 // A native tree is answered by the symlink `MOUNT/ID` maps,
                 // not through the view: Bazel's `exists` on the root and
                 // the action's first walk to its working directory would
                 // each be a FUSE round trip (two an action, counted).
-                Ok(self
+                let path = self
                     .core
-                    .native_link(id)
-                    .unwrap_or_else(|| self.dirs.mount.join(id)))
+                    .native_link(place.core_name)
+                    .unwrap_or_else(|| self.dirs.mount.join(place.core_name));
+                self.live.lock().insert(
+                    id.to_owned(),
+                    Live {
+                        scratch: scratch.clone(),
+                        outputs: plan.outs.into(),
+                        slot,
+                    },
+                );
+                Ok((path, scratch))
             }
             Err(err) => {
                 self.store.release(id);
+                if let (Some(slots), Some(slot)) = (&self.slots, &slot) {
+                    slots.give_back_unknown(slot);
+                }
                 Err(err)
             }
         }
@@ -306,20 +351,38 @@ impl Service {
     /// departures thread (failures there are logged: the client was
     /// answered).
     fn tear_down(&self, id: &str, live: Live) -> Result<(), Error> {
-        let (withdrawn, departure) = match self.core.withdraw(id) {
+        let core_name = live.slot.as_ref().map_or(id, |slot| &slot.name);
+        let (withdrawn, departure) = match self.core.withdraw(core_name) {
             Ok(departure) => (Ok(()), departure),
             Err(err) => (Err(Error::Destroy(err)), None),
         };
         self.store.release(id);
         let trash = self.trash.clone();
+        let slots = self.slots.clone();
+        if let (Some(slots), Some(slot)) = (&slots, &live.slot) {
+            slots.leaving(slot);
+        }
         self.departures.send(
             id,
             Box::new(move |id| {
                 if let Some(Err(err)) = departure.map(|d| d.finish()) {
                     log::warn!("sandbox {id:?}: destroy: {err}");
                 }
-                if let Err(err) = trash.discard(&live.scratch) {
-                    log::warn!("sandbox {id:?}: destroy: {err}");
+                let (Some(slot), Some(slots)) = (&live.slot, slots) else {
+                    if let Err(err) = trash.discard(&live.scratch) {
+                        log::warn!("sandbox {id:?}: destroy: {err}");
+                    }
+                    return;
+                };
+                // Free again only once empty: the next sandbox there must
+                // find none of this one's outputs or scratch files. A slot
+                // that could not be emptied is never used again.
+                match slots::empty(&live.scratch, &trash) {
+                    Ok(()) => slots.give_back(slot),
+                    Err(err) => {
+                        log::warn!("sandbox {id:?}: destroy: {} left unused: {err}", slot.name);
+                        slots.abandon(slot);
+                    }
                 }
             }),
         );

@@ -30,12 +30,18 @@ use std::ffi::OsString;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::super::attr::fingerprint;
+use std::ffi::OsStr;
+
+use super::super::attr::{fingerprint, FileKind};
+use super::super::error::Errno;
+use super::super::name::Name;
 use super::super::namespace::{
     backing_dir, is_shareable, may_be_shareable, require_object, type_entry,
 };
 use super::super::node::{Node, Origin};
+use super::super::underlying::UDir;
 use super::super::SandboxFs;
+use crate::sandbox::dirfd::kind_of;
 
 /// Inputs of a new sandbox sampled to choose which destroyed sandbox's
 /// cache to take over, and how many destroyed sandboxes are considered.
@@ -164,11 +170,33 @@ impl SandboxFs {
         // directory, or none (only their explicit entries).
         let same_contents =
             same_backing(old, new) || (!shows_underlying(old) && !shows_underlying(new));
-        if !same_contents {
+        // The same writable directory (a reused slot's workspace, emptied
+        // and given the next action's output directories): what it holds
+        // now is asked of it.
+        let refilled = same_contents && new.is_writable();
+        // `Some(None)`: there is no underlying directory (yet), so every
+        // name but the explicit ones is absent.
+        let backing = if refilled {
+            backing_dir(new).ok()
+        } else {
+            None
+        };
+        // A writable directory's own attributes (times, links) change with
+        // what the last action made in it, even where it is the same one.
+        if !same_contents || new.is_writable() {
             adopted.stale_attrs.push(ino);
         }
         for name in old_dir.negatives() {
-            if same_contents && !new_dir.has_explicit(&name) && new_dir.note_negative(&name) {
+            let still_absent = match &backing {
+                Some(Some(dir)) => is_absent_in(dir, &name),
+                Some(None) => true,
+                None => !refilled,
+            };
+            if same_contents
+                && still_absent
+                && !new_dir.has_explicit(&name)
+                && new_dir.note_negative(&name)
+            {
                 continue;
             }
             adopted.stale_entries.push((ino, name));
@@ -186,13 +214,87 @@ impl SandboxFs {
                 adopted.stale_entries.push((ino, name));
             }
         }
-        // Entries found in the old underlying directory: the new one is
-        // another directory (a writable mapping is a fresh scratch
-        // directory per action), so they are dropped.
-        let discovered: Vec<OsString> = old_dir.discovered().lock().keys().cloned().collect();
-        adopted
-            .stale_entries
-            .extend(discovered.into_iter().map(|name| (ino, name)));
+        // Entries found in the old underlying directory. Another directory
+        // (a writable mapping's fresh scratch directory) has none of them;
+        // a refilled one may have a directory of the same name again (an
+        // output's parent, made for the next action too), whose entries
+        // the kernel keeps, checked in turn. Everything else is dropped.
+        let discovered: Vec<(OsString, Arc<Node>)> = old_dir.discovered().lock().drain().collect();
+        for (name, child) in discovered {
+            let kept = backing
+                .as_ref()
+                .and_then(Option::as_ref)
+                .is_some_and(|dir| {
+                    !new_dir.has_explicit(&name) && self.keep_found_dir(dir, &name, &child, new)
+                });
+            if kept {
+                adopted.kept += 1;
+                self.recheck_found_dir(&child, adopted);
+            } else {
+                adopted.stale_entries.push((ino, name));
+            }
+        }
+    }
+
+    /// Whether `child`, a directory found as `name` in a refilled
+    /// directory (`dir`, shown by `parent`), is there again: if so, it
+    /// becomes `parent`'s, with the kernel's entry for it.
+    fn keep_found_dir(
+        &self,
+        dir: &UDir,
+        name: &OsStr,
+        child: &Arc<Node>,
+        parent: &Arc<Node>,
+    ) -> bool {
+        if !child.is_dir() || child.lookups.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let is_dir_again = dir
+            .stat_entry(name)
+            .is_ok_and(|st| kind_of(&st) == FileKind::Directory);
+        if !is_dir_again {
+            return false;
+        }
+        let Ok(parent_dir) = parent.dir() else {
+            return false;
+        };
+        child.set_origin(Origin::Child {
+            parent: Arc::downgrade(parent),
+            name: Name::new(name),
+        });
+        parent_dir
+            .discovered()
+            .lock()
+            .insert(name.to_owned(), child.clone());
+        true
+    }
+
+    /// Checks what the kernel knows below `node`, a directory found again
+    /// in a refilled directory ([`SandboxFs::keep_found_dir`]): its
+    /// attributes are new, names it cached as absent stay so only where
+    /// they still are, and entries found in it are kept only where a
+    /// directory of the name is there again.
+    fn recheck_found_dir(&self, node: &Arc<Node>, adopted: &mut Adopted) {
+        let ino = node.ino();
+        adopted.stale_attrs.push(ino);
+        let (Ok(data), Ok(Some(dir))) = (node.dir(), backing_dir(node)) else {
+            return;
+        };
+        for name in data.take_negatives() {
+            if is_absent_in(&dir, &name) && data.note_negative(&name) {
+                continue;
+            }
+            adopted.stale_entries.push((ino, name));
+        }
+        let discovered: Vec<(OsString, Arc<Node>)> = data.discovered().lock().drain().collect();
+        for (name, child) in discovered {
+            if self.keep_found_dir(&dir, &name, &child, node) {
+                adopted.kept += 1;
+                self.recheck_found_dir(&child, adopted);
+            } else {
+                adopted.stale_entries.push((ino, name));
+            }
+        }
     }
 
     /// Whether the kernel's entry for `old` can stand for `new`.
@@ -325,4 +427,9 @@ fn same_backing(old: &Node, new: &Node) -> bool {
         (Origin::Mapped(a), Origin::Mapped(b)) => a.anchor.same_dir(&b.anchor) && a.name == b.name,
         _ => false,
     }
+}
+
+/// Whether `dir` has no entry `name` now.
+fn is_absent_in(dir: &UDir, name: &OsStr) -> bool {
+    matches!(dir.stat_entry(name), Err(err) if err.errno() == Errno::ENOENT)
 }
