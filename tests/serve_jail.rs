@@ -456,6 +456,73 @@ fn an_inaccessible_path_below_dev_leaves_the_jail_working_with_piped_output() {
     b.close();
 }
 
+/// Where the jail has its mount namespace and nothing is hidden, the
+/// host is kept read-only by the mounts alone: Landlock's file rules
+/// would only repeat them, at the price of a walk to `/` at every open.
+/// Seen through what only Landlock refuses: writing to a FIFO outside the
+/// writable paths (a read-only mount lets a FIFO be written, as it does a
+/// device). With a path hidden, Landlock rules the file system again
+/// (EACCES), as it does without namespaces. Either way nothing outside
+/// is made or changed.
+#[test]
+fn with_namespaces_the_mounts_alone_keep_the_host_read_only_unless_a_path_is_hidden() {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    if !require(&[Need::Mount, Need::Landlock]) {
+        return;
+    }
+    let b = Backend::start(&[]);
+    let outside = b.root().join("outside");
+    let fifo = b.root().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let hidden = tempfile::tempdir_in(b.root()).unwrap();
+    for hide in [false, true] {
+        let id = if hide { "hidden" } else { "plain" };
+        let (root, jail, _) = jailed_sandbox(&b, id, |scratch| sandbox::ConfinementSetting {
+            inaccessible_paths: if hide {
+                vec![hidden.path().display().to_string()]
+            } else {
+                Vec::new()
+            },
+            ..bazels_confinement(scratch)
+        });
+        let namespaces = jail.wrapper.iter().any(|arg| arg == "--namespaces");
+        let out = sh_jailed(&root, &jail, &format!("echo x > {}", outside.display()));
+        assert!(
+            !out.status.success() && !outside.exists(),
+            "{id}: wrote {outside:?}"
+        );
+        // A reader that does not wait, so that a writer's open does not.
+        let mut reader = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let out = sh_jailed(&root, &jail, &format!("echo through > {}", fifo.display()));
+        let mut got = String::new();
+        let _ = reader.read_to_string(&mut got);
+        let by_mounts_alone = namespaces && !hide;
+        if by_mounts_alone {
+            assert!(out.status.success(), "{id}: {}", shown(&out));
+            assert_eq!(got, "through\n", "{id}");
+        } else {
+            assert!(
+                !out.status.success(),
+                "{id}: Landlock let the FIFO be written"
+            );
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+                "{id} (namespaces: {namespaces}): {}",
+                shown(&out)
+            );
+        }
+        let out = sh_jailed(&root, &jail, "cat src/a.txt src/b.txt > out/x");
+        assert!(out.status.success(), "{id}: {}", shown(&out));
+        b.destroy_ok(id);
+    }
+    b.close();
+}
+
 /// Without `allow_network`: no TCP connect or bind (loopback included),
 /// no UDP or raw socket; Unix sockets work. With it, all work.
 #[test]

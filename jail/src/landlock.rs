@@ -47,10 +47,13 @@ pub fn confine(rules: &Rules) -> Result<(), String> {
     if rules.network {
         net = BitFlags::EMPTY;
     }
-    let mut ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(all)
-        .map_err(|err| format!("landlock ruleset (file system): {err}"))?;
+    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::HardRequirement);
+    let rule_files = rules_files(rules);
+    if rule_files {
+        ruleset = ruleset
+            .handle_access(all)
+            .map_err(|err| format!("landlock ruleset (file system): {err}"))?;
+    }
     if !net.is_empty() {
         ruleset = ruleset
             .handle_access(net)
@@ -61,12 +64,12 @@ pub fn confine(rules: &Rules) -> Result<(), String> {
         .map_err(|err| format!("landlock ruleset (scopes): {err}"))?
         .create()
         .map_err(|err| format!("landlock_create_ruleset: {err}"))?;
-    let mut allowed: Vec<(PathBuf, BitFlags<AccessFs>)> = readable(&rules.hide)?
-        .into_iter()
-        .map(|path| (path, read))
-        .collect();
-    allowed.extend(rules.write.iter().map(|path| (path.clone(), all)));
-    if rules.dev {
+    let mut allowed: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
+    if rule_files {
+        allowed.extend(readable(&rules.hide)?.into_iter().map(|path| (path, read)));
+        allowed.extend(rules.write.iter().map(|path| (path.clone(), all)));
+    }
+    if rule_files && rules.dev {
         // Device nodes: written, truncated (`> /dev/null`), ioctl'd
         // (terminals); never made or removed.
         let device =
@@ -103,6 +106,17 @@ pub fn confine(rules: &Rules) -> Result<(), String> {
         seccomp::deny_non_tcp_sockets()?;
     }
     Ok(())
+}
+
+/// Whether the file system is ruled by Landlock. Not where the jail's
+/// mount namespace already makes the host read-only but the writable
+/// paths ([`crate::namespaces`]) and no path is hidden: the rules would
+/// only repeat the mounts, and cost a walk to `/` at every open of the
+/// action. Device nodes are then written as the user's permissions allow,
+/// in a `/dev` whose entries cannot change (linux-sandbox leaves all of
+/// `/dev` writable).
+pub fn rules_files(rules: &Rules) -> bool {
+    !(rules.namespaces && rules.hide.is_empty())
 }
 
 /// The device nodes an action may write, as on any host: `/dev` itself

@@ -21,7 +21,11 @@
 //! - with `namespaces`, the host is seen through read-only mounts but for
 //!   the `write` hierarchies (a user and mount namespace, [`namespaces`]):
 //!   Landlock cannot rule `chmod`, `chown`, `utime` or extended
-//!   attributes, a read-only mount refuses them all;
+//!   attributes, a read-only mount refuses them all. The mounts then rule
+//!   the file system alone unless a path is hidden (Landlock's file rules
+//!   would only repeat them, and cost a walk at every open): device nodes
+//!   and FIFOs are written as the user's permissions allow, as in
+//!   linux-sandbox, in a `/dev` whose entries cannot change;
 //! - in every case, nothing the action starts outlives it: the wrapper is
 //!   the subreaper of its processes and kills what is left when its
 //!   first process exits ([`supervise`]).

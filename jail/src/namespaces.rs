@@ -3,8 +3,9 @@
 //! mounts of themselves taken before. A read-only mount refuses every
 //! change to what is below it, metadata included (`chmod`, `chown`,
 //! `utimensat`, extended attributes, `truncate`, links and renames), which
-//! Landlock cannot rule; writes to device nodes are unaffected (Landlock
-//! rules those).
+//! Landlock cannot rule; writes to device nodes and FIFOs are unaffected
+//! (as in linux-sandbox; Landlock rules them only where it rules the file
+//! system, see `landlock::rules_files`).
 //!
 //! The action keeps its user and group (mapped to themselves, as
 //! linux-sandbox does without `-R`) but no capability: with one it could

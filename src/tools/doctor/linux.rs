@@ -365,7 +365,9 @@ fn jail_decision() -> Decision {
             choice: "landlock+namespaces".to_owned(),
             why: format!(
                 "Landlock ABI {abi} and user namespaces: serve answers Create with its own \
-                 wrapper ({shown}), the host read-only but the action's writable paths"
+                 wrapper ({shown}), the host read-only but the action's writable paths by \
+                 its mounts (Landlock then rules the file system only where a path is \
+                 hidden: no walk at every open), network and signals by Landlock"
             ),
         },
         Err(why) => Decision {
