@@ -20,17 +20,20 @@
 //!   was last told (one `fstatat`: identity, size, times);
 //! - anything else the kernel knows in the old tree is invalidated.
 //!
+//! A writable directory that is the same directory in both (a reused
+//! slot's workspace, emptied and given the next action's output
+//! directories) is asked what it holds now: a directory found there
+//! before and there again keeps its node, checked in turn.
+//!
 //! Names the kernel cached as absent in a directory stay so only where the
 //! new directory shows the same contents and has no such name. Names only
 //! in the new tree need nothing else: the kernel asks for them. What is
 //! kept is what the kernel would have been told by a lookup, so the view
 //! is the same as without this; only the round trips are gone.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-use std::ffi::OsStr;
 
 use super::super::attr::{fingerprint, FileKind};
 use super::super::error::Errno;
