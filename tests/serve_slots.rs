@@ -10,8 +10,8 @@ use std::path::Path;
 
 use actionfs_protocol::backend::digest::digest_of;
 use actionfs_testkit::backend::{Backend, WS};
-use actionfs_testkit::fuse_requests;
 use actionfs_testkit::tier::{require, Need};
+use actionfs_testkit::{fuse_requests, names};
 
 const SLOTS: &str = "--slots=on";
 
@@ -20,15 +20,6 @@ fn assert_absent(path: &Path, why: &str) {
         Err(err) if err.kind() == ErrorKind::NotFound => {}
         other => panic!("{path:?} ({why}): expected ENOENT, got {other:?}"),
     }
-}
-
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap_or_else(|err| panic!("readdir {dir:?}: {err}"))
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// The second sandbox in a slot shows its own tree: a changed input's new
@@ -113,10 +104,10 @@ fn a_slot_shows_the_next_tree_and_nothing_of_the_last_sandbox() {
     for made in ["stray.txt", "out/stray", "out/result", "out/tree", "own"] {
         assert_absent(&ws.join(made), "made by the last action");
     }
-    assert_eq!(names_in(&ws), ["lib", "other", "out", "src"]);
-    assert_eq!(names_in(&ws.join("src")), ["a.txt", "b.txt"]);
-    assert!(names_in(&ws.join("out")).is_empty());
-    assert!(names_in(&ws.join("other")).is_empty());
+    assert_eq!(names(&ws), ["lib", "other", "out", "src"]);
+    assert_eq!(names(&ws.join("src")), ["a.txt", "b.txt"]);
+    assert!(names(&ws.join("out")).is_empty());
+    assert!(names(&ws.join("other")).is_empty());
     fs::write(ws.join("other/o"), b"o\n").unwrap();
     let collected = b.collect_ok("2");
     assert_eq!(fs::read(collected.join("ws/other/o")).unwrap(), b"o\n");
