@@ -1125,6 +1125,76 @@ fn signals_to_actionfs_jail_reach_the_action_and_its_end_is_the_wrappers() {
     }
 }
 
+/// A wrapper started with SIGINT, SIGQUIT and SIGHUP ignored (a shell's
+/// `&` ignores the first two, `nohup` the third) still passes them on,
+/// and the action starts with them at their defaults, as linux-sandbox
+/// and process-wrapper restore every signal: before, both inherited them
+/// ignored and a SIGINT to the wrapper ended nothing (found when a
+/// backgrounded `.ci/run` hung in the test above).
+#[test]
+fn signals_the_wrapper_was_started_ignoring_still_reach_the_action() {
+    if !require(&[Need::Mount, Need::Landlock]) {
+        return;
+    }
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    for mode in jail_modes().into_iter().filter(|m| !m.bazels) {
+        let name = mode.name;
+        let b = mode.start();
+        let (tree, _, _) = inputs_to_tamper_with(&b);
+        let scratch = b.root().join("bazel-scratch/1");
+        let (root, jail) = mode.create(&b, "1", &tree, &scratch);
+        let jail = jail.unwrap();
+        for signal in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP] {
+            let _ = fs::remove_file(root.join("ws/out/ready"));
+            let mut command = Command::new(&jail.wrapper[0]);
+            command
+                .args(&jail.wrapper[1..])
+                .args([
+                    "/bin/sh",
+                    "-c",
+                    "touch out/ready; while :; do sleep 0.05; done",
+                ])
+                .current_dir(root.join(WS))
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .stdout(Stdio::null())
+                // A group of its own, so that a failure kills the action too.
+                .process_group(0);
+            // SAFETY: signal() only, between fork and exec.
+            unsafe {
+                command.pre_exec(|| {
+                    for ignored in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP] {
+                        libc::signal(ignored, libc::SIG_IGN);
+                    }
+                    Ok(())
+                });
+            }
+            let mut child = command.spawn().unwrap();
+            assert!(
+                wait_for(Duration::from_secs(20), || root
+                    .join("ws/out/ready")
+                    .exists()),
+                "{name}: the action never started"
+            );
+            // SAFETY: a signal to the wrapper this test spawned.
+            unsafe { libc::kill(child.id() as i32, signal) };
+            let ended = wait_for(Duration::from_secs(20), || {
+                child.try_wait().unwrap().is_some()
+            });
+            if !ended {
+                // SAFETY: SIGKILL to the group this test made for the wrapper.
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                let _ = child.wait();
+                panic!("{name}: signal {signal} to the wrapper ended nothing");
+            }
+            let status = child.wait().unwrap();
+            assert_eq!(status.signal(), Some(signal), "{name}: {status:?}");
+        }
+        b.destroy_ok("1");
+        b.close();
+    }
+}
+
 /// `--jail` picks Create's confinement: actionfs's wrapper (the default
 /// where Landlock is), Bazel's (unset) or none.
 #[test]

@@ -173,28 +173,43 @@ extern "C" fn pass_on(signal: libc::c_int) {
     }
 }
 
-/// The forwarded signals caught from the start, so that the action is
-/// spawned with the signal mask the wrapper was given (std's spawn keeps
-/// the mask), where each caught signal is passed on.
+/// The forwarded signals caught from the start (not blocked: std's spawn
+/// keeps the mask, and the action must be able to receive them), where
+/// each caught signal is passed on.
 struct Signals;
 
+/// Signal numbers to reset: 1 to 64, the kernel's `_NSIG`.
+const SIGNALS: std::ops::Range<libc::c_int> = 1..65;
+
 impl Signals {
-    /// Catches the forwarded signals, but those the wrapper found ignored
-    /// (the action inherits those ignored, an ignored SIGHUP included).
+    /// Every signal back at its default and none blocked, as
+    /// linux-sandbox and Bazel's process-wrapper start
+    /// (`RestoreSignalHandlersAndMask`), whatever the wrapper was started
+    /// with (a shell's `&` ignores SIGINT and SIGQUIT, `nohup` SIGHUP: an
+    /// action inheriting them could not be interrupted); then the
+    /// forwarded ones caught. The action starts with them at their
+    /// defaults (a caught signal is reset at exec).
     fn catch() -> Signals {
-        // SAFETY: sigaction calls on live, zeroed structures; the handler
-        // is async-signal-safe.
+        // SAFETY: sigaction and sigprocmask calls on live, zeroed
+        // structures; the handler is async-signal-safe. A number the
+        // system reserves (SIGKILL, SIGSTOP, the C library's own) is
+        // refused, and left as it is.
         unsafe {
+            let mut default: libc::sigaction = std::mem::zeroed();
+            default.sa_sigaction = libc::SIG_DFL;
+            libc::sigemptyset(&mut default.sa_mask);
+            for signal in SIGNALS {
+                libc::sigaction(signal, &default, std::ptr::null_mut());
+            }
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = pass_on as extern "C" fn(libc::c_int) as libc::sighandler_t;
             action.sa_flags = libc::SA_RESTART;
             libc::sigemptyset(&mut action.sa_mask);
             for signal in FORWARDED {
-                let mut found: libc::sigaction = std::mem::zeroed();
-                libc::sigaction(signal, &action, &mut found);
-                if found.sa_sigaction == libc::SIG_IGN {
-                    libc::sigaction(signal, &found, std::ptr::null_mut());
-                }
+                libc::sigaction(signal, &action, std::ptr::null_mut());
             }
         }
         Signals
