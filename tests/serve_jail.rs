@@ -1058,9 +1058,31 @@ fn nothing_an_action_leaves_running_outlives_it_in_any_jail() {
     }
 }
 
+/// A backend of `mode` with sandbox "1" and its wrapper, for the
+/// signal tests.
+fn sandbox_for_signals(mode: &JailMode) -> (Backend, PathBuf, sandbox::CustomConfinement) {
+    let b = mode.start();
+    let (tree, _, _) = inputs_to_tamper_with(&b);
+    let scratch = b.root().join("bazel-scratch/1");
+    let (root, jail) = mode.create(&b, "1", &tree, &scratch);
+    (b, root, jail.unwrap())
+}
+
+/// `sh -c script` through `jail`, as Bazel runs an action in `root`.
+fn wrapped(root: &Path, jail: &sandbox::CustomConfinement, script: &str) -> Command {
+    let mut command = Command::new(&jail.wrapper[0]);
+    command
+        .args(&jail.wrapper[1..])
+        .args(["/bin/sh", "-c", script])
+        .current_dir(root.join(WS))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin");
+    command
+}
+
 /// Signals Bazel sends the wrapper reach the action (which can catch
-/// them: it starts with the signal mask the wrapper was given), and the
-/// wrapper ends as the action did: its exit code, or its signal.
+/// them: it starts with every signal at its default, none blocked), and
+/// the wrapper ends as the action did: its exit code, or its signal.
 #[test]
 fn signals_to_actionfs_jail_reach_the_action_and_its_end_is_the_wrappers() {
     if !require(&[Need::Mount, Need::Landlock]) {
@@ -1069,11 +1091,7 @@ fn signals_to_actionfs_jail_reach_the_action_and_its_end_is_the_wrappers() {
     use std::os::unix::process::ExitStatusExt;
     for mode in jail_modes().into_iter().filter(|m| !m.bazels) {
         let name = mode.name;
-        let b = mode.start();
-        let (tree, _, _) = inputs_to_tamper_with(&b);
-        let scratch = b.root().join("bazel-scratch/1");
-        let (root, jail) = mode.create(&b, "1", &tree, &scratch);
-        let jail = jail.unwrap();
+        let (b, root, jail) = sandbox_for_signals(&mode);
         for (script, signal, expected_code, expected_signal) in [
             (
                 "trap 'echo caught; exit 7' TERM; touch out/ready; while :; do sleep 0.05; done",
@@ -1090,12 +1108,7 @@ fn signals_to_actionfs_jail_reach_the_action_and_its_end_is_the_wrappers() {
             ("kill -SEGV $$", 0, None, Some(libc::SIGSEGV)),
         ] {
             let _ = fs::remove_file(root.join("ws/out/ready"));
-            let child = Command::new(&jail.wrapper[0])
-                .args(&jail.wrapper[1..])
-                .args(["/bin/sh", "-c", script])
-                .current_dir(root.join(WS))
-                .env_clear()
-                .env("PATH", "/usr/bin:/bin")
+            let child = wrapped(&root, &jail, script)
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap();
@@ -1139,24 +1152,12 @@ fn signals_the_wrapper_was_started_ignoring_still_reach_the_action() {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     for mode in jail_modes().into_iter().filter(|m| !m.bazels) {
         let name = mode.name;
-        let b = mode.start();
-        let (tree, _, _) = inputs_to_tamper_with(&b);
-        let scratch = b.root().join("bazel-scratch/1");
-        let (root, jail) = mode.create(&b, "1", &tree, &scratch);
-        let jail = jail.unwrap();
+        let (b, root, jail) = sandbox_for_signals(&mode);
         for signal in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP] {
             let _ = fs::remove_file(root.join("ws/out/ready"));
-            let mut command = Command::new(&jail.wrapper[0]);
+            let script = "touch out/ready; while :; do sleep 0.05; done";
+            let mut command = wrapped(&root, &jail, script);
             command
-                .args(&jail.wrapper[1..])
-                .args([
-                    "/bin/sh",
-                    "-c",
-                    "touch out/ready; while :; do sleep 0.05; done",
-                ])
-                .current_dir(root.join(WS))
-                .env_clear()
-                .env("PATH", "/usr/bin:/bin")
                 .stdout(Stdio::null())
                 // A group of its own, so that a failure kills the action too.
                 .process_group(0);
