@@ -183,6 +183,15 @@ fn bazels_confinement(scratch: &Path) -> sandbox::ConfinementSetting {
     }
 }
 
+/// [`bazels_confinement`] with `hidden` inaccessible
+/// (`--sandbox_block_path`).
+fn bazels_confinement_hiding(scratch: &Path, hidden: &[&Path]) -> sandbox::ConfinementSetting {
+    sandbox::ConfinementSetting {
+        inaccessible_paths: hidden.iter().map(|p| p.display().to_string()).collect(),
+        ..bazels_confinement(scratch)
+    }
+}
+
 /// A Create whose confinement lets the action write where the backend
 /// keeps its store and native trees (Bazel's `--sandbox_writable_path`
 /// adds `/dev/shm`, the default base, to every action's writable paths)
@@ -400,9 +409,8 @@ fn inaccessible_paths_are_unreadable_in_the_landlock_jail() {
     fs::write(&beside, b"beside\n").unwrap();
     let link = b.root().join("link-to-secret");
     std::os::unix::fs::symlink(&secret, &link).unwrap();
-    let (root, jail, _) = jailed_sandbox(&b, "1", |scratch| sandbox::ConfinementSetting {
-        inaccessible_paths: vec![secret.display().to_string()],
-        ..bazels_confinement(scratch)
+    let (root, jail, _) = jailed_sandbox(&b, "1", |scratch| {
+        bazels_confinement_hiding(scratch, &[&secret])
     });
     let read = |path: &Path| sh_jailed(&root, &jail, &format!("cat {}", path.display()));
     for denied in [secret.join("key"), link.join("key")] {
@@ -442,9 +450,8 @@ fn an_inaccessible_path_below_dev_leaves_the_jail_working_with_piped_output() {
     let b = Backend::start(&[]);
     let hidden = tempfile::tempdir_in("/dev/shm").unwrap();
     fs::write(hidden.path().join("key"), b"key\n").unwrap();
-    let (root, jail, _) = jailed_sandbox(&b, "1", |scratch| sandbox::ConfinementSetting {
-        inaccessible_paths: vec![hidden.path().display().to_string()],
-        ..bazels_confinement(scratch)
+    let (root, jail, _) = jailed_sandbox(&b, "1", |scratch| {
+        bazels_confinement_hiding(scratch, &[hidden.path()])
     });
     // stdout and stderr are pipes (Command::output).
     let out = sh_jailed(&root, &jail, "cat src/a.txt src/b.txt");
@@ -478,14 +485,9 @@ fn with_namespaces_the_mounts_alone_keep_the_host_read_only_unless_a_path_is_hid
     let hidden = tempfile::tempdir_in(b.root()).unwrap();
     for hide in [false, true] {
         let id = if hide { "hidden" } else { "plain" };
-        let (root, jail, _) = jailed_sandbox(&b, id, |scratch| sandbox::ConfinementSetting {
-            inaccessible_paths: if hide {
-                vec![hidden.path().display().to_string()]
-            } else {
-                Vec::new()
-            },
-            ..bazels_confinement(scratch)
-        });
+        let hiding: &[&Path] = if hide { &[hidden.path()] } else { &[] };
+        let (root, jail, _) =
+            jailed_sandbox(&b, id, |scratch| bazels_confinement_hiding(scratch, hiding));
         let namespaces = jail.wrapper.iter().any(|arg| arg == "--namespaces");
         let out = sh_jailed(&root, &jail, &format!("echo x > {}", outside.display()));
         assert!(

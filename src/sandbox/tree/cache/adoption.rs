@@ -223,25 +223,35 @@ impl SandboxFs {
         // output's parent, made for the next action too), whose entries
         // the kernel keeps, checked in turn. Everything else is dropped.
         let discovered: Vec<(OsString, Arc<Node>)> = old_dir.discovered().lock().drain().collect();
-        for (name, child) in discovered {
-            let kept = backing
-                .as_ref()
-                .and_then(Option::as_ref)
-                .is_some_and(|dir| {
-                    !new_dir.has_explicit(&name) && self.keep_found_dir(dir, &name, &child, new)
-                });
-            if kept {
+        let refilled_dir = backing.as_ref().and_then(Option::as_ref);
+        self.keep_found_dirs(refilled_dir, new, discovered, adopted);
+    }
+
+    /// Of `found` (entries found in `parent`'s old underlying directory,
+    /// which is `dir` refilled, or another), keeps the directories that
+    /// are there again, each checked in turn
+    /// ([`SandboxFs::recheck_found_dir`]); drops the rest from the kernel.
+    fn keep_found_dirs(
+        &self,
+        dir: Option<&UDir>,
+        parent: &Arc<Node>,
+        found: Vec<(OsString, Arc<Node>)>,
+        adopted: &mut Adopted,
+    ) {
+        for (name, child) in found {
+            if dir.is_some_and(|dir| self.keep_found_dir(dir, &name, &child, parent)) {
                 adopted.kept += 1;
                 self.recheck_found_dir(&child, adopted);
             } else {
-                adopted.stale_entries.push((ino, name));
+                adopted.stale_entries.push((parent.ino(), name));
             }
         }
     }
 
     /// Whether `child`, a directory found as `name` in a refilled
-    /// directory (`dir`, shown by `parent`), is there again: if so, it
-    /// becomes `parent`'s, with the kernel's entry for it.
+    /// directory (`dir`, shown by `parent`), is there again and not
+    /// hidden by an explicit entry: if so, it becomes `parent`'s, with the
+    /// kernel's entry for it.
     fn keep_found_dir(
         &self,
         dir: &UDir,
@@ -261,6 +271,9 @@ impl SandboxFs {
         let Ok(parent_dir) = parent.dir() else {
             return false;
         };
+        if parent_dir.has_explicit(name) {
+            return false;
+        }
         child.set_origin(Origin::Child {
             parent: Arc::downgrade(parent),
             name: Name::new(name),
@@ -290,14 +303,7 @@ impl SandboxFs {
             adopted.stale_entries.push((ino, name));
         }
         let discovered: Vec<(OsString, Arc<Node>)> = data.discovered().lock().drain().collect();
-        for (name, child) in discovered {
-            if self.keep_found_dir(&dir, &name, &child, node) {
-                adopted.kept += 1;
-                self.recheck_found_dir(&child, adopted);
-            } else {
-                adopted.stale_entries.push((ino, name));
-            }
-        }
+        self.keep_found_dirs(Some(&dir), node, discovered, adopted);
     }
 
     /// Whether the kernel's entry for `old` can stand for `new`.
